@@ -1,0 +1,183 @@
+// The contract between exitlab's host side and its guest test kernel.
+//
+// This file is plain constants and `repr(C)` layouts with no dependencies, so that the
+// guest crate's build script can `include!` it and emit the matching C header
+// (`abi.h`) the guest kernel is compiled against: one source of truth for both sides.
+//
+// Guest-physical layout (identity-mapped by the guest kernel):
+//
+//   0x0000_0000 .. 0x0000_1000   left alone (real-mode IVT; later issues put an AP trampoline there)
+//   0x0010_0000 .. 0x0040_0000   the kernel image, its bss, stacks and static page tables
+//   CONTROL_GPA                  one page: parameters in, guest status out
+//   STAMPS_GPA + n * 4 KiB       one page per vCPU: the host's TSC stamps of its last userspace exit
+//   SAMPLES_GPA + n * 1 MiB      one sample ring per vCPU
+//   MMIO_USER_GPA                a page with no memory slot, answered by the VMM in userspace
+//   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
+
+/// Version of this contract; the guest refuses to run against another one.
+pub const ABI_VERSION: u64 = 1;
+/// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
+pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
+
+/// Guest-physical address the kernel image is linked for and loaded at.
+pub const KERNEL_GPA: u64 = 0x0010_0000;
+/// End of the region the kernel image (with bss) may occupy.
+pub const KERNEL_END_GPA: u64 = 0x0040_0000;
+/// Guest-physical address of the control page.
+pub const CONTROL_GPA: u64 = 0x0040_0000;
+/// Guest-physical address of vCPU 0's stamp page; vCPU n's is `STAMPS_GPA + n * PAGE_SIZE`.
+pub const STAMPS_GPA: u64 = 0x0040_1000;
+/// Guest-physical address of vCPU 0's sample ring; vCPU n's is `SAMPLES_GPA + n * SAMPLES_BYTES_PER_CPU`.
+pub const SAMPLES_GPA: u64 = 0x0050_0000;
+/// Bytes reserved for each vCPU's sample ring.
+pub const SAMPLES_BYTES_PER_CPU: u64 = 0x0010_0000;
+/// Records one sample ring holds; the guest rings the doorbell when it is full.
+pub const SAMPLES_PER_BATCH: u64 = 16384;
+/// Most vCPUs the layout has room for.
+pub const MAX_CPUS: u64 = 64;
+/// Smallest guest RAM the lab kernel runs in (for one vCPU).
+pub const MIN_RAM_BYTES: u64 = SAMPLES_GPA + SAMPLES_BYTES_PER_CPU;
+/// A page.
+pub const PAGE_SIZE: u64 = 0x1000;
+
+/// MMIO page the VMM answers in userspace (reads return `MMIO_USER_READ_VALUE`).
+pub const MMIO_USER_GPA: u64 = 0xC000_0000;
+/// MMIO page whose 4-byte writes at offset 0 an ioeventfd absorbs in the kernel.
+pub const MMIO_IOEVENTFD_GPA: u64 = 0xC000_1000;
+/// What a read of `MMIO_USER_GPA` returns (low bytes, as wide as the access).
+pub const MMIO_USER_READ_VALUE: u64 = 0x4558_4954_4c41_4221;
+
+/// Port the guest writes a `DOORBELL_*` command to (32-bit `out`).
+pub const DOORBELL_PORT: u16 = 0x0700;
+/// Port answered by the VMM in userspace: no device claims it, reads return all ones.
+pub const USER_PORT: u16 = 0x1234;
+/// Port the in-kernel PIC answers (ELCR), as kvm-unit-tests' `inl_from_kernel` uses.
+pub const KERNEL_PORT: u16 = 0x04d0;
+/// MSR that the VMM routes to userspace with an MSR filter.
+pub const USER_MSR: u32 = 0x4558_4954;
+/// What a read of `USER_MSR` returns.
+pub const USER_MSR_READ_VALUE: u64 = 0x1234_5678_9abc_def0;
+/// IA32_TSC_ADJUST.
+pub const MSR_TSC_ADJUST: u32 = 0x3b;
+
+/// Doorbell: the kernel booted and is about to run the test (warm-up not started yet).
+pub const DOORBELL_READY: u32 = 1;
+/// Doorbell: `Control::batch_count` records of this vCPU's ring are ready; the ring is reused after.
+pub const DOORBELL_BATCH: u32 = 2;
+/// Doorbell: the test is finished; the last `Control::batch_count` records are ready.
+pub const DOORBELL_DONE: u32 = 3;
+/// Doorbell: an unexpected exception; `Control::fault_*` say which.
+pub const DOORBELL_FAULT: u32 = 4;
+/// Doorbell: the guest refuses the parameters; `Control::guest_error` says why (a `GUEST_ERR_*`).
+pub const DOORBELL_BAD_PARAMS: u32 = 5;
+
+/// `Control::guest_error`: magic or ABI version wrong.
+pub const GUEST_ERR_ABI: u64 = 1;
+/// `Control::guest_error`: unknown test id.
+pub const GUEST_ERR_TEST: u64 = 2;
+/// `Control::guest_error`: the test cannot run in the requested ring.
+pub const GUEST_ERR_RING: u64 = 3;
+/// `Control::guest_error`: samples, batch or warm-up out of range.
+pub const GUEST_ERR_COUNTS: u64 = 4;
+
+/// Test ids (`Control::test`). Names follow kvm-unit-tests `vmexit` where the test is the same.
+pub const TEST_LOOP_OVERHEAD: u64 = 0;
+pub const TEST_CPUID: u64 = 1;
+pub const TEST_CPUID_0XD: u64 = 2;
+pub const TEST_VMCALL: u64 = 3;
+pub const TEST_HLT: u64 = 4;
+pub const TEST_INL_FROM_KERNEL: u64 = 5;
+pub const TEST_OUTL_TO_KERNEL: u64 = 6;
+pub const TEST_INL_FROM_USER: u64 = 7;
+pub const TEST_OUTL_TO_USER: u64 = 8;
+pub const TEST_MMIO_READ_USER: u64 = 9;
+pub const TEST_MMIO_WRITE_USER: u64 = 10;
+pub const TEST_MMIO_WRITE_IOEVENTFD: u64 = 11;
+pub const TEST_RD_TSC_ADJUST_MSR: u64 = 12;
+pub const TEST_WR_TSC_ADJUST_MSR: u64 = 13;
+pub const TEST_RDMSR_USER: u64 = 14;
+pub const TEST_WRMSR_USER: u64 = 15;
+pub const TEST_MOV_FROM_CR8: u64 = 16;
+pub const TEST_MOV_TO_CR8: u64 = 17;
+/// Self-test: writes garbage into the control page and rings the doorbell with it.
+pub const TEST_SELFTEST_GARBAGE: u64 = 100;
+/// Self-test: triple-faults (loads an empty IDT and raises an exception).
+pub const TEST_SELFTEST_TRIPLE_FAULT: u64 = 101;
+/// Self-test: spins forever without exiting.
+pub const TEST_SELFTEST_SPIN: u64 = 102;
+/// Self-test: executes `ud2`, which the kernel's IDT reports with `DOORBELL_FAULT`.
+pub const TEST_SELFTEST_UD: u64 = 103;
+
+/// The control page at `CONTROL_GPA`. The host fills the first block before the vCPU
+/// starts; the guest fills the second before each doorbell.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Control {
+    /// `CONTROL_MAGIC`.
+    pub magic: u64,
+    /// `ABI_VERSION`.
+    pub abi_version: u64,
+    /// A `TEST_*` id.
+    pub test: u64,
+    /// 0 or 3: the privilege level the measured loop runs at.
+    pub ring: u64,
+    /// Samples to take (each a `Sample` record), at least 1.
+    pub samples: u64,
+    /// Iterations of the measured instruction per sample, at least 1.
+    pub batch: u64,
+    /// Iterations to run before the first sample.
+    pub warmup: u64,
+    /// Test argument: for `cpuid_0xd`, the highest sub-leaf to cycle through (sub-leaves 1..=arg0).
+    pub arg0: u64,
+    /// Spare test argument.
+    pub arg1: u64,
+    /// Guest → host: records ready in the ring at `DOORBELL_BATCH` / `DOORBELL_DONE`.
+    pub batch_count: u64,
+    /// Guest → host: `GUEST_ERR_*` at `DOORBELL_BAD_PARAMS`.
+    pub guest_error: u64,
+    /// Guest → host at `DOORBELL_FAULT`: exception vector.
+    pub fault_vector: u64,
+    /// Guest → host at `DOORBELL_FAULT`: RIP of the faulting instruction.
+    pub fault_rip: u64,
+    /// Guest → host at `DOORBELL_FAULT`: error code (0 when the vector has none).
+    pub fault_error: u64,
+    /// Guest → host at `DOORBELL_FAULT`: CR2.
+    pub fault_cr2: u64,
+    /// Guest → host: the guest's TSC when it rang `DOORBELL_READY`.
+    pub ready_tsc: u64,
+}
+
+/// The per-vCPU stamp page. The host writes it on every userspace exit before it
+/// re-enters the guest: `t_return`, then `t_reenter`, then `seq += 1`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamps {
+    /// Count of userspace exits of this vCPU so far.
+    pub seq: u64,
+    /// Host TSC right after KVM_RUN returned for the last userspace exit.
+    pub t_return: u64,
+    /// Host TSC right before KVM_RUN re-entered after that exit.
+    pub t_reenter: u64,
+}
+
+/// One sample record in a vCPU's ring. All times are raw TSC values: guest ones in the
+/// guest's TSC, host ones in the host's; the host converts with the vCPU's TSC offset.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Guest TSC before the sample's first iteration (lfence; rdtsc; lfence).
+    pub g_start: u64,
+    /// Guest TSC after the sample's last iteration (rdtscp; lfence).
+    pub g_end: u64,
+    /// `Stamps::t_reenter` read just before `g_start`: the host re-entry that preceded the sample.
+    pub h_prev_reenter: u64,
+    /// `Stamps::t_return` read just after `g_end`.
+    pub h_return: u64,
+    /// `Stamps::t_reenter` read just after `g_end`.
+    pub h_reenter: u64,
+    /// `Stamps::seq` after the sample minus before it: userspace exits during the sample.
+    pub seq_delta: u64,
+}
+
+/// Size in bytes of one `Sample` record.
+pub const SAMPLE_BYTES: u64 = 48;

@@ -1,0 +1,1 @@
+//! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.

@@ -1,0 +1,1 @@
+//! exitlab's VMM core.
