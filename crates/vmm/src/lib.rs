@@ -1,1 +1,18 @@
-//! exitlab's VMM core.
+//! exitlab's VMM core: VMs and vCPUs on /dev/kvm (rust-vmm crates), guest memory, the
+//! vCPU run loop and exit dispatch, the lock-free device bus, CPUID cached once per
+//! process, and the small amount of raw system code KVM needs.
+#![deny(missing_docs)]
+
+pub mod bus;
+pub mod cpuid;
+mod error;
+pub mod kvmstats;
+mod memory;
+pub mod regs;
+pub mod sys;
+pub mod thread;
+pub mod vcpu;
+pub mod vm;
+
+pub use error::VmmError;
+pub use vm::open_kvm;

@@ -1,0 +1,42 @@
+//! Guest memory: anonymous mappings from vm-memory, registered with KVM as memory slots.
+
+use std::sync::Arc;
+
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::VmFd;
+use vm_memory::{Address, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+use crate::VmmError;
+
+/// Allocates guest RAM for `regions` (guest address, bytes) and registers each region as
+/// a KVM memory slot.
+pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>, VmmError> {
+    let ranges: Vec<(GuestAddress, usize)> = regions
+        .iter()
+        .map(|&(base, len)| {
+            usize::try_from(len)
+                .map(|l| (GuestAddress(base), l))
+                .map_err(|_| VmmError::Memory(format!("region of {len:#x} bytes does not fit this host")))
+        })
+        .collect::<Result<_, _>>()?;
+    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges)
+        .map_err(|e| VmmError::Memory(format!("cannot allocate guest RAM: {e}; ask for less with --mem")))?;
+    for (slot, region) in mem.iter().enumerate() {
+        let host = mem
+            .get_host_address(region.start_addr())
+            .map_err(|e| VmmError::Memory(format!("guest RAM region has no host mapping: {e}")))?;
+        let slot_region = kvm_userspace_memory_region {
+            slot: slot as u32,
+            flags: 0,
+            guest_phys_addr: region.start_addr().raw_value(),
+            memory_size: region.len(),
+            userspace_addr: host as u64,
+        };
+        // SAFETY: the slot describes a live anonymous mapping owned by `mem`; the returned
+        // Arc is stored in the `Vm` next to the VM fd and dropped only after it, so the
+        // mapping outlives every use KVM makes of it.
+        unsafe { vm.set_user_memory_region(slot_region) }
+            .map_err(|e| VmmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
+    }
+    Ok(Arc::new(mem))
+}

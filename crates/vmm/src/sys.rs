@@ -1,0 +1,206 @@
+//! The few raw system interfaces kvm-ioctls does not wrap: KVM's binary statistics fd,
+//! vCPU device attributes (the TSC offset), the TSC itself, and the per-vCPU stamp page
+//! the guest reads. Every `unsafe` block of the VMM lives here or in `memory.rs`.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::Arc;
+
+use kvm_bindings::kvm_device_attr;
+use kvm_ioctls::VcpuFd;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vmm_sys_util::ioctl::{ioctl, ioctl_with_ref};
+use vmm_sys_util::{ioctl_io_nr, ioctl_iow_nr};
+
+#[allow(missing_docs)]
+mod nr {
+    use super::*;
+    const KVMIO: u32 = 0xAE;
+    ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
+    ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
+}
+use nr::{KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD};
+
+/// Reads the TSC after all earlier instructions have executed (`rdtscp`).
+#[inline(always)]
+pub fn rdtscp() -> u64 {
+    let mut aux = 0u32;
+    // SAFETY: rdtscp has no memory effects besides writing `aux`; every x86-64 CPU KVM
+    // runs on with an invariant TSC supports it (the host probe reports it).
+    unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+}
+
+/// Reads the TSC (`rdtsc`), not serialized.
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    // SAFETY: rdtsc only reads the time-stamp counter.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Opens the binary statistics fd of a vCPU (KVM_GET_STATS_FD).
+pub fn vcpu_stats_fd(vcpu: &VcpuFd) -> std::io::Result<File> {
+    // SAFETY: KVM_GET_STATS_FD takes no argument and returns a new fd or -1; we own the
+    // returned descriptor exclusively.
+    let fd = unsafe { ioctl(vcpu, KVM_GET_STATS_FD()) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a freshly created descriptor nobody else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Reads a vCPU device attribute of 64 bits (KVM_GET_DEVICE_ATTR), e.g. the TSC offset.
+pub fn vcpu_get_attr_u64(vcpu: &VcpuFd, group: u32, attr: u64) -> std::io::Result<u64> {
+    let mut value: u64 = 0;
+    let da = kvm_device_attr {
+        flags: 0,
+        group,
+        attr,
+        addr: &mut value as *mut u64 as u64,
+    };
+    // SAFETY: `da` is a valid kvm_device_attr whose `addr` points at a live u64 the kernel
+    // writes 8 bytes to; the ioctl does not keep the pointer.
+    let ret = unsafe { ioctl_with_ref(vcpu, KVM_GET_DEVICE_ATTR(), &da) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+/// Positional read that fills `buf` completely.
+pub fn pread_exact(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, offset)
+}
+
+/// The raw fd of a file, for diagnostics.
+pub fn raw_fd(f: &File) -> i32 {
+    f.as_raw_fd()
+}
+
+/// A vCPU's stamp page in guest memory (see the guest ABI's `Stamps`): the host writes
+/// its TSC when KVM_RUN returned and just before it re-enters, then bumps `seq`.
+pub struct StampPage {
+    ptr: *mut u64,
+    // Keeps the mapping `ptr` points into alive.
+    _mem: Arc<GuestMemoryMmap>,
+}
+
+// SAFETY: the page is only written by the one vCPU thread that owns this value; the
+// mapping is kept alive by `_mem`. The guest reading it concurrently is the intended use
+// (volatile accesses on plain integers, no references are formed).
+unsafe impl Send for StampPage {}
+
+impl StampPage {
+    /// Maps the stamp page at `gpa`; `None` if 24 bytes at `gpa` are not guest RAM in one
+    /// region or the address is not 8-byte aligned.
+    pub fn new(mem: Arc<GuestMemoryMmap>, gpa: u64) -> Option<StampPage> {
+        if gpa % 8 != 0 {
+            return None;
+        }
+        let end = GuestAddress(gpa.checked_add(23)?);
+        let start_region = mem.find_region(GuestAddress(gpa))?;
+        let end_region = mem.find_region(end)?;
+        if !std::ptr::eq(start_region, end_region) {
+            return None;
+        }
+        let ptr = mem.get_host_address(GuestAddress(gpa)).ok()? as *mut u64;
+        Some(StampPage { ptr, _mem: mem })
+    }
+
+    /// Publishes the stamps of one userspace exit: `t_return`, `t_reenter`, then `seq`.
+    #[inline(always)]
+    pub fn publish(&self, seq: u64, t_return: u64, t_reenter: u64) {
+        // SAFETY: `ptr` points at 24 bytes of mapped guest RAM, 8-byte aligned (checked in
+        // `new`), kept mapped by `_mem`; volatile writes because the guest reads them.
+        unsafe {
+            self.ptr.add(1).write_volatile(t_return);
+            self.ptr.add(2).write_volatile(t_reenter);
+            self.ptr.write_volatile(seq);
+        }
+    }
+}
+
+/// Details of a KVM_EXIT_INTERNAL_ERROR: sub-error, its data words, and for emulation
+/// failures the instruction bytes KVM reported (when it did).
+pub fn internal_error(run: &kvm_bindings::kvm_run) -> (u32, Vec<u64>, Vec<u8>) {
+    // SAFETY: the caller saw exit_reason == KVM_EXIT_INTERNAL_ERROR, so `internal` is the
+    // active union member; it is plain integers.
+    let internal = unsafe { run.__bindgen_anon_1.internal };
+    let n = (internal.ndata as usize).min(internal.data.len());
+    let data = internal.data[..n].to_vec();
+    let mut insn = Vec::new();
+    if internal.suberror == kvm_bindings::KVM_INTERNAL_ERROR_EMULATION {
+        // SAFETY: for KVM_INTERNAL_ERROR_EMULATION the kernel fills `emulation_failure`,
+        // which overlays `internal`; plain integers.
+        let ef = unsafe { run.__bindgen_anon_1.emulation_failure };
+        if ef.ndata >= 3
+            && ef.flags & u64::from(kvm_bindings::KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES) != 0
+        {
+            // SAFETY: the union has a single member (insn_size, insn_bytes), plain bytes.
+            let bytes = unsafe { ef.__bindgen_anon_1.__bindgen_anon_1 };
+            let len = (bytes.insn_size as usize).min(bytes.insn_bytes.len());
+            insn = bytes.insn_bytes[..len].to_vec();
+        }
+    }
+    (internal.suberror, data, insn)
+}
+
+/// Pins the calling thread to host CPU `cpu`.
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (checked above), so CPU_SET stays in bounds.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: we pass a valid set of the right size for the calling thread (pid 0).
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+thread_local! {
+    static IMMEDIATE_EXIT: std::cell::Cell<*mut u8> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Records where this thread's kvm_run `immediate_exit` byte is, for the kick signal.
+pub fn set_immediate_exit_target(run: &mut kvm_bindings::kvm_run) {
+    let p = &mut run.immediate_exit as *mut u8;
+    IMMEDIATE_EXIT.with(|c| c.set(p));
+}
+
+/// Forgets this thread's kvm_run (before the vCPU is dropped).
+pub fn clear_immediate_exit_target() {
+    IMMEDIATE_EXIT.with(|c| c.set(std::ptr::null_mut()));
+}
+
+extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Only async-signal-safe work: a const-initialized thread-local read and a volatile
+    // byte store, then a fence so the store is visible before KVM_RUN checks it.
+    let p = IMMEDIATE_EXIT.with(|c| c.get());
+    if !p.is_null() {
+        // SAFETY: `p` points into the kvm_run mapping of the vCPU owned by this thread; it
+        // is set while the vCPU is alive and cleared before it is dropped.
+        unsafe { p.write_volatile(1) };
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The signal used to kick vCPU threads out of KVM_RUN.
+pub fn kick_signal() -> libc::c_int {
+    vmm_sys_util::signal::SIGRTMIN()
+}
+
+/// Installs the kick handler (idempotent).
+pub fn install_kick_handler() -> std::io::Result<()> {
+    static ONCE: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+    let r = ONCE.get_or_init(|| {
+        vmm_sys_util::signal::register_signal_handler(kick_signal(), kick_handler)
+            .map_err(|e| e.errno())
+    });
+    r.map_err(std::io::Error::from_raw_os_error)
+}

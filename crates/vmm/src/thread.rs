@@ -1,0 +1,103 @@
+//! vCPU threads: one OS thread per vCPU, optional pinning, and kicks out of KVM_RUN.
+//!
+//! A kick sets the vCPU's stop flag and sends it a signal whose handler only sets
+//! `immediate_exit` in its kvm_run and issues a fence; KVM_RUN then returns EINTR (or
+//! does not enter at all) and the run loop sees the flag.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vmm_sys_util::signal::Killable;
+
+use crate::sys;
+use crate::vcpu::{ExitHook, Vcpu, VcpuStop};
+use crate::VmmError;
+
+/// What a finished vCPU thread hands back.
+pub struct Finished<H> {
+    /// The vCPU, for registers and counters.
+    pub vcpu: Vcpu,
+    /// The hook, with whatever it collected.
+    pub hook: H,
+    /// Why the vCPU stopped.
+    pub stop: VcpuStop,
+    /// Pinning failure, if pinning was asked and failed.
+    pub pin_error: Option<std::io::Error>,
+}
+
+/// A running vCPU thread.
+pub struct VcpuThread<H> {
+    handle: JoinHandle<()>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: mpsc::Receiver<Finished<H>>,
+}
+
+/// Starts `vcpu` on a new thread named `vcpu<N>`, pinned to host CPU `pin` if given.
+pub fn spawn<H: ExitHook + Send + 'static>(
+    mut vcpu: Vcpu,
+    mut hook: H,
+    pin: Option<usize>,
+) -> Result<VcpuThread<H>, VmmError> {
+    sys::install_kick_handler().map_err(|e| VmmError::Os("installing the vCPU kick signal handler", e))?;
+    let stop = vcpu.stop_flag();
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name(format!("vcpu{}", vcpu.id()))
+        .spawn(move || {
+            let pin_error = pin.and_then(|cpu| sys::pin_current_thread(cpu).err());
+            let stop = vcpu.run(&mut hook);
+            let _ = tx.send(Finished {
+                vcpu,
+                hook,
+                stop,
+                pin_error,
+            });
+        })
+        .map_err(|e| VmmError::Os("spawning a vCPU thread", e))?;
+    Ok(VcpuThread {
+        handle,
+        stop,
+        done: rx,
+    })
+}
+
+impl<H> VcpuThread<H> {
+    /// Asks the vCPU to stop and kicks it out of KVM_RUN.
+    pub fn kick(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.handle.kill(sys::kick_signal());
+    }
+
+    /// Waits up to `timeout` for the vCPU to stop on its own.
+    pub fn wait(&self, timeout: Duration) -> Option<Finished<H>> {
+        self.done.recv_timeout(timeout).ok()
+    }
+
+    /// Kicks the vCPU and waits up to `grace` for it to leave KVM_RUN. A vCPU the host
+    /// never lets out of KVM_RUN is left behind (its thread ends with the process) and
+    /// `None` is returned.
+    pub fn stop(self, grace: Duration) -> Option<Finished<H>> {
+        let deadline = Instant::now() + grace;
+        loop {
+            self.kick();
+            match self.done.recv_timeout(Duration::from_millis(20)) {
+                Ok(f) => {
+                    let _ = self.handle.join();
+                    return Some(f);
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() >= deadline => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Waits for the vCPU to stop, then joins its thread.
+    pub fn join(self) -> Option<Finished<H>> {
+        let f = self.done.recv().ok();
+        let _ = self.handle.join();
+        f
+    }
+}

@@ -1,0 +1,500 @@
+//! A vCPU and its run loop.
+//!
+//! The loop is the hot path of every userspace ("heavyweight") exit: KVM_RUN returns,
+//! the exit is dispatched by reason, the device is found through the vCPU's own bus view
+//! (no lock shared with other vCPUs, no allocation), the device fills the kvm_run data in
+//! place, and KVM_RUN is entered again. The only work added for measurement is two TSC
+//! reads and three stores into the vCPU's stamp page, and one counter increment.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use exitlab_devices::IoAction;
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::bus::BusView;
+use crate::kvmstats::KvmStats;
+use crate::regs::{self, EntryRegs};
+use crate::sys::{self, StampPage};
+use crate::vm::UserMsr;
+use crate::VmmError;
+
+/// How a vCPU is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VcpuConfig {
+    /// vCPU index (also its APIC id).
+    pub id: u32,
+    /// Guest-physical address of this vCPU's stamp page, if the guest wants the host's
+    /// TSC stamps of each userspace exit.
+    pub stamp_gpa: Option<u64>,
+    /// Port whose 32-bit writes go to the [`ExitHook`] instead of the bus.
+    pub doorbell_port: Option<u16>,
+    /// What a HLT that reaches userspace (no in-kernel irqchip) does.
+    pub hlt: HltPolicy,
+}
+
+/// What a userspace HLT exit does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HltPolicy {
+    /// Re-enter the guest at the next instruction (measuring HLT exits).
+    Resume,
+    /// Stop the vCPU (a guest that halted with nothing to wake it).
+    Stop,
+}
+
+/// Userspace exits of one vCPU by reason. Plain counters owned by the vCPU thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExitCounts {
+    /// Port reads.
+    pub io_in: u64,
+    /// Port writes (not counting doorbells).
+    pub io_out: u64,
+    /// MMIO reads.
+    pub mmio_read: u64,
+    /// MMIO writes.
+    pub mmio_write: u64,
+    /// HLT.
+    pub hlt: u64,
+    /// RDMSR routed to userspace.
+    pub rdmsr: u64,
+    /// WRMSR routed to userspace.
+    pub wrmsr: u64,
+    /// Doorbell writes handed to the hook.
+    pub doorbell: u64,
+    /// KVM_RUN interrupted by a signal.
+    pub intr: u64,
+    /// Anything else.
+    pub other: u64,
+}
+
+impl ExitCounts {
+    /// Every userspace exit counted.
+    pub fn total(&self) -> u64 {
+        self.io_in
+            + self.io_out
+            + self.mmio_read
+            + self.mmio_write
+            + self.hlt
+            + self.rdmsr
+            + self.wrmsr
+            + self.doorbell
+            + self.intr
+            + self.other
+    }
+
+    /// (name, count) pairs, in a fixed order.
+    pub fn entries(&self) -> [(&'static str, u64); 10] {
+        [
+            ("io_in", self.io_in),
+            ("io_out", self.io_out),
+            ("mmio_read", self.mmio_read),
+            ("mmio_write", self.mmio_write),
+            ("hlt", self.hlt),
+            ("rdmsr", self.rdmsr),
+            ("wrmsr", self.wrmsr),
+            ("doorbell", self.doorbell),
+            ("intr", self.intr),
+            ("other", self.other),
+        ]
+    }
+
+    /// Counts since `earlier`.
+    pub fn since(&self, earlier: &ExitCounts) -> ExitCounts {
+        ExitCounts {
+            io_in: self.io_in.wrapping_sub(earlier.io_in),
+            io_out: self.io_out.wrapping_sub(earlier.io_out),
+            mmio_read: self.mmio_read.wrapping_sub(earlier.mmio_read),
+            mmio_write: self.mmio_write.wrapping_sub(earlier.mmio_write),
+            hlt: self.hlt.wrapping_sub(earlier.hlt),
+            rdmsr: self.rdmsr.wrapping_sub(earlier.rdmsr),
+            wrmsr: self.wrmsr.wrapping_sub(earlier.wrmsr),
+            doorbell: self.doorbell.wrapping_sub(earlier.doorbell),
+            intr: self.intr.wrapping_sub(earlier.intr),
+            other: self.other.wrapping_sub(earlier.other),
+        }
+    }
+}
+
+/// What the hook tells the run loop after a doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Re-enter the guest.
+    Continue,
+    /// Stop the vCPU; the run ends with [`VcpuStop::Hook`] carrying this code.
+    Stop(u32),
+}
+
+/// What a doorbell handler sees.
+pub struct DoorbellCtx<'a> {
+    /// vCPU index.
+    pub vcpu_id: u32,
+    /// The 32-bit value written.
+    pub value: u32,
+    /// Guest memory.
+    pub mem: &'a GuestMemoryMmap,
+    /// Userspace exits so far (the doorbell being handled is already counted).
+    pub counts: &'a ExitCounts,
+    stats: Option<&'a KvmStats>,
+}
+
+impl DoorbellCtx<'_> {
+    /// KVM's in-kernel count of all exits of this vCPU, when the host has binary stats.
+    pub fn kvm_exits(&self) -> Option<u64> {
+        self.stats.and_then(|s| s.read("exits"))
+    }
+}
+
+/// Receives doorbell writes (the guest → host channel of the lab kernel and of tests).
+pub trait ExitHook {
+    /// Handles one doorbell write.
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow;
+}
+
+/// A hook for guests that have no doorbell: every doorbell write stops the vCPU.
+#[derive(Debug, Default)]
+pub struct NoHook;
+
+impl ExitHook for NoHook {
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow {
+        Flow::Stop(ctx.value)
+    }
+}
+
+/// Why a vCPU stopped running.
+#[derive(Debug)]
+pub enum VcpuStop {
+    /// The exit hook asked to stop.
+    Hook(u32),
+    /// A device asked to end the run (debug-exit port).
+    DebugExit(u32),
+    /// The guest asked for a reset.
+    Reset,
+    /// The guest shut down (triple fault, or a shutdown system event).
+    Shutdown,
+    /// The guest halted with no in-kernel irqchip to wake it, under [`HltPolicy::Stop`].
+    Halted,
+    /// Another thread kicked the vCPU out of KVM_RUN and asked it to stop.
+    Kicked,
+    /// KVM_EXIT_FAIL_ENTRY.
+    FailEntry {
+        /// hardware_entry_failure_reason.
+        reason: u64,
+        /// Host CPU.
+        cpu: u32,
+    },
+    /// KVM_EXIT_INTERNAL_ERROR.
+    InternalError {
+        /// Sub-error (1 = emulation failure).
+        suberror: u32,
+        /// The data words KVM attached.
+        data: Vec<u64>,
+        /// Bytes of the instruction that failed, when known.
+        insn: Vec<u8>,
+    },
+    /// An exit reason this VMM does not handle.
+    Unexpected(String),
+    /// KVM_RUN itself failed.
+    RunError(std::io::Error),
+}
+
+impl VcpuStop {
+    /// A one-line description.
+    pub fn describe(&self) -> String {
+        match self {
+            VcpuStop::Hook(c) => format!("stopped by the exit hook (code {c})"),
+            VcpuStop::DebugExit(v) => format!("the guest wrote {v:#x} to the debug-exit port"),
+            VcpuStop::Reset => "the guest requested a reset".into(),
+            VcpuStop::Shutdown => "the guest shut down (triple fault or shutdown request)".into(),
+            VcpuStop::Halted => "the guest halted with nothing to wake it".into(),
+            VcpuStop::Kicked => "stopped from outside (timeout or end of run)".into(),
+            VcpuStop::FailEntry { reason, cpu } => format!(
+                "KVM could not enter the guest (KVM_EXIT_FAIL_ENTRY, hardware reason {reason:#x}, host CPU {cpu})"
+            ),
+            VcpuStop::InternalError { suberror, data, insn } => {
+                let what = match *suberror {
+                    1 => "emulation failure: the host's instruction emulator cannot run this instruction",
+                    2 => "simultaneous exceptions",
+                    3 => "delivery event failure",
+                    _ => "internal error",
+                };
+                let mut s = format!("KVM internal error, sub-error {suberror} ({what})");
+                if !insn.is_empty() {
+                    let hex: Vec<String> = insn.iter().map(|b| format!("{b:02x}")).collect();
+                    s += &format!("; instruction bytes: {}", hex.join(" "));
+                }
+                if !data.is_empty() {
+                    let hex: Vec<String> = data.iter().map(|d| format!("{d:#x}")).collect();
+                    s += &format!("; data: {}", hex.join(" "));
+                }
+                s
+            }
+            VcpuStop::Unexpected(r) => format!("unexpected exit: {r}"),
+            VcpuStop::RunError(e) => format!("KVM_RUN failed: {e}"),
+        }
+    }
+}
+
+/// A vCPU, owned by the thread that runs it.
+pub struct Vcpu {
+    fd: VcpuFd,
+    config: VcpuConfig,
+    mem: Arc<GuestMemoryMmap>,
+    pio: BusView,
+    mmio: BusView,
+    user_msrs: Arc<[UserMsr]>,
+    stamps: Option<StampPage>,
+    seq: u64,
+    counts: ExitCounts,
+    stats: Option<KvmStats>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The value every unclaimed read returns (an open bus).
+const OPEN_BUS: u8 = 0xff;
+
+impl Vcpu {
+    pub(crate) fn new(
+        fd: VcpuFd,
+        config: VcpuConfig,
+        mem: Arc<GuestMemoryMmap>,
+        pio: BusView,
+        mmio: BusView,
+        user_msrs: Arc<[UserMsr]>,
+    ) -> Result<Vcpu, VmmError> {
+        let stamps = match config.stamp_gpa {
+            Some(gpa) => Some(StampPage::new(mem.clone(), gpa).ok_or_else(|| {
+                VmmError::Config(format!("stamp page {gpa:#x} is not in guest RAM"))
+            })?),
+            None => None,
+        };
+        let stats = KvmStats::open(&fd);
+        Ok(Vcpu {
+            fd,
+            config,
+            mem,
+            pio,
+            mmio,
+            user_msrs,
+            stamps,
+            seq: 0,
+            counts: ExitCounts::default(),
+            stats,
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The vCPU index.
+    pub fn id(&self) -> u32 {
+        self.config.id
+    }
+
+    /// The KVM vCPU fd.
+    pub fn fd(&self) -> &VcpuFd {
+        &self.fd
+    }
+
+    /// Userspace exits so far.
+    pub fn counts(&self) -> &ExitCounts {
+        &self.counts
+    }
+
+    /// KVM's binary statistics of this vCPU, if the host has them.
+    pub fn kvm_stats(&self) -> Option<&KvmStats> {
+        self.stats.as_ref()
+    }
+
+    /// The flag another thread sets (with a kick) to stop this vCPU.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Sets the registers for the first instruction.
+    pub fn set_entry(&self, entry: &EntryRegs) -> Result<(), VmmError> {
+        regs::apply(&self.fd, entry)
+    }
+
+    /// The vCPU's TSC frequency in kHz (KVM_GET_TSC_KHZ).
+    pub fn tsc_khz(&self) -> Option<u32> {
+        self.fd.get_tsc_khz().ok().filter(|&k| k > 0)
+    }
+
+    /// The guest TSC minus the host TSC (KVM_VCPU_TSC_OFFSET), when the host exposes it.
+    pub fn tsc_offset(&self) -> Option<i64> {
+        sys::vcpu_get_attr_u64(
+            &self.fd,
+            kvm_bindings::KVM_VCPU_TSC_CTRL,
+            kvm_bindings::KVM_VCPU_TSC_OFFSET.into(),
+        )
+        .ok()
+        .map(|v| v as i64)
+    }
+
+    /// A dump of the registers, for failure reports.
+    pub fn dump_registers(&self) -> String {
+        regs::dump(&self.fd)
+    }
+
+    /// Up to 16 bytes of guest memory at the current RIP (translated through the guest's
+    /// page tables), for failure reports.
+    pub fn bytes_at_rip(&self) -> Option<Vec<u8>> {
+        let rip = self.fd.get_regs().ok()?.rip;
+        let sregs = self.fd.get_sregs().ok()?;
+        let linear = rip.wrapping_add(sregs.cs.base);
+        let gpa = if sregs.cr0 & (1 << 31) != 0 {
+            let t = self.fd.translate_gva(linear).ok()?;
+            if t.valid == 0 {
+                return None;
+            }
+            t.physical_address
+        } else {
+            linear
+        };
+        let mut b = vec![0u8; 16];
+        self.mem.read_slice(&mut b, GuestAddress(gpa)).ok()?;
+        Some(b)
+    }
+
+    /// Runs the vCPU until something stops it. Every userspace exit is counted by reason;
+    /// doorbell writes go to `hook`.
+    pub fn run(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
+        sys::set_immediate_exit_target(self.fd.get_kvm_run());
+        let stop = self.run_loop(hook);
+        sys::clear_immediate_exit_target();
+        stop
+    }
+
+    fn run_loop(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
+        let doorbell = self.config.doorbell_port;
+        let hlt_resumes = self.config.hlt == HltPolicy::Resume;
+        // The first entry has no exit before it: nothing is published for it.
+        let mut prev_return: Option<u64> = None;
+        loop {
+            if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
+                self.seq += 1;
+                st.publish(self.seq, t, sys::rdtscp());
+            }
+            let result = self.fd.run();
+            let t_return = sys::rdtscp();
+            prev_return = Some(t_return);
+            let exit = match result {
+                Ok(e) => e,
+                Err(e) => {
+                    if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN {
+                        self.counts.intr += 1;
+                        self.fd.set_kvm_immediate_exit(0);
+                        if self.stop.load(Ordering::Acquire) {
+                            return VcpuStop::Kicked;
+                        }
+                        continue;
+                    }
+                    return VcpuStop::RunError(std::io::Error::from_raw_os_error(e.errno()));
+                }
+            };
+            // Handle the exit in place; `exit` borrows the kvm_run mapping.
+            let outcome: Option<VcpuStop> = match exit {
+                VcpuExit::IoIn(port, data) => {
+                    self.counts.io_in += 1;
+                    if !self.pio.read(u64::from(port), data) {
+                        data.fill(OPEN_BUS);
+                    }
+                    None
+                }
+                VcpuExit::IoOut(port, data) => {
+                    if Some(port) == doorbell {
+                        self.counts.doorbell += 1;
+                        let mut v = [0u8; 4];
+                        let n = data.len().min(4);
+                        v[..n].copy_from_slice(&data[..n]);
+                        let ctx = DoorbellCtx {
+                            vcpu_id: self.config.id,
+                            value: u32::from_le_bytes(v),
+                            mem: &self.mem,
+                            counts: &self.counts,
+                            stats: self.stats.as_ref(),
+                        };
+                        match hook.doorbell(&ctx) {
+                            Flow::Continue => None,
+                            Flow::Stop(c) => Some(VcpuStop::Hook(c)),
+                        }
+                    } else {
+                        self.counts.io_out += 1;
+                        match self.pio.write(u64::from(port), data) {
+                            None | Some(IoAction::Continue) => None,
+                            Some(IoAction::Exit(v)) => Some(VcpuStop::DebugExit(v)),
+                            Some(IoAction::Reset) => Some(VcpuStop::Reset),
+                        }
+                    }
+                }
+                VcpuExit::MmioRead(addr, data) => {
+                    self.counts.mmio_read += 1;
+                    if !self.mmio.read(addr, data) {
+                        data.fill(OPEN_BUS);
+                    }
+                    None
+                }
+                VcpuExit::MmioWrite(addr, data) => {
+                    self.counts.mmio_write += 1;
+                    match self.mmio.write(addr, data) {
+                        None | Some(IoAction::Continue) => None,
+                        Some(IoAction::Exit(v)) => Some(VcpuStop::DebugExit(v)),
+                        Some(IoAction::Reset) => Some(VcpuStop::Reset),
+                    }
+                }
+                VcpuExit::Hlt => {
+                    self.counts.hlt += 1;
+                    if hlt_resumes {
+                        None
+                    } else {
+                        Some(VcpuStop::Halted)
+                    }
+                }
+                VcpuExit::X86Rdmsr(m) => {
+                    self.counts.rdmsr += 1;
+                    match self.user_msrs.iter().find(|u| u.index == m.index) {
+                        Some(u) => *m.data = u.read_value,
+                        None => *m.error = 1,
+                    }
+                    None
+                }
+                VcpuExit::X86Wrmsr(m) => {
+                    self.counts.wrmsr += 1;
+                    if !self.user_msrs.iter().any(|u| u.index == m.index) {
+                        *m.error = 1;
+                    }
+                    None
+                }
+                VcpuExit::Intr => {
+                    self.counts.intr += 1;
+                    if self.stop.load(Ordering::Acquire) {
+                        Some(VcpuStop::Kicked)
+                    } else {
+                        None
+                    }
+                }
+                VcpuExit::Shutdown => Some(VcpuStop::Shutdown),
+                VcpuExit::FailEntry(reason, cpu) => Some(VcpuStop::FailEntry { reason, cpu }),
+                VcpuExit::InternalError => {
+                    let (suberror, data, insn) = sys::internal_error(self.fd.get_kvm_run());
+                    Some(VcpuStop::InternalError {
+                        suberror,
+                        data,
+                        insn,
+                    })
+                }
+                VcpuExit::SystemEvent(kind, _) => Some(match kind {
+                    kvm_bindings::KVM_SYSTEM_EVENT_RESET => VcpuStop::Reset,
+                    kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => VcpuStop::Shutdown,
+                    other => VcpuStop::Unexpected(format!("system event {other}")),
+                }),
+                other => {
+                    self.counts.other += 1;
+                    Some(VcpuStop::Unexpected(format!("{other:?}")))
+                }
+            };
+            if let Some(s) = outcome {
+                return s;
+            }
+        }
+    }
+}

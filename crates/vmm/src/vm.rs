@@ -1,0 +1,287 @@
+//! A VM: the KVM VM fd, guest memory, the in-kernel irqchip and PIT, ioeventfds, MSRs
+//! routed to userspace, and the port and MMIO buses.
+
+use std::sync::Arc;
+
+use kvm_bindings::{kvm_enable_cap, kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
+use kvm_ioctls::{
+    Cap, IoEventAddress, Kvm, MsrExitReason, MsrFilterDefaultAction, MsrFilterRange,
+    MsrFilterRangeFlags, NoDatamatch, VmFd,
+};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::bus::Bus;
+use crate::vcpu::{Vcpu, VcpuConfig};
+use crate::{cpuid, memory, VmmError};
+
+/// An MSR the VMM answers in userspace (routed there with an MSR filter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserMsr {
+    /// MSR index.
+    pub index: u32,
+    /// What a guest `rdmsr` returns. Writes are accepted and dropped.
+    pub read_value: u64,
+}
+
+/// How to build a VM.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// Guest RAM as (guest-physical base, bytes), sorted, non-overlapping.
+    pub ram: Vec<(u64, u64)>,
+    /// Create the in-kernel LAPIC/IOAPIC/PIC (KVM_CREATE_IRQCHIP). Without it, HLT and
+    /// every interrupt-controller access reach userspace.
+    pub irqchip: bool,
+    /// Create the in-kernel PIT (needs `irqchip`).
+    pub pit: bool,
+    /// MSRs routed to userspace.
+    pub user_msrs: Vec<UserMsr>,
+    /// KVM_CAP_X86_DISABLE_EXITS bits to enable (0 = none).
+    pub disable_exits: u32,
+    /// Number of vCPUs that will be created (for CPUID topology).
+    pub cpus: u32,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig {
+            ram: vec![(0, 64 << 20)],
+            irqchip: true,
+            pit: true,
+            user_msrs: Vec::new(),
+            disable_exits: 0,
+            cpus: 1,
+        }
+    }
+}
+
+/// Where an ioeventfd listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoSpace {
+    /// Port I/O.
+    Pio,
+    /// Memory-mapped I/O.
+    Mmio,
+}
+
+/// Opens /dev/kvm, with errors that say how to fix the usual problems.
+pub fn open_kvm() -> Result<Kvm, VmmError> {
+    match Kvm::new() {
+        Ok(k) => {
+            let v = k.get_api_version();
+            if v != 12 {
+                return Err(VmmError::ApiVersion(v));
+            }
+            Ok(k)
+        }
+        Err(e) => {
+            let io = std::io::Error::from_raw_os_error(e.errno());
+            Err(match io.kind() {
+                std::io::ErrorKind::NotFound => VmmError::KvmMissing,
+                std::io::ErrorKind::PermissionDenied => VmmError::KvmPermission(io),
+                _ => VmmError::KvmOpen(io),
+            })
+        }
+    }
+}
+
+/// A VM.
+pub struct Vm {
+    kvm: Arc<Kvm>,
+    // Field order matters: `fd` is dropped before `mem`, so KVM never sees a memory slot
+    // whose mapping is gone.
+    fd: VmFd,
+    mem: Arc<GuestMemoryMmap>,
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    user_msrs: Arc<[UserMsr]>,
+    ioevents: Vec<EventFd>,
+    config: VmConfig,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm").field("config", &self.config).finish()
+    }
+}
+
+impl Vm {
+    /// Creates a VM as `config` says.
+    pub fn new(kvm: Arc<Kvm>, config: VmConfig) -> Result<Vm, VmmError> {
+        if config.cpus == 0 {
+            return Err(VmmError::Config("a VM needs at least one vCPU".into()));
+        }
+        if config.pit && !config.irqchip {
+            return Err(VmmError::Config("the in-kernel PIT needs the in-kernel irqchip".into()));
+        }
+        let fd = kvm.create_vm().map_err(|e| VmmError::Kvm("KVM_CREATE_VM", e))?;
+        // Intel VMX needs these three pages below 4 GiB for real-mode emulation; they sit
+        // in the PCI hole, away from RAM. Other hosts accept and ignore them.
+        let _ = fd.set_tss_address(0xfffb_d000);
+        let _ = fd.set_identity_map_address(0xfffb_c000);
+        if config.disable_exits != 0 {
+            let supported = fd.check_extension_raw(kvm_bindings::KVM_CAP_X86_DISABLE_EXITS.into()) as u32;
+            if supported & config.disable_exits != config.disable_exits {
+                return Err(VmmError::MissingCap(
+                    "KVM_CAP_X86_DISABLE_EXITS for the requested exits",
+                    "run without the option that disables exits",
+                ));
+            }
+            let mut cap = kvm_enable_cap {
+                cap: kvm_bindings::KVM_CAP_X86_DISABLE_EXITS,
+                ..Default::default()
+            };
+            cap.args[0] = config.disable_exits.into();
+            fd.enable_cap(&cap)
+                .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
+        }
+        if config.irqchip {
+            fd.create_irq_chip().map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
+        }
+        if config.pit {
+            let pit = kvm_pit_config {
+                flags: KVM_PIT_SPEAKER_DUMMY,
+                ..Default::default()
+            };
+            fd.create_pit2(pit).map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
+        }
+        if !config.user_msrs.is_empty() {
+            Self::route_msrs(&fd, &config.user_msrs)?;
+        }
+        let mem = memory::create(&fd, &config.ram)?;
+        Ok(Vm {
+            kvm,
+            fd,
+            mem,
+            pio: Bus::new(),
+            mmio: Bus::new(),
+            user_msrs: config.user_msrs.clone().into(),
+            ioevents: Vec::new(),
+            config,
+        })
+    }
+
+    fn route_msrs(fd: &VmFd, msrs: &[UserMsr]) -> Result<(), VmmError> {
+        if !fd.check_extension(Cap::X86UserSpaceMsr) || !fd.check_extension(Cap::X86MsrFilter) {
+            return Err(VmmError::MissingCap(
+                "KVM_CAP_X86_USER_SPACE_MSR and KVM_CAP_X86_MSR_FILTER",
+                "MSRs cannot be routed to userspace on this host",
+            ));
+        }
+        let mut cap = kvm_enable_cap {
+            cap: kvm_bindings::KVM_CAP_X86_USER_SPACE_MSR,
+            ..Default::default()
+        };
+        cap.args[0] = MsrExitReason::Filter.bits().into();
+        fd.enable_cap(&cap)
+            .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_USER_SPACE_MSR)", e))?;
+        if msrs.len() > kvm_bindings::KVM_MSR_FILTER_MAX_RANGES as usize {
+            return Err(VmmError::Config(format!(
+                "at most {} MSRs can be routed to userspace",
+                kvm_bindings::KVM_MSR_FILTER_MAX_RANGES
+            )));
+        }
+        // One range per MSR, each denying that single MSR: a denied access exits to
+        // userspace with KVM_MSR_EXIT_REASON_FILTER; everything else stays in the kernel.
+        let deny = [0u8; 1];
+        let ranges: Vec<MsrFilterRange<'_>> = msrs
+            .iter()
+            .map(|m| MsrFilterRange {
+                flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
+                base: m.index,
+                msr_count: 1,
+                bitmap: &deny,
+            })
+            .collect();
+        fd.set_msr_filter(MsrFilterDefaultAction::ALLOW, &ranges)
+            .map_err(|e| VmmError::Kvm("KVM_X86_SET_MSR_FILTER", e))
+    }
+
+    /// The KVM system handle.
+    pub fn kvm(&self) -> &Arc<Kvm> {
+        &self.kvm
+    }
+
+    /// The VM fd.
+    pub fn fd(&self) -> &VmFd {
+        &self.fd
+    }
+
+    /// Guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemoryMmap> {
+        &self.mem
+    }
+
+    /// The port I/O bus.
+    pub fn pio_bus(&self) -> &Arc<Bus> {
+        &self.pio
+    }
+
+    /// The MMIO bus.
+    pub fn mmio_bus(&self) -> &Arc<Bus> {
+        &self.mmio
+    }
+
+    /// The configuration the VM was built from.
+    pub fn config(&self) -> &VmConfig {
+        &self.config
+    }
+
+    /// Registers an ioeventfd: writes of `len` bytes (1, 2, 4 or 8; with `datamatch`, only
+    /// of that value) at `addr` are absorbed in the kernel and signal the returned EventFd
+    /// instead of exiting to userspace. Without `datamatch`, writes of any width match.
+    pub fn add_ioeventfd(
+        &mut self,
+        space: IoSpace,
+        addr: u64,
+        len: u32,
+        datamatch: Option<u64>,
+    ) -> Result<EventFd, VmmError> {
+        if !self.fd.check_extension(Cap::Ioeventfd) {
+            return Err(VmmError::MissingCap("KVM_CAP_IOEVENTFD", "kernel-absorbed writes are unavailable"));
+        }
+        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
+        let a = match space {
+            IoSpace::Pio => IoEventAddress::Pio(addr),
+            IoSpace::Mmio => IoEventAddress::Mmio(addr),
+        };
+        let r = match (datamatch, len) {
+            (None, _) => self.fd.register_ioevent(&evt, &a, NoDatamatch),
+            (Some(v), 1) => self.fd.register_ioevent(&evt, &a, v as u8),
+            (Some(v), 2) => self.fd.register_ioevent(&evt, &a, v as u16),
+            (Some(v), 4) => self.fd.register_ioevent(&evt, &a, v as u32),
+            (Some(v), 8) => self.fd.register_ioevent(&evt, &a, v),
+            (Some(_), l) => {
+                return Err(VmmError::Config(format!("ioeventfd length {l} is not 1, 2, 4 or 8")))
+            }
+        };
+        r.map_err(|e| VmmError::Kvm("KVM_IOEVENTFD", e))?;
+        let ret = evt.try_clone().map_err(|e| VmmError::Os("eventfd dup", e.into()))?;
+        self.ioevents.push(evt);
+        Ok(ret)
+    }
+
+    /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id.
+    pub fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
+        if config.id >= self.config.cpus {
+            return Err(VmmError::Config(format!(
+                "vCPU id {} is out of range for a VM of {} vCPUs",
+                config.id, self.config.cpus
+            )));
+        }
+        let fd = self
+            .fd
+            .create_vcpu(config.id.into())
+            .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
+        let table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
+        fd.set_cpuid2(&table).map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
+        Vcpu::new(
+            fd,
+            config,
+            self.mem.clone(),
+            self.pio.view(),
+            self.mmio.view(),
+            self.user_msrs.clone(),
+        )
+    }
+}
