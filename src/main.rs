@@ -1,1 +1,7 @@
-fn main() {}
+//! The `exitlab` command: a KVM VMM built to make VM exits cheap and to measure them.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::main());
+}

@@ -5,6 +5,7 @@
 
 pub mod bus;
 pub mod cpuid;
+pub mod host;
 mod error;
 pub mod kvmstats;
 mod memory;

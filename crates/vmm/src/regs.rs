@@ -1,90 +1,50 @@
 //! Initial register state and register dumps.
 
 use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
+use exitlab_boot::entry::{EntryState, Segment};
 use kvm_ioctls::VcpuFd;
 
 use crate::VmmError;
 
-const CR0_PE: u64 = 1;
-const CR0_ET: u64 = 1 << 4;
-const CR0_NE: u64 = 1 << 5;
-const CR0_PG: u64 = 1 << 31;
-const CR4_PAE: u64 = 1 << 5;
-const EFER_LME: u64 = 1 << 8;
-const EFER_LMA: u64 = 1 << 10;
-
-/// The processor mode a guest is entered in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryMode {
-    /// 32-bit protected mode, flat 4 GiB segments, paging off (multiboot, PVH).
-    Protected32,
-    /// 64-bit long mode with the given page-table root (Linux 64-bit boot protocol).
-    Long64 {
-        /// Guest-physical address of the PML4.
-        cr3: u64,
-    },
-}
-
-/// Register values at the first instruction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryRegs {
-    /// Processor mode.
-    pub mode: EntryMode,
-    /// Instruction pointer.
-    pub rip: u64,
-    /// Stack pointer.
-    pub rsp: u64,
-    /// RAX (multiboot magic).
-    pub rax: u64,
-    /// RBX (multiboot info / PVH start info).
-    pub rbx: u64,
-    /// RSI (Linux zero page).
-    pub rsi: u64,
-}
-
-fn flat(selector: u16, code: bool, long: bool) -> kvm_segment {
+fn segment(s: Segment) -> kvm_segment {
     kvm_segment {
-        base: 0,
-        limit: 0xffff_ffff,
-        selector,
-        type_: if code { 0xb } else { 0x3 },
-        present: 1,
-        dpl: 0,
-        db: u8::from(!long || !code),
-        s: 1,
-        l: u8::from(long && code),
-        g: 1,
-        avl: 0,
-        unusable: 0,
+        base: s.base,
+        limit: s.limit,
+        selector: s.selector,
+        type_: s.type_,
+        present: s.present.into(),
+        dpl: s.dpl,
+        db: s.db.into(),
+        s: s.s.into(),
+        l: s.l.into(),
+        g: s.g.into(),
+        avl: s.avl.into(),
+        unusable: u8::from(!s.present),
         padding: 0,
     }
 }
 
-/// Sets segment, control and general registers for `entry`.
-pub fn apply(fd: &VcpuFd, entry: &EntryRegs) -> Result<(), VmmError> {
+/// Sets segment, control and general registers for the first instruction, as the boot
+/// loader described them.
+pub fn apply(fd: &VcpuFd, entry: &EntryState) -> Result<(), VmmError> {
     let mut sregs: kvm_sregs = fd.get_sregs().map_err(|e| VmmError::Kvm("KVM_GET_SREGS", e))?;
-    let long = matches!(entry.mode, EntryMode::Long64 { .. });
-    let code = flat(0x08, true, long);
-    let data = flat(0x10, false, long);
+    let code = segment(entry.code_segment());
+    let data = segment(entry.data_segment());
     sregs.cs = code;
     sregs.ds = data;
     sregs.es = data;
     sregs.fs = data;
     sregs.gs = data;
     sregs.ss = data;
-    sregs.cr0 = CR0_PE | CR0_ET | CR0_NE;
-    match entry.mode {
-        EntryMode::Protected32 => {
-            sregs.cr4 = 0;
-            sregs.efer = 0;
-        }
-        EntryMode::Long64 { cr3 } => {
-            sregs.cr3 = cr3;
-            sregs.cr4 = CR4_PAE;
-            sregs.cr0 |= CR0_PG;
-            sregs.efer = EFER_LME | EFER_LMA;
-        }
+    sregs.tr = segment(entry.tss_segment());
+    if let Some((base, limit)) = entry.gdt {
+        sregs.gdt.base = base;
+        sregs.gdt.limit = limit;
     }
+    sregs.cr0 = entry.cr0();
+    sregs.cr3 = entry.cr3();
+    sregs.cr4 = entry.cr4();
+    sregs.efer = entry.efer();
     fd.set_sregs(&sregs).map_err(|e| VmmError::Kvm("KVM_SET_SREGS", e))?;
     let regs = kvm_regs {
         rip: entry.rip,
@@ -92,7 +52,7 @@ pub fn apply(fd: &VcpuFd, entry: &EntryRegs) -> Result<(), VmmError> {
         rax: entry.rax,
         rbx: entry.rbx,
         rsi: entry.rsi,
-        rflags: 0x2,
+        rflags: entry.rflags | 0x2,
         ..Default::default()
     };
     fd.set_regs(&regs).map_err(|e| VmmError::Kvm("KVM_SET_REGS", e))

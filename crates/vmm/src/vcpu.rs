@@ -15,7 +15,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
 use crate::kvmstats::KvmStats;
-use crate::regs::{self, EntryRegs};
+use crate::regs;
+use exitlab_boot::EntryState;
 use crate::sys::{self, StampPage};
 use crate::vm::UserMsr;
 use crate::VmmError;
@@ -310,7 +311,7 @@ impl Vcpu {
     }
 
     /// Sets the registers for the first instruction.
-    pub fn set_entry(&self, entry: &EntryRegs) -> Result<(), VmmError> {
+    pub fn set_entry(&self, entry: &EntryState) -> Result<(), VmmError> {
         regs::apply(&self.fd, entry)
     }
 
@@ -360,6 +361,54 @@ impl Vcpu {
     pub fn run(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
         sys::set_immediate_exit_target(self.fd.get_kvm_run());
         let stop = self.run_loop(hook);
+        sys::clear_immediate_exit_target();
+        stop
+    }
+
+    /// The floor of a userspace exit on this host: a bare KVM_RUN loop that answers every
+    /// port read with all ones and hands doorbells to `hook`, with no bus, no device and no
+    /// accounting; only the TSC stamps are kept, because they are what is measured. Any
+    /// other exit stops it.
+    pub fn run_bare_pio_in(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
+        sys::set_immediate_exit_target(self.fd.get_kvm_run());
+        let doorbell = self.config.doorbell_port;
+        let mut prev_return: Option<u64> = None;
+        let stop = loop {
+            if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
+                self.seq += 1;
+                st.publish(self.seq, t, sys::rdtscp());
+            }
+            let result = self.fd.run();
+            let t_return = sys::rdtscp();
+            prev_return = Some(t_return);
+            match result {
+                Ok(VcpuExit::IoIn(_, data)) => data.fill(OPEN_BUS),
+                Ok(VcpuExit::IoOut(port, data)) if Some(port) == doorbell => {
+                    let mut v = [0u8; 4];
+                    let n = data.len().min(4);
+                    v[..n].copy_from_slice(&data[..n]);
+                    self.counts.doorbell += 1;
+                    let ctx = DoorbellCtx {
+                        vcpu_id: self.config.id,
+                        value: u32::from_le_bytes(v),
+                        mem: &self.mem,
+                        counts: &self.counts,
+                        stats: self.stats.as_ref(),
+                    };
+                    if let Flow::Stop(c) = hook.doorbell(&ctx) {
+                        break VcpuStop::Hook(c);
+                    }
+                }
+                Ok(other) => break VcpuStop::Unexpected(format!("{other:?} in the bare loop")),
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    self.fd.set_kvm_immediate_exit(0);
+                    if self.stop.load(Ordering::Acquire) {
+                        break VcpuStop::Kicked;
+                    }
+                }
+                Err(e) => break VcpuStop::RunError(std::io::Error::from_raw_os_error(e.errno())),
+            }
+        };
         sys::clear_immediate_exit_target();
         stop
     }

@@ -1,0 +1,193 @@
+//! `exitlab bench`: runs a suite of exit tests, each in a fresh VM, and assembles the
+//! results: statistics, exit-count checks, the loop-subtracted figures, and the VMM
+//! overhead experiment (the full exit loop against a bare KVM_RUN loop).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use kvm_ioctls::Kvm;
+
+use crate::analysis::{self, Baseline};
+use crate::catalogue::{self, TestDef};
+use crate::results::{BenchConfig, Overhead, Results, TestStatus, Tool};
+use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
+use crate::stats::summarize;
+
+/// Test used for the VMM overhead experiment.
+pub const OVERHEAD_TEST: &str = "inl_from_user";
+/// Alternating rounds of full and bare runs pooled for the overhead experiment.
+pub const OVERHEAD_ROUNDS: usize = 3;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Tests, in order (loop_overhead is added first if missing).
+    pub tests: Vec<&'static TestDef>,
+    /// Per-test parameters (ring, samples, batch, warm-up, timeout, pinning).
+    pub params: RunParams,
+    /// Keep every sample in the results.
+    pub raw: bool,
+    /// Run the VMM overhead experiment (needs inl_from_user to be runnable).
+    pub overhead: bool,
+}
+
+/// Progress events for the caller to show.
+pub enum Progress<'a> {
+    /// A test is starting.
+    Start(&'a str),
+    /// A test finished.
+    Done(&'a str, &'a TestStatus),
+}
+
+fn tsc_from_host(host: &serde_json::Value) -> Option<(u64, String)> {
+    let khz = host.get("tsc")?.get("khz")?.as_u64()?;
+    let src = host
+        .get("tsc")
+        .and_then(|t| t.get("source"))
+        .and_then(|s| s.as_str())
+        .unwrap_or("host probe")
+        .to_string();
+    Some((khz, src))
+}
+
+/// Runs the suite.
+pub fn run(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &BenchOptions,
+    host: serde_json::Value,
+    notes: Vec<String>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Results, RunError> {
+    let started = Instant::now();
+    let started_at_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut tests: Vec<&'static TestDef> = opts.tests.clone();
+    if !tests.iter().any(|t| t.name == "loop_overhead") {
+        if let Some(l) = catalogue::find("loop_overhead") {
+            tests.insert(0, l);
+        }
+    } else {
+        // The loop overhead runs first: every other figure is reported net of it.
+        tests.sort_by_key(|t| t.name != "loop_overhead");
+    }
+    let mut measurements: Vec<Measurement> = Vec::with_capacity(tests.len());
+    let mut results = Vec::with_capacity(tests.len());
+    let mut base = Baseline::default();
+    let mut tsc_khz: Option<(u64, String)> = None;
+    for def in &tests {
+        progress(Progress::Start(def.name));
+        let m = runner::run_test(kvm, image, def, opts.params)?;
+        if tsc_khz.is_none() {
+            if let Some(k) = m.tsc_khz {
+                tsc_khz = Some((k.into(), "KVM_GET_TSC_KHZ".into()));
+            }
+        }
+        let khz = tsc_khz.as_ref().map(|t| t.0).or_else(|| tsc_from_host(&host).map(|t| t.0)).unwrap_or(0);
+        let r = analysis::analyse(&m, &base, khz, opts.raw);
+        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+            base.loop_median = r.cycles.as_ref().map(|c| c.median);
+            let p = &m.params;
+            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
+            base.loop_kvm_exits_per_iter = m.kvm_exits.map(|k| k as f64 / iterations);
+        }
+        progress(Progress::Done(def.name, &r.status));
+        results.push(r);
+        measurements.push(m);
+    }
+    let mut notes = notes;
+    let vmm_overhead = if opts.overhead {
+        let r = overhead(kvm, image, opts, &measurements, progress)?;
+        if let Err(why) = &r {
+            notes.push(format!("VMM overhead not measured: {why}"));
+        }
+        r.ok()
+    } else {
+        None
+    };
+    let (tsc_khz, tsc_khz_source) = tsc_khz
+        .or_else(|| tsc_from_host(&host))
+        .unwrap_or((0, "unknown".into()));
+    Ok(Results {
+        schema_version: crate::results::SCHEMA_VERSION,
+        tool: Tool::current(),
+        started_at_unix,
+        wall_seconds: started.elapsed().as_secs_f64(),
+        host,
+        config: BenchConfig {
+            tests: tests.iter().map(|t| t.name.to_string()).collect(),
+            samples: opts.params.samples,
+            batch: opts.params.batch,
+            warmup: opts.params.warmup,
+            ring: opts.params.ring,
+            pin: opts.params.pin.map(|p| p as u32),
+            timeout_seconds: opts.params.timeout.as_secs_f64(),
+            raw: opts.raw,
+            tsc_khz,
+            tsc_khz_source,
+        },
+        tests: results,
+        vmm_overhead,
+        notes,
+    })
+}
+
+/// The VMM overhead experiment: the userspace share of `inl_from_user` exits with the
+/// full loop (bus lookup, device, accounting) against the bare loop, alternating rounds
+/// so that host drift affects both alike.
+fn overhead(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &BenchOptions,
+    done: &[Measurement],
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Result<Overhead, String>, RunError> {
+    let Some(def) = catalogue::find(OVERHEAD_TEST) else {
+        return Ok(Err("the test is missing from the catalogue".into()));
+    };
+    let mut params = opts.params;
+    params.batch = 1;
+    if runner::skip_reason(kvm, def, params.ring).is_some() {
+        params.ring = 0;
+    }
+    let mut full = Vec::new();
+    let mut bare = Vec::new();
+    if let Some(m) = done
+        .iter()
+        .find(|m| m.def.name == OVERHEAD_TEST && m.params == params && m.outcome == Outcome::Completed)
+    {
+        full.extend(analysis::host_values(&m.samples).0);
+    }
+    for round in 0..OVERHEAD_ROUNDS {
+        for is_bare in [true, false] {
+            if !is_bare && round == 0 && !full.is_empty() {
+                continue;
+            }
+            let label = if is_bare { "inl_from_user (bare KVM_RUN loop)" } else { "inl_from_user (full VMM loop)" };
+            progress(Progress::Start(label));
+            let m = runner::run_test(kvm, image, def, RunParams { bare: is_bare, ..params })?;
+            let status = match &m.outcome {
+                Outcome::Completed => TestStatus::Ok,
+                Outcome::Skipped(r) => TestStatus::Skipped { reason: r.clone() },
+                Outcome::DidNotComplete(r) => TestStatus::DidNotComplete { reason: r.clone() },
+                Outcome::Failed(r) => TestStatus::Failed { reason: r.clone() },
+            };
+            progress(Progress::Done(label, &status));
+            if m.outcome != Outcome::Completed {
+                return Ok(Err(format!("{label}: {}", status.reason().unwrap_or("failed"))));
+            }
+            let values = analysis::host_values(&m.samples).0;
+            if is_bare {
+                bare.extend(values);
+            } else {
+                full.extend(values);
+            }
+        }
+    }
+    match (summarize(&full), summarize(&bare)) {
+        (Ok(f), Ok(b)) => Ok(Ok(Overhead::new(OVERHEAD_TEST, f, b))),
+        _ => Ok(Err("no userspace-share samples were collected".into())),
+    }
+}

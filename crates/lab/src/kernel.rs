@@ -1,0 +1,18 @@
+//! Loading the lab kernel into a VM.
+
+use exitlab_boot::{BootOptions, EntryState};
+use vm_memory::GuestMemoryMmap;
+
+/// Loads the lab kernel image (a multiboot image) into `mem` of `ram_bytes` and returns
+/// its entry state.
+pub fn load(mem: &GuestMemoryMmap, image: &[u8], ram_bytes: u64) -> Result<EntryState, String> {
+    let opts = BootOptions {
+        kernel_path: "exitlab-lab-kernel".into(),
+        ram_bytes,
+        acpi: false,
+        ..BootOptions::default()
+    };
+    exitlab_boot::multiboot::load(mem, image, &opts)
+        .map(|l| l.entry)
+        .map_err(|e| e.to_string())
+}

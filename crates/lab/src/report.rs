@@ -1,0 +1,670 @@
+//! Human-readable renderings of a [`Results`]: a fixed-width terminal table
+//! and a GitHub-flavoured Markdown table.
+//!
+//! Cycle counts are shown as whole numbers with `,` thousands separators.
+
+use std::fmt::Write as _;
+
+use crate::results::{Results, TestResult, TestStatus};
+use crate::stats::Summary;
+
+/// Column alignment in [`layout`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Align {
+    Left,
+    Right,
+}
+
+/// Lays out a fixed-width table: a header row, a rule, then the rows.
+/// Columns are separated by two spaces; trailing spaces are trimmed.
+pub(crate) fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::new();
+        for (i, cell) in cells.enumerate() {
+            let width = widths.get(i).copied().unwrap_or(0);
+            let pad = width.saturating_sub(cell.chars().count());
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if aligns.get(i) == Some(&Align::Right) {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(cell);
+            } else {
+                s.push_str(cell);
+                s.push_str(&" ".repeat(pad));
+            }
+        }
+        s.truncate(s.trim_end().len());
+        s.push('\n');
+        s
+    };
+    let mut out = line(&mut headers.iter().copied());
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    out.push_str(&line(&mut rule.iter().map(String::as_str)));
+    for row in rows {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    out
+}
+
+/// A number of cycles as a whole number with thousands separators;
+/// `-` for NaN or infinite values.
+pub fn fmt_cycles(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".to_string();
+    }
+    let rounded = value.round();
+    let negative = rounded < 0.0;
+    let digits = format!("{:.0}", rounded.abs());
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if negative {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in nanoseconds: two decimals below 10, one below 1000,
+/// whole numbers with separators above; `-` for non-finite values.
+pub fn fmt_ns(value: f64) -> String {
+    if !value.is_finite() {
+        "-".to_string()
+    } else if value.abs() < 10.0 {
+        format!("{value:.2}")
+    } else if value.abs() < 1000.0 {
+        format!("{value:.1}")
+    } else {
+        fmt_cycles(value)
+    }
+}
+
+/// A signed percentage with one decimal, e.g. `+4.2%`.
+pub(crate) fn fmt_pct_signed(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:+.1}%")
+    } else {
+        "-".to_string()
+    }
+}
+
+/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC`.
+pub(crate) fn fmt_unix_utc(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil-from-days (proleptic Gregorian), valid for any u64 day count
+    // that fits an i64 year.
+    let z = days as i128 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i128::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A string from the host block at a JSON pointer, if present and non-empty.
+pub(crate) fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
+    host.pointer(pointer)
+        .and_then(serde_json::Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// The "handled" cell: the observed handling (with `*` when it differs
+/// from the expected one), or the status word for tests that are not ok.
+fn handled_cell(t: &TestResult) -> String {
+    match &t.status {
+        TestStatus::Ok => match t.handled {
+            Some(h) if h != t.expected_handling => format!("{}*", h.as_str()),
+            Some(h) => h.as_str().to_string(),
+            None => "?".to_string(),
+        },
+        other => other.word().to_string(),
+    }
+}
+
+fn opt_cycles(v: Option<f64>) -> String {
+    v.map(fmt_cycles).unwrap_or_else(|| "-".to_string())
+}
+
+fn median_ns_cell(t: &TestResult) -> String {
+    match t.median_ns {
+        Some(ns) if t.median_ns_is_net => fmt_ns(ns),
+        Some(ns) => format!("{} (raw)", fmt_ns(ns)),
+        None => "-".to_string(),
+    }
+}
+
+/// Host and configuration summary lines shared by both renderings.
+fn summary_lines(results: &Results) -> Vec<String> {
+    let mut lines = Vec::new();
+    lines.push(format!(
+        "{} {} bench, started {}, {:.1} s wall",
+        results.tool.name,
+        results.tool.version,
+        fmt_unix_utc(results.started_at_unix),
+        results.wall_seconds
+    ));
+    let mut host = Vec::new();
+    if let Some(cpu) = host_str(&results.host, "/cpu/model_name") {
+        host.push(cpu.to_string());
+    }
+    if let Some(kernel) = host_str(&results.host, "/kernel/release") {
+        host.push(format!("kernel {kernel}"));
+    }
+    if let Some(virt) = host_str(&results.host, "/virtualization/summary") {
+        host.push(virt.to_string());
+    }
+    if !host.is_empty() {
+        lines.push(format!("host: {}", host.join("; ")));
+    }
+    let c = &results.config;
+    let mut cfg = format!(
+        "TSC {} kHz ({}); ring {}; {} samples x {} iterations; warmup {}",
+        fmt_cycles(c.tsc_khz as f64),
+        c.tsc_khz_source,
+        c.ring,
+        fmt_cycles(c.samples as f64),
+        fmt_cycles(c.batch as f64),
+        fmt_cycles(c.warmup as f64)
+    );
+    if let Some(cpu) = c.pin {
+        let _ = write!(cfg, "; pinned to CPU {cpu}");
+    }
+    lines.push(cfg);
+    lines
+}
+
+/// One phase of a round trip: label, median cycles, percent of the round trip.
+type PhaseShare = (&'static str, f64, f64);
+
+/// Round-trip share of each phase and the round trip, which is the sum of
+/// the three phase medians.
+fn phase_shares(t: &TestResult) -> Option<(Vec<PhaseShare>, f64)> {
+    let p = t.phases.as_ref()?;
+    let parts = [
+        ("exit leg", p.exit_leg.median),
+        ("VMM handling", p.handling.median),
+        ("entry leg", p.entry_leg.median),
+    ];
+    let total: f64 = parts.iter().map(|(_, m)| m).sum();
+    let shares = parts
+        .iter()
+        .map(|&(label, m)| {
+            let pct = if total > 0.0 {
+                100.0 * m / total
+            } else {
+                f64::NAN
+            };
+            (label, m, pct)
+        })
+        .collect();
+    Some((shares, total))
+}
+
+/// The lines printed below the table (reasons, handling mismatches, phases,
+/// VMM-side timings, overhead, exit checks, notes).
+fn detail_lines(results: &Results) -> Vec<String> {
+    let mut lines = Vec::new();
+    for t in &results.tests {
+        if let Some(reason) = t.status.reason() {
+            lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
+        }
+    }
+    for t in &results.tests {
+        if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
+            if h != t.expected_handling {
+                lines.push(format!(
+                    "* {}: handled in {}, expected {}",
+                    t.name,
+                    h.as_str(),
+                    t.expected_handling.as_str()
+                ));
+            }
+        }
+    }
+    if results
+        .tests
+        .iter()
+        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
+    {
+        lines.push(
+            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
+        );
+    }
+    for t in &results.tests {
+        if let Some((shares, total)) = phase_shares(t) {
+            let parts: Vec<String> = shares
+                .iter()
+                .map(|(label, m, pct)| {
+                    if pct.is_finite() {
+                        format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
+                    } else {
+                        format!("{label} {}", fmt_cycles(*m))
+                    }
+                })
+                .collect();
+            lines.push(format!(
+                "{} phases (median cycles): {}; round trip {}",
+                t.name,
+                parts.join(", "),
+                fmt_cycles(total)
+            ));
+        }
+    }
+    for t in &results.tests {
+        let mut parts = Vec::new();
+        if let Some(s) = &t.kvm_run_cycles {
+            parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
+        }
+        if let Some(s) = &t.userspace_share {
+            parts.push(format!(
+                "VMM userspace per exit median {} cycles",
+                fmt_cycles(s.median)
+            ));
+        }
+        if !parts.is_empty() {
+            lines.push(format!("{}: {}", t.name, parts.join("; ")));
+        }
+    }
+    if let Some(o) = &results.vmm_overhead {
+        lines.push(format!(
+            "VMM overhead ({}), userspace cycles per exit:",
+            o.test
+        ));
+        let rows = vec![
+            vec![
+                "full VMM".to_string(),
+                fmt_cycles(o.full.p10),
+                fmt_cycles(o.full.median),
+            ],
+            vec![
+                "bare loop".to_string(),
+                fmt_cycles(o.bare.p10),
+                fmt_cycles(o.bare.median),
+            ],
+            vec![
+                "ratio".to_string(),
+                fmt_ratio(o.ratio_p10),
+                fmt_ratio(o.ratio_median),
+            ],
+        ];
+        let table = layout(
+            &["", "p10", "median"],
+            &[Align::Left, Align::Right, Align::Right],
+            &rows,
+        );
+        lines.extend(table.lines().map(|l| format!("  {l}")));
+    }
+    let checked: Vec<&TestResult> = results
+        .tests
+        .iter()
+        .filter(|t| t.exit_check.is_some())
+        .collect();
+    let failed: Vec<&TestResult> = checked
+        .iter()
+        .copied()
+        .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
+        .collect();
+    if failed.is_empty() {
+        if !checked.is_empty() {
+            lines.push(format!(
+                "exit check: all {} checked test{} passed",
+                checked.len(),
+                if checked.len() == 1 { "" } else { "s" }
+            ));
+        }
+    } else {
+        for t in failed {
+            if let Some(c) = &t.exit_check {
+                lines.push(format!(
+                    "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
+                    t.name,
+                    c.expected_user_exits,
+                    c.observed_user_exits,
+                    if c.detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", c.detail)
+                    }
+                ));
+            }
+        }
+    }
+    for note in &results.notes {
+        lines.push(format!("note: {note}"));
+    }
+    lines
+}
+
+fn fmt_ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}x")
+    } else {
+        "-".to_string()
+    }
+}
+
+/// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
+/// "test" and "handled".
+fn numeric_cells(t: &TestResult) -> Vec<String> {
+    let s: Option<&Summary> = t.cycles.as_ref();
+    let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
+    vec![
+        pick(|s| s.median),
+        pick(|s| s.p10),
+        pick(|s| s.p90),
+        pick(|s| s.p99),
+        pick(|s| s.mean),
+        pick(|s| s.stddev),
+        fmt_cycles(t.samples as f64),
+        opt_cycles(t.net_median_cycles),
+        median_ns_cell(t),
+    ]
+}
+
+const TABLE_HEADERS: [&str; 11] = [
+    "test",
+    "handled",
+    "median",
+    "p10",
+    "p90",
+    "p99",
+    "mean",
+    "sd",
+    "samples",
+    "net median",
+    "median ns",
+];
+
+/// Renders `results` as a fixed-width terminal table (cycles per iteration)
+/// preceded by a host/configuration header and followed by details: reasons
+/// for tests that did not run to completion, phase breakdowns, VMM-side
+/// timings, the VMM overhead block, exit checks and notes.
+pub fn render_table(results: &Results) -> String {
+    let mut out = String::new();
+    for line in summary_lines(results) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str("cycles per iteration; \"net median\" subtracts loop_overhead's median\n\n");
+    let rows: Vec<Vec<String>> = results
+        .tests
+        .iter()
+        .map(|t| {
+            let mut row = vec![t.name.clone(), handled_cell(t)];
+            row.extend(numeric_cells(t));
+            row
+        })
+        .collect();
+    let mut aligns = vec![Align::Right; TABLE_HEADERS.len()];
+    aligns[0] = Align::Left;
+    aligns[1] = Align::Left;
+    if rows.is_empty() {
+        out.push_str("(no tests)\n");
+    } else {
+        out.push_str(&layout(&TABLE_HEADERS, &aligns, &rows));
+    }
+    let details = detail_lines(results);
+    if !details.is_empty() {
+        out.push('\n');
+        for line in details {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Escapes text for a Markdown table cell.
+pub(crate) fn md_cell(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+/// Renders `results` as GitHub-flavoured Markdown: a short host and
+/// configuration summary, a table of the tests, and the details.
+pub fn render_markdown(results: &Results) -> String {
+    let mut out = String::new();
+    for line in summary_lines(results) {
+        let _ = writeln!(out, "- {}", md_cell(&line));
+    }
+    out.push('\n');
+    out.push_str("| test | handled | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:--------|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    for t in &results.tests {
+        let mut cells = vec![format!("`{}`", t.name.replace('`', "'")), handled_cell(t)];
+        cells.extend(numeric_cells(t));
+        let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out.push_str("\nCycles per iteration; *net median* subtracts `loop_overhead`'s median.\n");
+    let details = detail_lines(results);
+    if !details.is_empty() {
+        out.push_str("\n```\n");
+        for line in details {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.push_str("```\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::tests::{ok_test, sample_results};
+    use crate::results::{ExitCheck, Handling};
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(fmt_cycles(0.0), "0");
+        assert_eq!(fmt_cycles(999.4), "999");
+        assert_eq!(fmt_cycles(999.5), "1,000");
+        assert_eq!(fmt_cycles(1234567.0), "1,234,567");
+        assert_eq!(fmt_cycles(-1234.0), "-1,234");
+        assert_eq!(fmt_cycles(-0.2), "0");
+        assert_eq!(fmt_cycles(f64::NAN), "-");
+        assert_eq!(fmt_cycles(1e20), "100,000,000,000,000,000,000");
+        assert_eq!(fmt_ns(1.23456), "1.23");
+        assert_eq!(fmt_ns(123.456), "123.5");
+        assert_eq!(fmt_ns(12345.6), "12,346");
+        assert_eq!(fmt_ns(f64::INFINITY), "-");
+        assert_eq!(fmt_pct_signed(4.25), "+4.2%");
+        assert_eq!(fmt_pct_signed(-0.04), "-0.0%");
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(fmt_unix_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(fmt_unix_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+        assert_eq!(fmt_unix_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        // Must not panic on absurd values.
+        let _ = fmt_unix_utc(u64::MAX);
+    }
+
+    #[test]
+    fn layout_aligns_columns() {
+        let t = layout(
+            &["a", "num"],
+            &[Align::Left, Align::Right],
+            &[
+                vec!["long name".into(), "1".into()],
+                vec!["x".into(), "1,000".into()],
+            ],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "a            num");
+        assert_eq!(lines[1], "---------  -----");
+        assert_eq!(lines[2], "long name      1");
+        assert_eq!(lines[3], "x          1,000");
+    }
+
+    #[test]
+    fn table_contents() {
+        let results = sample_results();
+        let text = render_table(&results);
+        assert!(text.contains("Test CPU @ 3.00GHz"), "{text}");
+        assert!(text.contains("nested, paravirtual"));
+        assert!(text.contains("kernel 6.8.0-test"));
+        assert!(text.contains("TSC 3,000,000 kHz (KVM_GET_TSC_KHZ)"));
+        assert!(text.contains("ring 3; 101 samples x 100 iterations"));
+        assert!(text.contains("2023-11-14 22:13:20 UTC"));
+        // Rows in the given order with a common width.
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("test "))
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(table.len(), 2 + results.tests.len(), "{text}");
+        let names: Vec<&str> = table[2..]
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "loop_overhead",
+                "cpuid",
+                "inl_from_qemu",
+                "vmcall",
+                "ipi",
+                "wr_tsc_adjust_msr"
+            ]
+        );
+        let cpuid = table.iter().find(|l| l.starts_with("cpuid")).unwrap();
+        // cpuid: values 1200..=1300, median 1250, p10 1210, p90 1290, p99 1299.
+        for needle in ["kernel", "1,250", "1,210", "1,290", "1,299", "1,240"] {
+            assert!(cpuid.contains(needle), "{needle} missing in {cpuid}");
+        }
+        let lo = table
+            .iter()
+            .find(|l| l.starts_with("loop_overhead"))
+            .unwrap();
+        assert!(lo.contains("(raw)"), "{lo}");
+        let skipped = table.iter().find(|l| l.starts_with("vmcall")).unwrap();
+        assert!(skipped.contains("skipped"));
+        assert!(table.iter().any(|l| l.contains("did-not-complete")));
+        // Details.
+        assert!(text.contains("vmcall skipped: vmcall never completes on this host"));
+        assert!(text.contains("ipi did-not-complete: timed out after 10 s"));
+        assert!(text.contains("wr_tsc_adjust_msr failed: emulation failure"));
+        assert!(text.contains(
+            "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
+        ), "{text}");
+        assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
+        assert!(text.contains("VMM overhead (inl_from_qemu)"));
+        assert!(text.contains("1.95x"), "{text}");
+        assert!(text.contains("exit check: all 1 checked test passed"));
+        assert!(text.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn handling_mismatch_and_failed_exit_check() {
+        let mut results = sample_results();
+        let t = &mut results.tests[1];
+        t.handled = Some(Handling::User);
+        t.exit_check = Some(ExitCheck {
+            expected_user_exits: 0,
+            observed_user_exits: 10_100,
+            passed: false,
+            detail: "cpuid went to userspace".into(),
+        });
+        let text = render_table(&results);
+        assert!(text.contains("user*"), "{text}");
+        assert!(text.contains("* cpuid: handled in user, expected kernel"));
+        assert!(text.contains(
+            "exit check FAILED for cpuid: expected 0 userspace exits, observed 10100 (cpuid went to userspace)"
+        ));
+        assert!(!text.contains("all 2 checked"));
+    }
+
+    #[test]
+    fn missing_host_keys_and_empty_results_do_not_panic() {
+        let mut results = sample_results();
+        for host in [
+            serde_json::Value::Null,
+            serde_json::json!({}),
+            serde_json::json!({"cpu": 5, "virtualization": []}),
+            serde_json::json!({"cpu": {"model_name": null}}),
+            serde_json::json!("text"),
+        ] {
+            results.host = host;
+            let text = render_table(&results);
+            assert!(!text.contains("host:"), "{text}");
+            let _ = render_markdown(&results);
+        }
+        results.tests.clear();
+        results.vmm_overhead = None;
+        results.notes.clear();
+        results.config.pin = None;
+        let text = render_table(&results);
+        assert!(text.contains("(no tests)"));
+        assert!(!text.contains("exit check"));
+        assert!(!text.contains("pinned"));
+        let md = render_markdown(&results);
+        assert!(md.contains("| test |"));
+    }
+
+    #[test]
+    fn phases_with_zero_total() {
+        let mut results = sample_results();
+        let mut t = ok_test("zero", 0.0);
+        let mut z = crate::stats::summarize(&[0.0]).unwrap();
+        z.median = 0.0;
+        t.phases = Some(crate::results::Phases {
+            exit_leg: z.clone(),
+            handling: z.clone(),
+            entry_leg: z,
+        });
+        results.tests = vec![t];
+        let text = render_table(&results);
+        assert!(text.contains("zero phases (median cycles): exit leg 0, VMM handling 0, entry leg 0; round trip 0"), "{text}");
+    }
+
+    #[test]
+    fn markdown_table() {
+        let mut results = sample_results();
+        results.tests[0].name = "odd|name".into();
+        let md = render_markdown(&results);
+        assert!(
+            md.contains("- host: Test CPU @ 3.00GHz; kernel 6.8.0-test; nested, paravirtual"),
+            "{md}"
+        );
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 2 + results.tests.len());
+        let columns = rows[0].matches(" | ").count();
+        for row in &rows[2..] {
+            // Escaped pipes do not count as separators.
+            assert_eq!(
+                row.replace("\\|", "").matches(" | ").count(),
+                columns,
+                "{row}"
+            );
+        }
+        assert!(md.contains("`odd\\|name`"), "{md}");
+        assert!(md.contains("| `cpuid` | kernel | 1,250 |"), "{md}");
+        assert!(md.contains("note: this host is nested/paravirtual"));
+    }
+}

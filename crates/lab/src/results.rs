@@ -1,0 +1,1008 @@
+//! The results file written by `exitlab bench --json` and read by
+//! `exitlab compare` and `exitlab report`.
+//!
+//! The file is pretty-printed JSON carrying a [`SCHEMA_VERSION`]. Floating
+//! point fields that are not finite cannot be represented in JSON: they are
+//! written as `null`, read back as `None` for optional fields and as NaN for
+//! the others.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use thiserror::Error;
+
+use crate::stats::Summary;
+
+/// Version of the results file format. Bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One benchmark run: configuration, host, and one entry per test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// Always [`SCHEMA_VERSION`] when written by this program.
+    pub schema_version: u32,
+    /// The program that wrote the file.
+    pub tool: Tool,
+    /// When the run started, in seconds since the Unix epoch.
+    pub started_at_unix: u64,
+    /// Duration of the whole run in seconds.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub wall_seconds: f64,
+    /// Description of the host (CPU, kernel, virtualization); free-form.
+    pub host: serde_json::Value,
+    /// The benchmark configuration.
+    pub config: BenchConfig,
+    /// One entry per requested test, in the order they were run.
+    pub tests: Vec<TestResult>,
+    /// Cost of the VMM's own userspace exit handling, when measured.
+    pub vmm_overhead: Option<Overhead>,
+    /// Remarks about the run, e.g. that the host is nested or paravirtual.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl Results {
+    /// The result of the test called `name`, if it is in the file.
+    pub fn test(&self, name: &str) -> Option<&TestResult> {
+        self.tests.iter().find(|t| t.name == name)
+    }
+}
+
+/// Name and version of the program that wrote a results file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    /// Program name, `exitlab`.
+    pub name: String,
+    /// Program version.
+    pub version: String,
+}
+
+impl Tool {
+    /// This program: name `exitlab` and the crate's version.
+    pub fn current() -> Self {
+        Self {
+            name: "exitlab".to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// Parameters of a benchmark run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchConfig {
+    /// Names of the requested tests.
+    pub tests: Vec<String>,
+    /// Samples per test.
+    pub samples: u64,
+    /// Iterations per sample.
+    pub batch: u64,
+    /// Unmeasured warm-up iterations per test.
+    pub warmup: u64,
+    /// Guest privilege ring the tests run in (0 or 3).
+    pub ring: u8,
+    /// Host CPU the vCPU thread was pinned to.
+    pub pin: Option<u32>,
+    /// Per-test time limit in seconds.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub timeout_seconds: f64,
+    /// Whether every sample is kept in the file.
+    pub raw: bool,
+    /// TSC frequency in kHz used to convert cycles to nanoseconds.
+    pub tsc_khz: u64,
+    /// Where the TSC frequency came from (e.g. `KVM_GET_TSC_KHZ`, `cpuid 0x15`).
+    pub tsc_khz_source: String,
+}
+
+/// Where a VM exit was handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Handling {
+    /// Inside the host kernel (KVM), without returning to the VMM.
+    Kernel,
+    /// In the VMM's userspace exit loop.
+    User,
+    /// No exit happens (the operation runs natively in the guest).
+    None,
+}
+
+impl Handling {
+    /// The lowercase word used in files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Handling::Kernel => "kernel",
+            Handling::User => "user",
+            Handling::None => "none",
+        }
+    }
+}
+
+/// Outcome of one test.
+///
+/// In the JSON it is flattened into the test's object: `"status": "ok"` or
+/// e.g. `"status": "skipped", "reason": "..."`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum TestStatus {
+    /// The test ran and all its samples were taken.
+    Ok,
+    /// The test was not run.
+    Skipped {
+        /// Why it was not run.
+        reason: String,
+    },
+    /// The test started but did not finish (timeout, guest stopped responding).
+    DidNotComplete {
+        /// What happened.
+        reason: String,
+    },
+    /// The test failed (guest fault, emulation failure, VMM error).
+    Failed {
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl TestStatus {
+    /// Short word for reports: `ok`, `skipped`, `did-not-complete`, `failed`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            TestStatus::Ok => "ok",
+            TestStatus::Skipped { .. } => "skipped",
+            TestStatus::DidNotComplete { .. } => "did-not-complete",
+            TestStatus::Failed { .. } => "failed",
+        }
+    }
+
+    /// The reason, for every status but [`TestStatus::Ok`].
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            TestStatus::Ok => None,
+            TestStatus::Skipped { reason }
+            | TestStatus::DidNotComplete { reason }
+            | TestStatus::Failed { reason } => Some(reason),
+        }
+    }
+
+    /// Whether the status is [`TestStatus::Ok`].
+    pub fn is_ok(&self) -> bool {
+        matches!(self, TestStatus::Ok)
+    }
+}
+
+/// The result of one test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestResult {
+    /// Test name (kvm-unit-tests vocabulary where the test is the same).
+    pub name: String,
+    /// Guest ring the test ran in.
+    pub ring: u8,
+    /// Outcome; flattened into this object (see [`TestStatus`]).
+    #[serde(flatten)]
+    pub status: TestStatus,
+    /// Where the exit was handled, as observed (`None` if not run).
+    pub handled: Option<Handling>,
+    /// Where the exit is expected to be handled.
+    pub expected_handling: Handling,
+    /// Number of samples taken.
+    pub samples: u64,
+    /// Iterations per sample.
+    pub batch: u64,
+    /// Cycles per iteration (sample / batch); the loop overhead is NOT subtracted.
+    pub cycles: Option<Summary>,
+    /// Median cycles minus the `loop_overhead` test's median in the same
+    /// ring; `None` for `loop_overhead` itself or when it is unavailable.
+    pub net_median_cycles: Option<f64>,
+    /// Median in nanoseconds: of the net median when available, else of
+    /// the raw median (see [`TestResult::median_ns_is_net`]).
+    pub median_ns: Option<f64>,
+    /// Whether [`TestResult::median_ns`] is derived from the net median.
+    #[serde(default)]
+    pub median_ns_is_net: bool,
+    /// Userspace exits by reason during the measured part.
+    #[serde(default)]
+    pub exits: BTreeMap<String, u64>,
+    /// In-kernel exits from KVM's binary statistics, when available.
+    pub kvm_exits: Option<u64>,
+    /// Check of the observed userspace exits against the expected count.
+    pub exit_check: Option<ExitCheck>,
+    /// Per-phase cycle breakdown of a userspace round trip.
+    pub phases: Option<Phases>,
+    /// Cycles of one `KVM_RUN` as seen from the VMM.
+    pub kvm_run_cycles: Option<Summary>,
+    /// VMM userspace cycles per userspace exit.
+    pub userspace_share: Option<Summary>,
+    /// With `--raw`: each sample's cycles (for `batch` iterations).
+    pub raw_samples: Option<Vec<u64>>,
+}
+
+/// Comparison of the userspace exits observed with the number expected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitCheck {
+    /// Userspace exits the measured part should cause.
+    pub expected_user_exits: u64,
+    /// Userspace exits actually observed.
+    pub observed_user_exits: u64,
+    /// Whether the observation matches the expectation.
+    pub passed: bool,
+    /// Human-readable explanation.
+    pub detail: String,
+}
+
+/// Per-phase cycle summaries of a userspace exit round trip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phases {
+    /// From the guest's exiting instruction to the VMM seeing the exit.
+    pub exit_leg: Summary,
+    /// The VMM handling the exit in userspace.
+    pub handling: Summary,
+    /// From the VMM re-entering `KVM_RUN` to the guest resuming.
+    pub entry_leg: Summary,
+}
+
+/// VMM userspace cost per exit with the full VMM compared with a bare loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// The test used for the measurement.
+    pub test: String,
+    /// Userspace share per exit with the full VMM.
+    pub full: Summary,
+    /// Userspace share per exit with a bare exit loop.
+    pub bare: Summary,
+    /// `full.p10 / bare.p10`.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub ratio_p10: f64,
+    /// `full.median / bare.median`.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub ratio_median: f64,
+}
+
+impl Overhead {
+    /// Builds the comparison, computing both ratios; a ratio whose
+    /// denominator is not positive is NaN.
+    pub fn new(test: impl Into<String>, full: Summary, bare: Summary) -> Self {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        Self {
+            test: test.into(),
+            ratio_p10: ratio(full.p10, bare.p10),
+            ratio_median: ratio(full.median, bare.median),
+            full,
+            bare,
+        }
+    }
+}
+
+/// Reads a number that may have been written as `null` (non-finite) as NaN.
+fn f64_or_nan<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+}
+
+/// Why a results file could not be written or read.
+#[derive(Debug, Error)]
+pub enum ResultsError {
+    /// The target's directory does not exist.
+    #[error("cannot write results to {}: directory {} does not exist; create it or choose another --json path", path.display(), dir.display())]
+    DirectoryMissing {
+        /// The requested results path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// The target's parent exists but is not a directory.
+    #[error("cannot write results to {}: {} is not a directory; choose another --json path", path.display(), dir.display())]
+    ParentNotDirectory {
+        /// The requested results path.
+        path: PathBuf,
+        /// Its parent.
+        dir: PathBuf,
+    },
+    /// The target is a directory.
+    #[error("cannot write results to {}: it is a directory; give a file name, e.g. {}", path.display(), path.join("results.json").display())]
+    IsDirectory {
+        /// The requested results path.
+        path: PathBuf,
+    },
+    /// The target exists but is not a regular file (device, FIFO, socket).
+    #[error("cannot write results to {}: it exists and is not a regular file; choose another --json path", path.display())]
+    NotRegularFile {
+        /// The requested results path.
+        path: PathBuf,
+    },
+    /// Creating, writing, syncing or renaming the file failed.
+    #[error("cannot write results to {}: {source}; check that the directory is writable and has free space, or choose another --json path", path.display())]
+    Write {
+        /// The requested results path.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The results could not be encoded as JSON.
+    #[error("cannot write results to {}: encoding them as JSON failed: {source}", path.display())]
+    Encode {
+        /// The requested results path.
+        path: PathBuf,
+        /// The underlying error.
+        source: serde_json::Error,
+    },
+    /// The file to read does not exist.
+    #[error("cannot read results from {}: no such file; check the path (results files are written by `exitlab bench --json PATH`)", path.display())]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file exists but could not be read.
+    #[error("cannot read results from {}: {source}", path.display())]
+    Read {
+        /// The path given.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The file is not valid JSON or not shaped like a results file.
+    #[error("{} is not a valid exitlab results file: {message} at line {line}, column {column}", path.display())]
+    Parse {
+        /// The path given.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem.
+        column: usize,
+    },
+    /// The file is JSON but has no usable `schema_version`.
+    #[error("{} is not an exitlab results file: it has no numeric \"schema_version\" field", path.display())]
+    NoSchemaVersion {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file was written by a newer exitlab.
+    #[error("cannot read {}: it was written by a newer exitlab (results schema version {found}; this exitlab reads version {expected}); use a newer exitlab to read it", path.display())]
+    SchemaNewer {
+        /// The path given.
+        path: PathBuf,
+        /// Schema version in the file.
+        found: u64,
+        /// Schema version this program reads.
+        expected: u32,
+    },
+    /// The file was written by an older exitlab.
+    #[error("cannot read {}: it was written by an older exitlab (results schema version {found}; this exitlab reads version {expected}); re-run the benchmark with this exitlab", path.display())]
+    SchemaOlder {
+        /// The path given.
+        path: PathBuf,
+        /// Schema version in the file.
+        found: u64,
+        /// Schema version this program reads.
+        expected: u32,
+    },
+}
+
+/// The directory a results path lives in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Checks the target path and its directory; returns the directory.
+fn check_target(path: &Path) -> Result<PathBuf, ResultsError> {
+    let dir = parent_dir(path);
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(ResultsError::IsDirectory {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Err(ResultsError::NotRegularFile {
+                path: path.to_path_buf(),
+            })
+        }
+        _ => {}
+    }
+    // A path ending in a separator names a directory even if it does not exist yet.
+    if path
+        .as_os_str()
+        .to_string_lossy()
+        .ends_with(std::path::MAIN_SEPARATOR)
+    {
+        return Err(ResultsError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    match fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(ResultsError::ParentNotDirectory {
+            path: path.to_path_buf(),
+            dir,
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ResultsError::DirectoryMissing {
+            path: path.to_path_buf(),
+            dir,
+        }),
+        // Typically ENOTDIR: a component of the directory is a file.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            Err(ResultsError::ParentNotDirectory {
+                path: path.to_path_buf(),
+                dir,
+            })
+        }
+        Err(source) => Err(ResultsError::Write {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Creates a new, uniquely named temporary file next to `path`.
+fn create_temp(dir: &Path, path: &Path) -> io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "results".to_string());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut last_err = None;
+    for _ in 0..16 {
+        let seq = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(".{base}.tmp.{}.{seq}.{nanos}", std::process::id());
+        let tmp = dir.join(name);
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| io::Error::other("no unique temporary file name found")))
+}
+
+/// Checks, before a long run, that results can later be written to `path`:
+/// the path is not a directory or special file, its directory exists, and a
+/// file can be created there (a probe file is created and removed).
+pub fn check_writable(path: &Path) -> Result<(), ResultsError> {
+    let dir = check_target(path)?;
+    let (tmp, file) = create_temp(&dir, path).map_err(|source| ResultsError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    drop(file);
+    // The probe is empty; failing to remove it is harmless.
+    let _ = fs::remove_file(&tmp);
+    Ok(())
+}
+
+/// Writes `results` to `path` atomically: pretty JSON into a uniquely named
+/// temporary file in the same directory, flushed to disk, then renamed over
+/// `path`. Readers see either the old file or the complete new one; on any
+/// failure the temporary file is removed and `path` is left untouched.
+pub fn write_atomic(path: &Path, results: &Results) -> Result<(), ResultsError> {
+    let dir = check_target(path)?;
+    let write_err = |source| ResultsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (tmp, file) = create_temp(&dir, path).map_err(write_err)?;
+    let outcome = write_and_sync(file, results)
+        .and_then(|()| fs::rename(&tmp, path).map_err(WriteFailure::Io));
+    match outcome {
+        Ok(()) => {
+            // Make the rename durable; a failure here does not lose data
+            // already visible to readers, so it is not reported.
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        }
+        Err(failure) => {
+            let _ = fs::remove_file(&tmp);
+            Err(match failure {
+                WriteFailure::Io(source) => write_err(source),
+                WriteFailure::Encode(source) => ResultsError::Encode {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })
+        }
+    }
+}
+
+/// Failure while filling the temporary file.
+enum WriteFailure {
+    Io(io::Error),
+    Encode(serde_json::Error),
+}
+
+fn write_and_sync(file: File, results: &Results) -> Result<(), WriteFailure> {
+    let mut out = BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, results).map_err(|e| {
+        if e.is_io() {
+            WriteFailure::Io(io::Error::from(e))
+        } else {
+            WriteFailure::Encode(e)
+        }
+    })?;
+    out.write_all(b"\n").map_err(WriteFailure::Io)?;
+    let file = out
+        .into_inner()
+        .map_err(|e| WriteFailure::Io(e.into_error()))?;
+    file.sync_all().map_err(WriteFailure::Io)
+}
+
+/// Just enough of a results file to check its schema version.
+#[derive(Deserialize)]
+struct Probe {
+    schema_version: Option<serde_json::Value>,
+}
+
+/// Reads a results file, checking its schema version first.
+pub fn read(path: &Path) -> Result<Results, ResultsError> {
+    let bytes = fs::read(path).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            ResultsError::NotFound {
+                path: path.to_path_buf(),
+            }
+        } else {
+            ResultsError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    parse(path, &bytes)
+}
+
+/// Parses the bytes of a results file; `path` is used in error messages.
+fn parse(path: &Path, bytes: &[u8]) -> Result<Results, ResultsError> {
+    let parse_err = |e: serde_json::Error| {
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
+        ResultsError::Parse {
+            path: path.to_path_buf(),
+            message,
+            line: e.line(),
+            column: e.column(),
+        }
+    };
+    let probe: Probe = serde_json::from_slice(bytes).map_err(parse_err)?;
+    let version = probe
+        .schema_version
+        .as_ref()
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| ResultsError::NoSchemaVersion {
+            path: path.to_path_buf(),
+        })?;
+    if version > u64::from(SCHEMA_VERSION) {
+        return Err(ResultsError::SchemaNewer {
+            path: path.to_path_buf(),
+            found: version,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    if version < u64::from(SCHEMA_VERSION) {
+        return Err(ResultsError::SchemaOlder {
+            path: path.to_path_buf(),
+            found: version,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(parse_err)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::stats::summarize;
+
+    /// A unique scratch directory under the system temporary directory.
+    pub(crate) struct Scratch(pub PathBuf);
+
+    impl Scratch {
+        pub(crate) fn new(tag: &str) -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "exitlab-lab-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    pub(crate) fn summary(base: f64) -> Summary {
+        let v: Vec<f64> = (0..101).map(|i| base + f64::from(i)).collect();
+        summarize(&v).unwrap()
+    }
+
+    pub(crate) fn ok_test(name: &str, base: f64) -> TestResult {
+        TestResult {
+            name: name.to_string(),
+            ring: 3,
+            status: TestStatus::Ok,
+            handled: Some(Handling::User),
+            expected_handling: Handling::User,
+            samples: 101,
+            batch: 100,
+            cycles: Some(summary(base)),
+            net_median_cycles: Some(base + 50.0 - 10.0),
+            median_ns: Some((base + 40.0) / 3.0),
+            median_ns_is_net: true,
+            exits: BTreeMap::new(),
+            kvm_exits: None,
+            exit_check: None,
+            phases: None,
+            kvm_run_cycles: None,
+            userspace_share: None,
+            raw_samples: None,
+        }
+    }
+
+    pub(crate) fn sample_results() -> Results {
+        let mut full = ok_test("inl_from_qemu", 5000.0);
+        full.exits.insert("io".to_string(), 10_100);
+        full.kvm_exits = Some(10_200);
+        full.exit_check = Some(ExitCheck {
+            expected_user_exits: 10_100,
+            observed_user_exits: 10_100,
+            passed: true,
+            detail: "one io exit per iteration".to_string(),
+        });
+        full.phases = Some(Phases {
+            exit_leg: summary(1000.0),
+            handling: summary(2000.0),
+            entry_leg: summary(1500.0),
+        });
+        full.kvm_run_cycles = Some(summary(4000.0));
+        full.userspace_share = Some(summary(1800.0));
+        full.raw_samples = Some(vec![500_000, 501_234, u64::MAX]);
+        let mut kernel = ok_test("cpuid", 1200.0);
+        kernel.handled = Some(Handling::Kernel);
+        kernel.expected_handling = Handling::Kernel;
+        let mut lo = ok_test("loop_overhead", 10.0);
+        lo.handled = Some(Handling::None);
+        lo.expected_handling = Handling::None;
+        lo.net_median_cycles = None;
+        lo.median_ns_is_net = false;
+        let skipped = TestResult {
+            name: "vmcall".to_string(),
+            status: TestStatus::Skipped {
+                reason: "vmcall never completes on this host".to_string(),
+            },
+            handled: None,
+            cycles: None,
+            net_median_cycles: None,
+            median_ns: None,
+            samples: 0,
+            ..ok_test("vmcall", 0.0)
+        };
+        let dnc = TestResult {
+            name: "ipi".to_string(),
+            status: TestStatus::DidNotComplete {
+                reason: "timed out after 10 s".to_string(),
+            },
+            handled: None,
+            cycles: None,
+            net_median_cycles: None,
+            median_ns: None,
+            ..ok_test("ipi", 0.0)
+        };
+        let failed = TestResult {
+            name: "wr_tsc_adjust_msr".to_string(),
+            status: TestStatus::Failed {
+                reason: "emulation failure".to_string(),
+            },
+            handled: None,
+            cycles: None,
+            net_median_cycles: None,
+            median_ns: None,
+            ..ok_test("wr_tsc_adjust_msr", 0.0)
+        };
+        Results {
+            schema_version: SCHEMA_VERSION,
+            tool: Tool::current(),
+            started_at_unix: 1_700_000_000,
+            wall_seconds: 12.5,
+            host: serde_json::json!({
+                "cpu": { "model_name": "Test CPU @ 3.00GHz" },
+                "kernel": { "release": "6.8.0-test" },
+                "virtualization": { "summary": "nested, paravirtual" }
+            }),
+            config: BenchConfig {
+                tests: vec![
+                    "loop_overhead".into(),
+                    "cpuid".into(),
+                    "inl_from_qemu".into(),
+                ],
+                samples: 101,
+                batch: 100,
+                warmup: 1000,
+                ring: 3,
+                pin: Some(1),
+                timeout_seconds: 10.0,
+                raw: true,
+                tsc_khz: 3_000_000,
+                tsc_khz_source: "KVM_GET_TSC_KHZ".to_string(),
+            },
+            tests: vec![lo, kernel, full, skipped, dnc, failed],
+            vmm_overhead: Some(Overhead::new(
+                "inl_from_qemu",
+                summary(1800.0),
+                summary(900.0),
+            )),
+            notes: vec!["this host is nested/paravirtual".to_string()],
+        }
+    }
+
+    #[test]
+    fn round_trip_through_file() {
+        let dir = Scratch::new("roundtrip");
+        let path = dir.0.join("results.json");
+        let results = sample_results();
+        write_atomic(&path, &results).unwrap();
+        let back = read(&path).unwrap();
+        assert_eq!(back, results);
+        // Overwriting works and leaves no temporary files behind.
+        write_atomic(&path, &back).unwrap();
+        let names: Vec<_> = fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("results.json")]);
+    }
+
+    #[test]
+    fn json_shape() {
+        let results = sample_results();
+        let v = serde_json::to_value(&results).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        let t = &v["tests"];
+        assert_eq!(t[0]["status"], "ok");
+        assert_eq!(t[0]["handled"], "none");
+        assert_eq!(t[1]["handled"], "kernel");
+        assert_eq!(t[2]["expected_handling"], "user");
+        assert_eq!(t[3]["status"], "skipped");
+        assert_eq!(t[3]["reason"], "vmcall never completes on this host");
+        assert_eq!(t[3]["handled"], serde_json::Value::Null);
+        assert_eq!(t[4]["status"], "did_not_complete");
+        assert_eq!(t[5]["status"], "failed");
+        assert_eq!(t[2]["raw_samples"][2], u64::MAX);
+        assert_eq!(results.test("cpuid").map(|t| t.ring), Some(3));
+        assert!(results.test("nonexistent").is_none());
+    }
+
+    #[test]
+    fn non_finite_numbers_survive_as_nan_or_none() {
+        let dir = Scratch::new("nan");
+        let path = dir.0.join("r.json");
+        let mut results = sample_results();
+        results.wall_seconds = f64::NAN;
+        results.config.timeout_seconds = f64::INFINITY;
+        results.tests[0].median_ns = Some(f64::NAN);
+        let mut zero = summary(0.0);
+        zero.p10 = 0.0;
+        results.vmm_overhead = Some(Overhead::new("x", summary(1.0), zero));
+        write_atomic(&path, &results).unwrap();
+        let back = read(&path).unwrap();
+        assert!(back.wall_seconds.is_nan());
+        assert!(back.config.timeout_seconds.is_nan());
+        assert_eq!(back.tests[0].median_ns, None);
+        let o = back.vmm_overhead.unwrap();
+        assert!(o.ratio_p10.is_nan());
+        assert!(o.ratio_median.is_finite());
+    }
+
+    #[test]
+    fn overhead_ratios() {
+        let o = Overhead::new("t", summary(200.0), summary(100.0));
+        assert!((o.ratio_median - 250.0 / 150.0).abs() < 1e-12);
+        assert!((o.ratio_p10 - 210.0 / 110.0).abs() < 1e-12);
+        let mut zero = summary(0.0);
+        zero.p10 = 0.0;
+        zero.median = -1.0;
+        let o = Overhead::new("t", summary(200.0), zero);
+        assert!(o.ratio_p10.is_nan() && o.ratio_median.is_nan());
+    }
+
+    #[test]
+    fn write_to_missing_directory_fails_clearly() {
+        let dir = Scratch::new("missing");
+        let path = dir.0.join("no").join("such").join("r.json");
+        let err = write_atomic(&path, &sample_results()).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::DirectoryMissing { .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("does not exist") && msg.contains("--json"),
+            "{msg}"
+        );
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(matches!(
+            check_writable(&path),
+            Err(ResultsError::DirectoryMissing { .. })
+        ));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn write_under_a_file_fails_clearly() {
+        let dir = Scratch::new("underfile");
+        let file = dir.0.join("plain");
+        fs::write(&file, b"x").unwrap();
+        let path = file.join("r.json");
+        let err = check_writable(&path).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::ParentNotDirectory { .. }),
+            "{err:?}"
+        );
+        let err = write_atomic(&path, &sample_results()).unwrap_err();
+        assert!(err.to_string().contains("is not a directory"), "{err}");
+        let nested = file.join("a").join("r.json");
+        let err = check_writable(&nested).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::ParentNotDirectory { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn unwritable_directory_fails() {
+        // /proc accepts no new files, even for root.
+        let path = Path::new("/proc/exitlab-results.json");
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
+        let err = check_writable(path).unwrap_err();
+        assert!(matches!(err, ResultsError::Write { .. }), "{err:?}");
+        assert!(err.to_string().contains("--json"), "{err}");
+        let err = write_atomic(path, &sample_results()).unwrap_err();
+        assert!(matches!(err, ResultsError::Write { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn directory_path_is_rejected() {
+        let dir = Scratch::new("isdir");
+        let err = write_atomic(&dir.0, &sample_results()).unwrap_err();
+        assert!(matches!(err, ResultsError::IsDirectory { .. }), "{err:?}");
+        assert!(err.to_string().contains("results.json"), "{err}");
+        assert!(matches!(
+            check_writable(&dir.0),
+            Err(ResultsError::IsDirectory { .. })
+        ));
+        let trailing = PathBuf::from(format!("{}/new/", dir.0.display()));
+        assert!(matches!(
+            check_writable(&trailing),
+            Err(ResultsError::IsDirectory { .. })
+        ));
+        assert!(matches!(
+            check_writable(Path::new("/dev/null")),
+            Err(ResultsError::NotRegularFile { .. })
+        ));
+    }
+
+    #[test]
+    fn check_writable_accepts_good_paths_and_leaves_nothing() {
+        let dir = Scratch::new("ok");
+        let path = dir.0.join("r.json");
+        check_writable(&path).unwrap();
+        assert_eq!(fs::read_dir(&dir.0).unwrap().count(), 0);
+        fs::write(&path, b"old").unwrap();
+        check_writable(&path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+    }
+
+    #[test]
+    fn missing_file() {
+        let dir = Scratch::new("nofile");
+        let err = read(&dir.0.join("absent.json")).unwrap_err();
+        assert!(matches!(err, ResultsError::NotFound { .. }), "{err:?}");
+        assert!(err.to_string().contains("no such file"), "{err}");
+    }
+
+    #[test]
+    fn garbage_file() {
+        let dir = Scratch::new("garbage");
+        let path = dir.0.join("g.json");
+        fs::write(&path, b"{\n  \"schema_version\": 1,\n  oops\n}").unwrap();
+        match read(&path).unwrap_err() {
+            ResultsError::Parse {
+                line,
+                column,
+                message,
+                ..
+            } => {
+                assert_eq!(line, 3);
+                assert!(column > 0);
+                assert!(!message.contains("at line"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        fs::write(&path, b"\x00\x01binary").unwrap();
+        assert!(matches!(read(&path), Err(ResultsError::Parse { .. })));
+        fs::write(&path, b"").unwrap();
+        assert!(matches!(read(&path), Err(ResultsError::Parse { .. })));
+        fs::write(&path, b"[1, 2]").unwrap();
+        assert!(matches!(read(&path), Err(ResultsError::Parse { .. })));
+        fs::write(&path, b"{\"hello\": 1}").unwrap();
+        assert!(matches!(
+            read(&path),
+            Err(ResultsError::NoSchemaVersion { .. })
+        ));
+        fs::write(&path, b"{\"schema_version\": \"1\"}").unwrap();
+        assert!(matches!(
+            read(&path),
+            Err(ResultsError::NoSchemaVersion { .. })
+        ));
+        // Right version, wrong shape: a field error with its position.
+        fs::write(&path, b"{\"schema_version\": 1, \"tool\": 5}").unwrap();
+        let err = read(&path).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::Parse { line: 1, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("line 1, column"), "{err}");
+    }
+
+    #[test]
+    fn schema_mismatch() {
+        let dir = Scratch::new("schema");
+        let path = dir.0.join("s.json");
+        let mut v = serde_json::to_value(sample_results()).unwrap();
+        v["schema_version"] = serde_json::json!(SCHEMA_VERSION + 1);
+        fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        let err = read(&path).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::SchemaNewer { found: 2, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("newer exitlab"), "{err}");
+        // A newer file may have any shape; the version is still reported.
+        fs::write(&path, b"{\"schema_version\": 7, \"tests\": \"elsewhere\"}").unwrap();
+        assert!(matches!(
+            read(&path),
+            Err(ResultsError::SchemaNewer { found: 7, .. })
+        ));
+        fs::write(&path, b"{\"schema_version\": 0}").unwrap();
+        let err = read(&path).unwrap_err();
+        assert!(
+            matches!(err, ResultsError::SchemaOlder { found: 0, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("older exitlab"), "{err}");
+    }
+
+    #[test]
+    fn optional_fields_may_be_absent() {
+        let mut v = serde_json::to_value(sample_results()).unwrap();
+        let t = v["tests"][1].as_object_mut().unwrap();
+        for key in [
+            "exits",
+            "median_ns_is_net",
+            "phases",
+            "raw_samples",
+            "kvm_exits",
+        ] {
+            t.remove(key);
+        }
+        v.as_object_mut().unwrap().remove("notes");
+        let r: Results = serde_json::from_value(v).unwrap();
+        assert!(r.notes.is_empty());
+        assert!(r.tests[1].exits.is_empty());
+    }
+}

@@ -1,0 +1,504 @@
+//! Runs one lab test in a fresh VM: builds the VM the test needs, loads the lab kernel,
+//! hands it its parameters through the control page, collects sample records at each
+//! doorbell, and watches for a guest that stops making progress.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use exitlab_devices::{BusDevice, IoAction};
+use exitlab_guest::abi;
+use exitlab_vmm::thread::{self, Loop};
+use exitlab_vmm::vcpu::{DoorbellCtx, ExitCounts, ExitHook, Flow, HltPolicy, VcpuConfig, VcpuStop};
+use exitlab_vmm::vm::{IoSpace, UserMsr, Vm, VmConfig};
+use exitlab_vmm::{cpuid, VmmError};
+use kvm_ioctls::{Cap, Kvm};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::catalogue::{Platform, TestDef};
+
+/// Guest RAM of a lab VM.
+pub const LAB_RAM_BYTES: u64 = 16 << 20;
+
+/// How to run a test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunParams {
+    /// 0 or 3.
+    pub ring: u8,
+    /// Samples to take.
+    pub samples: u64,
+    /// Iterations per sample.
+    pub batch: u64,
+    /// Iterations before the first sample.
+    pub warmup: u64,
+    /// A run that makes no progress (no doorbell) for this long is stopped.
+    pub timeout: Duration,
+    /// Host CPU to pin the vCPU thread to.
+    pub pin: Option<usize>,
+    /// Use the bare KVM_RUN loop instead of the full VMM loop.
+    pub bare: bool,
+}
+
+/// How a test run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every sample arrived.
+    Completed,
+    /// The host cannot run the test.
+    Skipped(String),
+    /// The guest stopped making progress and was stopped after the timeout.
+    DidNotComplete(String),
+    /// The guest or the VMM failed; the string has the details (and registers).
+    Failed(String),
+}
+
+/// The raw result of one test run.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    /// The test.
+    pub def: &'static TestDef,
+    /// The parameters it ran with.
+    pub params: RunParams,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Every sample record, in order.
+    pub samples: Vec<abi::Sample>,
+    /// Userspace exits between READY and DONE (the measured part, doorbells included).
+    pub counts: ExitCounts,
+    /// KVM's count of all exits between READY and DONE, when the host has binary stats.
+    pub kvm_exits: Option<u64>,
+    /// Doorbells the guest rang between READY and DONE (batches plus DONE).
+    pub doorbells: u64,
+    /// Guest TSC minus host TSC for the vCPU, when the host exposes it.
+    pub tsc_offset: Option<i64>,
+    /// The vCPU's TSC frequency (KVM_GET_TSC_KHZ).
+    pub tsc_khz: Option<u32>,
+    /// Wall time from VM creation to the READY doorbell.
+    pub boot_time: Option<Duration>,
+    /// Wall time of the whole run.
+    pub wall: Duration,
+    /// Pinning failure, if any.
+    pub pin_error: Option<String>,
+}
+
+/// Errors that stop the lab before a test can even start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// KVM or VM setup failed.
+    #[error(transparent)]
+    Vmm(#[from] VmmError),
+    /// The lab kernel could not be loaded.
+    #[error("cannot load the lab kernel: {0}")]
+    Load(String),
+}
+
+/// The MMIO page answered in userspace: reads return `MMIO_USER_READ_VALUE`, writes are
+/// taken and dropped.
+struct UserMmioPage;
+
+impl BusDevice for UserMmioPage {
+    fn read(&self, _offset: u64, data: &mut [u8]) {
+        let v = abi::MMIO_USER_READ_VALUE.to_le_bytes();
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = v.get(i).copied().unwrap_or(0);
+        }
+    }
+    fn write(&self, _offset: u64, _data: &[u8]) -> IoAction {
+        IoAction::Continue
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Booting,
+    Running,
+    Done,
+}
+
+/// The doorbell side of the lab protocol.
+struct LabHook {
+    wanted: u64,
+    records: Vec<abi::Sample>,
+    buf: Vec<u8>,
+    stage: Stage,
+    start_counts: ExitCounts,
+    end_counts: ExitCounts,
+    start_kvm: Option<u64>,
+    end_kvm: Option<u64>,
+    doorbells: u64,
+    ready_at: Option<Instant>,
+    error: Option<String>,
+    progress: Arc<AtomicU64>,
+}
+
+impl LabHook {
+    fn new(wanted: u64, progress: Arc<AtomicU64>) -> LabHook {
+        LabHook {
+            wanted,
+            records: Vec::with_capacity(wanted.min(1 << 22) as usize),
+            buf: vec![0u8; (abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES) as usize],
+            stage: Stage::Booting,
+            start_counts: ExitCounts::default(),
+            end_counts: ExitCounts::default(),
+            start_kvm: None,
+            end_kvm: None,
+            doorbells: 0,
+            ready_at: None,
+            error: None,
+            progress,
+        }
+    }
+
+    fn control(mem: &GuestMemoryMmap, field: u64) -> u64 {
+        mem.read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + field * 8)).unwrap_or(u64::MAX)
+    }
+
+    fn fail(&mut self, msg: String) -> Flow {
+        self.error = Some(msg);
+        Flow::Stop(1)
+    }
+
+    /// Copies `count` records of the vCPU's ring, after checking `count` against the ring
+    /// size and the samples still expected.
+    fn take_batch(&mut self, mem: &GuestMemoryMmap, vcpu: u32) -> Result<(), String> {
+        let count = Self::control(mem, CONTROL_BATCH_COUNT);
+        if count > abi::SAMPLES_PER_BATCH {
+            return Err(format!(
+                "guest protocol error: batch of {count} records exceeds the ring of {}",
+                abi::SAMPLES_PER_BATCH
+            ));
+        }
+        let have = self.records.len() as u64;
+        if have + count > self.wanted {
+            return Err(format!(
+                "guest protocol error: {} records delivered, but only {} samples were asked for",
+                have + count,
+                self.wanted
+            ));
+        }
+        let bytes = (count * abi::SAMPLE_BYTES) as usize;
+        let ring = abi::SAMPLES_GPA + u64::from(vcpu) * abi::SAMPLES_BYTES_PER_CPU;
+        mem.read_slice(&mut self.buf[..bytes], GuestAddress(ring))
+            .map_err(|e| format!("cannot read the sample ring: {e}"))?;
+        for rec in self.buf[..bytes].chunks_exact(abi::SAMPLE_BYTES as usize) {
+            let w = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&rec[i * 8..i * 8 + 8]);
+                u64::from_le_bytes(b)
+            };
+            self.records.push(abi::Sample {
+                g_start: w(0),
+                g_end: w(1),
+                h_prev_reenter: w(2),
+                h_return: w(3),
+                h_reenter: w(4),
+                seq_delta: w(5),
+            });
+        }
+        Ok(())
+    }
+}
+
+// Word indices of `abi::Control` fields the host reads.
+const CONTROL_BATCH_COUNT: u64 = 9;
+const CONTROL_GUEST_ERROR: u64 = 10;
+const CONTROL_FAULT_VECTOR: u64 = 11;
+const CONTROL_FAULT_RIP: u64 = 12;
+const CONTROL_FAULT_ERROR: u64 = 13;
+const CONTROL_FAULT_CR2: u64 = 14;
+
+impl ExitHook for LabHook {
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow {
+        self.progress.fetch_add(1, Ordering::Relaxed);
+        match (ctx.value, self.stage) {
+            (abi::DOORBELL_READY, Stage::Booting) => {
+                self.stage = Stage::Running;
+                self.ready_at = Some(Instant::now());
+                self.start_counts = *ctx.counts;
+                self.start_kvm = ctx.kvm_exits();
+                Flow::Continue
+            }
+            (abi::DOORBELL_BATCH, Stage::Running) => {
+                self.doorbells += 1;
+                match self.take_batch(ctx.mem, ctx.vcpu_id) {
+                    Ok(()) => Flow::Continue,
+                    Err(e) => self.fail(e),
+                }
+            }
+            (abi::DOORBELL_DONE, Stage::Running) => {
+                self.doorbells += 1;
+                self.end_counts = *ctx.counts;
+                self.end_kvm = ctx.kvm_exits();
+                if let Err(e) = self.take_batch(ctx.mem, ctx.vcpu_id) {
+                    return self.fail(e);
+                }
+                if self.records.len() as u64 != self.wanted {
+                    return self.fail(format!(
+                        "guest protocol error: DONE after {} of {} samples",
+                        self.records.len(),
+                        self.wanted
+                    ));
+                }
+                self.stage = Stage::Done;
+                Flow::Stop(0)
+            }
+            (abi::DOORBELL_FAULT, _) => {
+                let v = Self::control(ctx.mem, CONTROL_FAULT_VECTOR);
+                let rip = Self::control(ctx.mem, CONTROL_FAULT_RIP);
+                let err = Self::control(ctx.mem, CONTROL_FAULT_ERROR);
+                let cr2 = Self::control(ctx.mem, CONTROL_FAULT_CR2);
+                self.fail(format!(
+                    "the guest took an unexpected exception: vector {v} ({}) at rip {rip:#x}, error code {err:#x}, cr2 {cr2:#x}",
+                    vector_name(v)
+                ))
+            }
+            (abi::DOORBELL_BAD_PARAMS, _) => {
+                let e = Self::control(ctx.mem, CONTROL_GUEST_ERROR);
+                let why = match e {
+                    abi::GUEST_ERR_ABI => "magic or ABI version mismatch",
+                    abi::GUEST_ERR_TEST => "unknown test id",
+                    abi::GUEST_ERR_RING => "the test cannot run in that ring",
+                    abi::GUEST_ERR_COUNTS => "samples, batch or warm-up out of range",
+                    _ => "unknown reason",
+                };
+                self.fail(format!("the lab kernel refused its parameters: {why} (code {e})"))
+            }
+            (v, stage) => self.fail(format!(
+                "guest protocol error: doorbell {v:#x} is not valid while {}",
+                match stage {
+                    Stage::Booting => "booting",
+                    Stage::Running => "running",
+                    Stage::Done => "done",
+                }
+            )),
+        }
+    }
+}
+
+fn vector_name(v: u64) -> &'static str {
+    match v {
+        0 => "#DE",
+        1 => "#DB",
+        2 => "NMI",
+        3 => "#BP",
+        4 => "#OF",
+        5 => "#BR",
+        6 => "#UD",
+        7 => "#NM",
+        8 => "#DF",
+        10 => "#TS",
+        11 => "#NP",
+        12 => "#SS",
+        13 => "#GP",
+        14 => "#PF",
+        16 => "#MF",
+        17 => "#AC",
+        18 => "#MC",
+        19 => "#XM",
+        _ => "?",
+    }
+}
+
+/// Why `def` cannot run on this host with `params`, if it cannot.
+pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
+    if ring == 3 && !def.ring3 {
+        return Some("the instruction is privileged: it only runs at ring 0".into());
+    }
+    match def.platform {
+        Platform::UserMsr => {
+            if !kvm.check_extension(Cap::X86UserSpaceMsr) || !kvm.check_extension(Cap::X86MsrFilter) {
+                return Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR / KVM_CAP_X86_MSR_FILTER".into());
+            }
+        }
+        Platform::MmioIoeventfd => {
+            if !kvm.check_extension(Cap::Ioeventfd) {
+                return Some("KVM lacks KVM_CAP_IOEVENTFD".into());
+            }
+        }
+        Platform::Irqchip => {
+            if !kvm.check_extension(Cap::Irqchip) {
+                return Some("KVM lacks an in-kernel irqchip (KVM_CAP_IRQCHIP)".into());
+            }
+        }
+        Platform::NoIrqchip => {}
+    }
+    if def.id == abi::TEST_CPUID_0XD {
+        match cpuid::supported(kvm).ok().and_then(cpuid::xsave_max_subleaf) {
+            Some(_) => {}
+            None => return Some("the guest CPUID has no leaf 0xD (no XSAVE)".into()),
+        }
+    }
+    None
+}
+
+fn vm_config(def: &TestDef) -> VmConfig {
+    let mut c = VmConfig {
+        ram: vec![(0, LAB_RAM_BYTES)],
+        ..VmConfig::default()
+    };
+    match def.platform {
+        Platform::NoIrqchip => {
+            c.irqchip = false;
+            c.pit = false;
+        }
+        Platform::UserMsr => c.user_msrs.push(UserMsr {
+            index: abi::USER_MSR,
+            read_value: abi::USER_MSR_READ_VALUE,
+        }),
+        Platform::Irqchip | Platform::MmioIoeventfd => {}
+    }
+    c
+}
+
+fn write_control(mem: &GuestMemoryMmap, def: &TestDef, p: &RunParams, arg0: u64) -> Result<(), String> {
+    let words = [
+        abi::CONTROL_MAGIC,
+        abi::ABI_VERSION,
+        def.id,
+        u64::from(p.ring),
+        p.samples,
+        p.batch,
+        p.warmup,
+        arg0,
+        0,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        mem.write_obj(*w, GuestAddress(abi::CONTROL_GPA + 8 * i as u64))
+            .map_err(|e| format!("cannot write the control page: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs `def` once in a new VM.
+pub fn run_test(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    params: RunParams,
+) -> Result<Measurement, RunError> {
+    let started = Instant::now();
+    let mut m = Measurement {
+        def,
+        params,
+        outcome: Outcome::Completed,
+        samples: Vec::new(),
+        counts: ExitCounts::default(),
+        kvm_exits: None,
+        doorbells: 0,
+        tsc_offset: None,
+        tsc_khz: None,
+        boot_time: None,
+        wall: Duration::ZERO,
+        pin_error: None,
+    };
+    if let Some(why) = skip_reason(kvm, def, params.ring) {
+        m.outcome = Outcome::Skipped(why);
+        return Ok(m);
+    }
+    let arg0 = if def.id == abi::TEST_CPUID_0XD {
+        cpuid::supported(kvm)
+            .ok()
+            .and_then(cpuid::xsave_max_subleaf)
+            .unwrap_or(1)
+            .into()
+    } else {
+        0
+    };
+    let mut vm = Vm::new(kvm.clone(), vm_config(def))?;
+    vm.mmio_bus()
+        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+        .map_err(VmmError::from)?;
+    // Keep the eventfd alive for the VM's lifetime; nobody needs to read it.
+    let _ioevent = if def.platform == Platform::MmioIoeventfd {
+        Some(vm.add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?)
+    } else {
+        None
+    };
+    let entry = crate::kernel::load(vm.memory(), image, LAB_RAM_BYTES).map_err(RunError::Load)?;
+    write_control(vm.memory(), def, &params, arg0).map_err(RunError::Load)?;
+    let vcpu = vm.create_vcpu(VcpuConfig {
+        id: 0,
+        stamp_gpa: Some(abi::STAMPS_GPA),
+        doorbell_port: Some(abi::DOORBELL_PORT),
+        hlt: HltPolicy::Resume,
+    })?;
+    vcpu.set_entry(&entry)?;
+    m.tsc_offset = vcpu.tsc_offset();
+    m.tsc_khz = vcpu.tsc_khz();
+    let progress = Arc::new(AtomicU64::new(0));
+    let hook = LabHook::new(params.samples, progress.clone());
+    let run_loop = if params.bare { Loop::BarePioIn } else { Loop::Full };
+    let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
+    let mut seen = 0;
+    let mut last_change = Instant::now();
+    let finished = loop {
+        if let Some(f) = th.wait(Duration::from_millis(25)) {
+            break Some(f);
+        }
+        let p = progress.load(Ordering::Relaxed);
+        if p != seen {
+            seen = p;
+            last_change = Instant::now();
+        } else if last_change.elapsed() >= params.timeout {
+            let what = if seen == 0 {
+                "before the lab kernel reported READY".to_string()
+            } else {
+                format!("after {seen} doorbells")
+            };
+            let msg = format!(
+                "no progress for {:.1} s {what}: the guest is stuck (on this host a hypercall never completes, for example)",
+                params.timeout.as_secs_f64()
+            );
+            match th.stop(Duration::from_secs(2)) {
+                Some(f) => {
+                    let regs = f.vcpu.dump_registers();
+                    m.outcome = Outcome::DidNotComplete(format!("{msg}\nvCPU registers when stopped:\n{regs}"));
+                    m.pin_error = f.pin_error.map(|e| e.to_string());
+                }
+                None => {
+                    m.outcome = Outcome::DidNotComplete(format!(
+                        "{msg}; the vCPU could not be stopped (KVM_RUN did not return after a kick) and was abandoned"
+                    ))
+                }
+            }
+            break None;
+        }
+    };
+    m.wall = started.elapsed();
+    let Some(f) = finished else {
+        return Ok(m);
+    };
+    m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
+    let hook = f.hook;
+    m.boot_time = hook.ready_at.map(|t| t.duration_since(started));
+    match (&f.stop, &hook.error) {
+        (_, Some(err)) => {
+            m.outcome = Outcome::Failed(format!(
+                "{err}\nvCPU registers:\n{}",
+                f.vcpu.dump_registers()
+            ));
+        }
+        (VcpuStop::Hook(0), None) if hook.stage == Stage::Done => {
+            m.counts = hook.end_counts.since(&hook.start_counts);
+            m.kvm_exits = match (hook.start_kvm, hook.end_kvm) {
+                (Some(a), Some(b)) => Some(b.wrapping_sub(a)),
+                _ => None,
+            };
+            m.doorbells = hook.doorbells;
+            m.samples = hook.records;
+        }
+        (stop, None) => {
+            let mut msg = stop.describe();
+            if let VcpuStop::InternalError { insn, .. } = stop {
+                if insn.is_empty() {
+                    if let Some(b) = f.vcpu.bytes_at_rip() {
+                        let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+                        msg += &format!("; bytes at rip: {}", hex.join(" "));
+                    }
+                }
+            }
+            m.outcome = Outcome::Failed(format!("{msg}\nvCPU registers:\n{}", f.vcpu.dump_registers()));
+        }
+    }
+    Ok(m)
+}
