@@ -20,7 +20,11 @@ pub const EXIT_NO_KVM: i32 = 3;
 pub const EXIT_TEST_FAILED: i32 = 1;
 
 #[derive(Parser, Debug)]
-#[command(name = "exitlab", version, about = "A KVM VMM built to make VM exits cheap and to measure them")]
+#[command(
+    name = "exitlab",
+    version,
+    about = "A KVM VMM built to make VM exits cheap and to measure them"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -158,7 +162,13 @@ fn list_tests() {
             Where::User => "user",
             Where::Nowhere => "none",
         };
-        println!("{:<22} {:<8} {:<6} {}", t.name, w, if t.ring3 { "yes" } else { "no" }, t.what);
+        println!(
+            "{:<22} {:<8} {:<6} {}",
+            t.name,
+            w,
+            if t.ring3 { "yes" } else { "no" },
+            t.what
+        );
     }
 }
 
@@ -177,7 +187,10 @@ fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
             Some(_) => {}
             None => {
                 let valid: Vec<&str> = catalogue::TESTS.iter().map(|t| t.name).collect();
-                return Err(format!("unknown test '{n}'; valid tests: {}", valid.join(", ")));
+                return Err(format!(
+                    "unknown test '{n}'; valid tests: {}",
+                    valid.join(", ")
+                ));
             }
         }
     }
@@ -200,13 +213,18 @@ fn bench_cmd(a: BenchArgs) -> i32 {
         return usage_error(format!("--ring {} is not supported: use 0 or 3", a.ring));
     }
     if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
-        return usage_error(format!("--timeout {} must be a number of seconds in (0, 3600]", a.timeout));
+        return usage_error(format!(
+            "--timeout {} must be a number of seconds in (0, 3600]",
+            a.timeout
+        ));
     }
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
         return usage_error("--samples times --batch must not exceed 2^32 iterations");
     }
     if let Some(cpu) = a.pin {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         if cpu >= n {
             return usage_error(format!(
                 "--pin {cpu}: this host has only {n} CPU(s) available (0..{}); choose one of them",
@@ -259,8 +277,21 @@ fn bench_cmd(a: BenchArgs) -> i32 {
             let _ = writeln!(stderr, "{}", status.word());
         }
     };
-    eprintln!("exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s)", opts.tests.len(), a.ring, a.samples, a.batch);
-    let res = match bench::run(&kvm, exitlab_guest::IMAGE, &opts, host_json, notes, &mut progress) {
+    eprintln!(
+        "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s)",
+        opts.tests.len(),
+        a.ring,
+        a.samples,
+        a.batch
+    );
+    let res = match bench::run(
+        &kvm,
+        exitlab_guest::IMAGE,
+        &opts,
+        host_json,
+        notes,
+        &mut progress,
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("exitlab: {e}");
@@ -275,8 +306,14 @@ fn bench_cmd(a: BenchArgs) -> i32 {
         }
         eprintln!("results written to {}", p.display());
     }
-    let failed = res.tests.iter().any(|t| matches!(t.status, TestStatus::Failed { .. }))
-        || res.tests.iter().any(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed));
+    let failed = res
+        .tests
+        .iter()
+        .any(|t| matches!(t.status, TestStatus::Failed { .. }))
+        || res
+            .tests
+            .iter()
+            .any(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed));
     if failed {
         EXIT_TEST_FAILED
     } else {

@@ -1,6 +1,6 @@
 //! The initial CPU state of the boot vCPU, described without KVM types.
 //!
-//! Every loader writes the same GDT at [`GDT_ADDR`](crate::layout::GDT_ADDR):
+//! Every loader writes the same GDT at [`crate::layout::GDT_ADDR`]:
 //!
 //! | selector | descriptor                          |
 //! |----------|-------------------------------------|

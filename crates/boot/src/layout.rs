@@ -258,6 +258,7 @@ pub(crate) fn write_bytes<M: GuestMemoryBackend>(mem: &M, addr: u64, data: &[u8]
 }
 
 /// Reads `buf.len()` bytes from `addr`.
+#[cfg(test)]
 pub(crate) fn read_bytes<M: GuestMemoryBackend>(mem: &M, addr: u64, buf: &mut [u8]) -> Result<()> {
     let len = buf.len() as u64;
     mem.read_slice(buf, GuestAddress(addr))

@@ -4,14 +4,18 @@
 //! KVM. The VMM maps [`layout::ram_regions`], calls [`load`], and applies the returned
 //! [`entry::EntryState`] to the boot vCPU.
 
+pub mod acpi;
 mod elf;
 pub mod entry;
 pub mod error;
 pub mod layout;
+pub mod linux;
 pub mod multiboot;
+pub mod pvh;
 
 use vm_memory::GuestMemoryBackend;
 
+pub use acpi::{build_acpi, AcpiInfo};
 pub use entry::{CpuMode, EntryState};
 pub use error::BootError;
 pub use layout::{E820Entry, E820Kind};
@@ -81,23 +85,192 @@ pub struct Loaded {
     pub rsdp: Option<u64>,
 }
 
-/// Detects the format of `image`.
+/// Detects the format of `image`. Looks, in order, for a bzImage ("HdrS" at 0x202), an
+/// ELF with a PVH entry note, a multiboot v1 header in the first 8 KiB and a 64-bit ELF
+/// (taken as a Linux vmlinux).
 pub fn detect(image: &[u8]) -> Result<ImageFormat, BootError> {
-    if multiboot::find_header(image)?.is_some() {
+    if linux::is_bzimage(image) {
+        return Ok(ImageFormat::BzImage);
+    }
+    if pvh::has_pvh_note(image) {
+        return Ok(ImageFormat::Pvh);
+    }
+    let multiboot = multiboot::find_header(image);
+    if let Ok(Some(_)) = multiboot {
         return Ok(ImageFormat::Multiboot);
+    }
+    if elf::is_elf64(image) {
+        return Ok(ImageFormat::LinuxElf);
+    }
+    multiboot?;
+    if linux::has_boot_flag(image) && !elf::is_elf(image) {
+        // A boot sector without the setup header magic: most likely a damaged bzImage.
+        linux::read_setup_header(image)?;
     }
     Err(BootError::UnknownFormat { len: image.len() })
 }
 
-/// Loads `image` into `mem` according to its detected format and `opts`.
+/// Loads `image` into `mem` according to its detected format and `opts`: builds the ACPI
+/// tables first (when `opts.acpi`), then loads the kernel and its boot structures.
+/// An ELF with a PVH note is entered through PVH unless `opts.prefer_pvh` is false and it
+/// is a 64-bit ELF, which is then entered as a Linux vmlinux.
 pub fn load<M: GuestMemoryBackend>(
     mem: &M,
     image: &[u8],
     opts: &BootOptions,
 ) -> Result<Loaded, BootError> {
     layout::check_ram(opts.ram_bytes)?;
-    match detect(image)? {
-        ImageFormat::Multiboot => multiboot::load(mem, image, opts),
-        _ => Err(BootError::UnknownFormat { len: image.len() }),
+    if opts.cpus == 0 || opts.cpus > acpi::MAX_CPUS {
+        return Err(BootError::BadCpuCount {
+            cpus: opts.cpus,
+            max: acpi::MAX_CPUS,
+        });
+    }
+    let format = detect(image)?;
+    let rsdp = if opts.acpi {
+        Some(acpi::build_acpi(mem, opts.cpus, opts.pm_timer_32bit)?.rsdp)
+    } else {
+        None
+    };
+    match format {
+        ImageFormat::Multiboot => {
+            let mut loaded = multiboot::load(mem, image, opts)?;
+            loaded.rsdp = rsdp;
+            Ok(loaded)
+        }
+        ImageFormat::Pvh if !opts.prefer_pvh && elf::is_elf64(image) => {
+            linux::load_elf(mem, image, opts, rsdp)
+        }
+        ImageFormat::Pvh => pvh::load(mem, image, opts, rsdp),
+        ImageFormat::BzImage => linux::load_bzimage(mem, image, opts, rsdp),
+        ImageFormat::LinuxElf => linux::load_elf(mem, image, opts, rsdp),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::build::{elf, Ph};
+    use crate::layout::{e820_map, read_bytes};
+    use crate::linux::tests::bzimage;
+    use crate::multiboot::tests::{aout_image, mem, opts};
+    use crate::pvh::tests::pvh_image;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn detects_each_format() {
+        assert_eq!(
+            detect(&aout_image(0x1000, 0)).unwrap(),
+            ImageFormat::Multiboot
+        );
+        assert_eq!(detect(&pvh_image(true)).unwrap(), ImageFormat::Pvh);
+        assert_eq!(detect(&pvh_image(false)).unwrap(), ImageFormat::Pvh);
+        assert_eq!(
+            detect(&bzimage(0x020f, 1, 0x1000)).unwrap(),
+            ImageFormat::BzImage
+        );
+        let vmlinux = elf(true, 0x100_0000, &[Ph::load(0x100_0000, vec![0; 8], 8)]);
+        assert_eq!(detect(&vmlinux).unwrap(), ImageFormat::LinuxElf);
+        let e = detect(&[0u8; 1000]).unwrap_err();
+        assert!(matches!(e, BootError::UnknownFormat { len: 1000 }));
+        assert!(e.to_string().contains("multiboot"));
+        // An ELF32 without multiboot header or PVH note is not bootable.
+        let elf32 = elf(false, 0x10_0000, &[Ph::load(0x10_0000, vec![0; 8], 8)]);
+        assert!(matches!(
+            detect(&elf32),
+            Err(BootError::UnknownFormat { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_bzimage_magic_is_specific() {
+        let mut img = bzimage(0x020f, 1, 0x1000);
+        img[0x203] = 0;
+        let e = load(&mem(16 * MIB), &img, &opts(16 * MIB)).unwrap_err();
+        assert!(matches!(e, BootError::BzImageBadMagic { .. }), "{e}");
+    }
+
+    #[test]
+    fn bad_multiboot_checksum_is_specific() {
+        let mut img = aout_image(0x1000, 0);
+        img[20] ^= 0x10;
+        let e = load(&mem(16 * MIB), &img, &opts(16 * MIB)).unwrap_err();
+        assert!(matches!(e, BootError::MultibootChecksum { .. }), "{e}");
+    }
+
+    #[test]
+    fn load_multiboot_with_acpi() {
+        let ram = 32 * MIB;
+        let m = mem(ram);
+        let mut o = opts(ram);
+        o.cpus = 4;
+        let l = load(&m, &aout_image(0x2000, 0x1000), &o).unwrap();
+        assert_eq!(l.format, ImageFormat::Multiboot);
+        assert_eq!(l.e820, e820_map(ram));
+        let rsdp = l.rsdp.unwrap();
+        let mut sig = [0u8; 8];
+        read_bytes(&m, rsdp, &mut sig).unwrap();
+        assert_eq!(&sig, b"RSD PTR ");
+        assert!((0xE0000..0x100000).contains(&rsdp) && rsdp & 0xf == 0);
+    }
+
+    #[test]
+    fn load_pvh_passes_rsdp() {
+        let ram = 32 * MIB;
+        let m = mem(ram);
+        let l = load(&m, &pvh_image(true), &opts(ram)).unwrap();
+        assert_eq!(l.format, ImageFormat::Pvh);
+        let mut b = [0u8; 8];
+        read_bytes(&m, l.entry.rbx + 32, &mut b).unwrap();
+        assert_eq!(Some(u64::from_le_bytes(b)), l.rsdp);
+    }
+
+    #[test]
+    fn pvh_elf64_can_be_entered_as_linux() {
+        let ram = 32 * MIB;
+        let m = mem(ram);
+        let mut o = opts(ram);
+        o.prefer_pvh = false;
+        let l = load(&m, &pvh_image(true), &o).unwrap();
+        assert_eq!(l.format, ImageFormat::LinuxElf);
+        assert_eq!(l.entry.mode, CpuMode::Long64);
+        // ELF32 PVH images stay PVH.
+        let l = load(&m, &pvh_image(false), &o).unwrap();
+        assert_eq!(l.format, ImageFormat::Pvh);
+    }
+
+    #[test]
+    fn load_bzimage_without_acpi() {
+        let ram = 32 * MIB;
+        let m = mem(ram);
+        let mut o = opts(ram);
+        o.acpi = false;
+        let l = load(&m, &bzimage(0x020f, 1, 0x1000), &o).unwrap();
+        assert_eq!(l.format, ImageFormat::BzImage);
+        assert_eq!(l.rsdp, None);
+    }
+
+    #[test]
+    fn rejects_bad_machine_sizes() {
+        let m = mem(16 * MIB);
+        let mut o = opts(MIB);
+        assert!(matches!(
+            load(&m, &aout_image(0x1000, 0), &o),
+            Err(BootError::RamTooSmall { .. })
+        ));
+        o.ram_bytes = 16 * MIB;
+        o.cpus = 0;
+        assert!(matches!(
+            load(&m, &aout_image(0x1000, 0), &o),
+            Err(BootError::BadCpuCount { .. })
+        ));
+    }
+
+    #[test]
+    fn truncated_vmlinux() {
+        let img = elf(true, 0x100_0000, &[Ph::load(0x100_0000, vec![9; 512], 512)]);
+        let e = load(&mem(32 * MIB), &img[..300], &opts(32 * MIB)).unwrap_err();
+        assert!(matches!(e, BootError::Truncated { .. }), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Boot structures (all below 1 MiB, outside the image):
 //! - the multiboot info block (116 bytes) at [`BOOT_INFO_ADDR`] (0x9000);
-//! - the command line ("<kernel path> <cmdline>"), the boot loader name, the memory map
+//! - the command line (`"<kernel path> <cmdline>"`), the boot loader name, the memory map
 //!   and the module list in the boot data area from [`BOOT_DATA_START`] (0xA000) up;
 //! - the initrd (module 0) is placed as high as possible in RAM below the PCI hole,
 //!   page-aligned, outside the image.
@@ -286,7 +286,7 @@ fn load_elf<M: GuestMemoryBackend>(mem: &M, image: &[u8], ram: u64) -> Result<(u
     Ok((entry, range))
 }
 
-/// The command line a multiboot kernel sees: "<kernel path> <cmdline>".
+/// The command line a multiboot kernel sees: `"<kernel path> <cmdline>"`.
 pub fn full_cmdline(opts: &BootOptions) -> String {
     if opts.cmdline.is_empty() {
         opts.kernel_path.clone()

@@ -383,14 +383,8 @@ mod tests {
         let c = Cmos::new(32 * MIB, 0, 2);
         assert_eq!((reg(&c, 0x15), reg(&c, 0x16)), (0x80, 0x02));
         let ext = (32 * 1024 - 1024) as u16;
-        assert_eq!(
-            u16::from_le_bytes([reg(&c, 0x17), reg(&c, 0x18)]),
-            ext
-        );
-        assert_eq!(
-            u16::from_le_bytes([reg(&c, 0x30), reg(&c, 0x31)]),
-            ext
-        );
+        assert_eq!(u16::from_le_bytes([reg(&c, 0x17), reg(&c, 0x18)]), ext);
+        assert_eq!(u16::from_le_bytes([reg(&c, 0x30), reg(&c, 0x31)]), ext);
         assert_eq!(
             u16::from_le_bytes([reg(&c, 0x34), reg(&c, 0x35)]),
             ((32 - 16) * 16) as u16
@@ -403,10 +397,7 @@ mod tests {
     fn memory_bytes_large_guest_are_capped() {
         // 3 GiB below 4 GiB, 5 GiB above, 8 CPUs.
         let c = Cmos::new(3 * GIB, 5 * GIB, 8);
-        assert_eq!(
-            u16::from_le_bytes([reg(&c, 0x17), reg(&c, 0x18)]),
-            0xFFFF
-        );
+        assert_eq!(u16::from_le_bytes([reg(&c, 0x17), reg(&c, 0x18)]), 0xFFFF);
         assert_eq!(
             u16::from_le_bytes([reg(&c, 0x34), reg(&c, 0x35)]),
             ((3 * GIB - 16 * MIB) / (64 * KIB)) as u16

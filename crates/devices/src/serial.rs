@@ -29,7 +29,9 @@ pub const SERIAL_PORT_LEN: u64 = 8;
 #[derive(Debug, thiserror::Error)]
 pub enum SerialError {
     /// Signalling the interrupt eventfd failed.
-    #[error("failed to signal the serial interrupt eventfd: {0}; check that the eventfd is still open")]
+    #[error(
+        "failed to signal the serial interrupt eventfd: {0}; check that the eventfd is still open"
+    )]
     Interrupt(#[source] io::Error),
     /// Duplicating the interrupt eventfd failed.
     #[error("failed to duplicate the serial interrupt eventfd: {0}; the process may be out of file descriptors")]

@@ -66,7 +66,6 @@ impl TestDevPorts {
             _ => None,
         }
     }
-
 }
 
 impl BusDevice for TestDevPorts {

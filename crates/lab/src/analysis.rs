@@ -82,7 +82,11 @@ pub fn exit_check(m: &Measurement) -> ExitCheck {
         ));
     }
     let seq_sum: u64 = m.samples.iter().map(|s| s.seq_delta).sum();
-    let seq_expected = if kind.is_some() { measured_iterations } else { 0 };
+    let seq_expected = if kind.is_some() {
+        measured_iterations
+    } else {
+        0
+    };
     if seq_sum != seq_expected {
         problems.push(format!(
             "the guest saw {seq_sum} userspace exits inside its samples, expected {seq_expected}"
@@ -92,7 +96,10 @@ pub fn exit_check(m: &Measurement) -> ExitCheck {
     let detail = if passed {
         match kind {
             Some(k) => format!("{observed} {k} exits for {iterations} iterations, none other"),
-            None => format!("no userspace exit in {iterations} iterations (besides {} doorbells)", m.doorbells),
+            None => format!(
+                "no userspace exit in {iterations} iterations (besides {} doorbells)",
+                m.doorbells
+            ),
         }
     } else {
         problems.join("; ")
@@ -119,7 +126,12 @@ pub fn observed_handling(m: &Measurement, base: &Baseline) -> Handling {
     let p = &m.params;
     let iterations = (p.warmup + p.samples * p.batch).max(1);
     if let Some(k) = m.def.user_exit {
-        let n = m.counts.entries().into_iter().find(|(name, _)| *name == k.name()).map(|e| e.1);
+        let n = m
+            .counts
+            .entries()
+            .into_iter()
+            .find(|(name, _)| *name == k.name())
+            .map(|e| e.1);
         if n.unwrap_or(0) >= iterations {
             return Handling::User;
         }
@@ -210,15 +222,21 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
     match &m.outcome {
         Outcome::Completed => {}
         Outcome::Skipped(reason) => {
-            r.status = TestStatus::Skipped { reason: reason.clone() };
+            r.status = TestStatus::Skipped {
+                reason: reason.clone(),
+            };
             return r;
         }
         Outcome::DidNotComplete(reason) => {
-            r.status = TestStatus::DidNotComplete { reason: reason.clone() };
+            r.status = TestStatus::DidNotComplete {
+                reason: reason.clone(),
+            };
             return r;
         }
         Outcome::Failed(reason) => {
-            r.status = TestStatus::Failed { reason: reason.clone() };
+            r.status = TestStatus::Failed {
+                reason: reason.clone(),
+            };
             return r;
         }
     }
@@ -272,7 +290,12 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         }
     }
     if raw {
-        r.raw_samples = Some(m.samples.iter().map(|s| s.g_end.wrapping_sub(s.g_start)).collect());
+        r.raw_samples = Some(
+            m.samples
+                .iter()
+                .map(|s| s.g_end.wrapping_sub(s.g_start))
+                .collect(),
+        );
     }
     r
 }

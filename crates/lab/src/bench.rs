@@ -85,7 +85,11 @@ pub fn run(
                 tsc_khz = Some((k.into(), "KVM_GET_TSC_KHZ".into()));
             }
         }
-        let khz = tsc_khz.as_ref().map(|t| t.0).or_else(|| tsc_from_host(&host).map(|t| t.0)).unwrap_or(0);
+        let khz = tsc_khz
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| tsc_from_host(&host).map(|t| t.0))
+            .unwrap_or(0);
         let r = analysis::analyse(&m, &base, khz, opts.raw);
         if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
             base.loop_median = r.cycles.as_ref().map(|c| c.median);
@@ -154,10 +158,9 @@ fn overhead(
     }
     let mut full = Vec::new();
     let mut bare = Vec::new();
-    if let Some(m) = done
-        .iter()
-        .find(|m| m.def.name == OVERHEAD_TEST && m.params == params && m.outcome == Outcome::Completed)
-    {
+    if let Some(m) = done.iter().find(|m| {
+        m.def.name == OVERHEAD_TEST && m.params == params && m.outcome == Outcome::Completed
+    }) {
         full.extend(analysis::host_values(&m.samples).0);
     }
     for round in 0..OVERHEAD_ROUNDS {
@@ -165,9 +168,21 @@ fn overhead(
             if !is_bare && round == 0 && !full.is_empty() {
                 continue;
             }
-            let label = if is_bare { "inl_from_user (bare KVM_RUN loop)" } else { "inl_from_user (full VMM loop)" };
+            let label = if is_bare {
+                "inl_from_user (bare KVM_RUN loop)"
+            } else {
+                "inl_from_user (full VMM loop)"
+            };
             progress(Progress::Start(label));
-            let m = runner::run_test(kvm, image, def, RunParams { bare: is_bare, ..params })?;
+            let m = runner::run_test(
+                kvm,
+                image,
+                def,
+                RunParams {
+                    bare: is_bare,
+                    ..params
+                },
+            )?;
             let status = match &m.outcome {
                 Outcome::Completed => TestStatus::Ok,
                 Outcome::Skipped(r) => TestStatus::Skipped { reason: r.clone() },
@@ -176,7 +191,10 @@ fn overhead(
             };
             progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
-                return Ok(Err(format!("{label}: {}", status.reason().unwrap_or("failed"))));
+                return Ok(Err(format!(
+                    "{label}: {}",
+                    status.reason().unwrap_or("failed")
+                )));
             }
             let values = analysis::host_values(&m.samples).0;
             if is_bare {

@@ -109,32 +109,226 @@ const fn t(
 
 /// Every test, in the order the default suite runs them.
 pub const TESTS: &[TestDef] = &[
-    t("loop_overhead", abi::TEST_LOOP_OVERHEAD, "the empty measurement loop", Where::Nowhere, None, true, Platform::Irqchip),
-    t("cpuid", abi::TEST_CPUID, "CPUID leaf 0", Where::Kernel, None, true, Platform::Irqchip),
-    t("cpuid_0xd", abi::TEST_CPUID_0XD, "CPUID leaf 0xD, sub-leaves 1..n (XSTATE)", Where::Kernel, None, true, Platform::Irqchip),
-    t("vmcall", abi::TEST_VMCALL, "a hypercall KVM answers (unknown number: -KVM_ENOSYS)", Where::Kernel, None, true, Platform::Irqchip),
-    t("hlt", abi::TEST_HLT, "HLT with no in-kernel irqchip: each one reaches the VMM", Where::User, Some(UserExit::Hlt), false, Platform::NoIrqchip),
-    t("inl_from_kernel", abi::TEST_INL_FROM_KERNEL, "IN from port 0x4d0 (ELCR, in-kernel PIC)", Where::Kernel, None, true, Platform::Irqchip),
-    t("outl_to_kernel", abi::TEST_OUTL_TO_KERNEL, "OUT to port 0x4d0 (ELCR, in-kernel PIC)", Where::Kernel, None, true, Platform::Irqchip),
-    TestDef { phases: true, ..t("inl_from_user", abi::TEST_INL_FROM_USER, "32-bit IN from port 0x1234, answered by the VMM", Where::User, Some(UserExit::IoIn), true, Platform::Irqchip) },
-    t("outl_to_user", abi::TEST_OUTL_TO_USER, "32-bit OUT to port 0x1234, taken by the VMM", Where::User, Some(UserExit::IoOut), true, Platform::Irqchip),
-    TestDef { phases: true, ..t("mmio_read_user", abi::TEST_MMIO_READ_USER, "32-bit load from an MMIO page the VMM answers", Where::User, Some(UserExit::MmioRead), true, Platform::Irqchip) },
-    t("mmio_write_user", abi::TEST_MMIO_WRITE_USER, "32-bit store to an MMIO page the VMM answers", Where::User, Some(UserExit::MmioWrite), true, Platform::Irqchip),
-    t("mmio_write_ioeventfd", abi::TEST_MMIO_WRITE_IOEVENTFD, "32-bit store to an MMIO address an ioeventfd absorbs", Where::Kernel, None, true, Platform::MmioIoeventfd),
-    t("rd_tsc_adjust_msr", abi::TEST_RD_TSC_ADJUST_MSR, "RDMSR IA32_TSC_ADJUST", Where::Kernel, None, false, Platform::Irqchip),
-    t("wr_tsc_adjust_msr", abi::TEST_WR_TSC_ADJUST_MSR, "WRMSR IA32_TSC_ADJUST (0)", Where::Kernel, None, false, Platform::Irqchip),
-    t("rdmsr_user", abi::TEST_RDMSR_USER, "RDMSR of an MSR routed to the VMM by an MSR filter", Where::User, Some(UserExit::Rdmsr), false, Platform::UserMsr),
-    t("wrmsr_user", abi::TEST_WRMSR_USER, "WRMSR of an MSR routed to the VMM by an MSR filter", Where::User, Some(UserExit::Wrmsr), false, Platform::UserMsr),
-    t("mov_from_cr8", abi::TEST_MOV_FROM_CR8, "MOV from CR8 (TPR)", Where::Kernel, None, false, Platform::Irqchip),
-    t("mov_to_cr8", abi::TEST_MOV_TO_CR8, "MOV to CR8 (TPR, 0)", Where::Kernel, None, false, Platform::Irqchip),
+    t(
+        "loop_overhead",
+        abi::TEST_LOOP_OVERHEAD,
+        "the empty measurement loop",
+        Where::Nowhere,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "cpuid",
+        abi::TEST_CPUID,
+        "CPUID leaf 0",
+        Where::Kernel,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "cpuid_0xd",
+        abi::TEST_CPUID_0XD,
+        "CPUID leaf 0xD, sub-leaves 1..n (XSTATE)",
+        Where::Kernel,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "vmcall",
+        abi::TEST_VMCALL,
+        "a hypercall KVM answers (unknown number: -KVM_ENOSYS)",
+        Where::Kernel,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "hlt",
+        abi::TEST_HLT,
+        "HLT with no in-kernel irqchip: each one reaches the VMM",
+        Where::User,
+        Some(UserExit::Hlt),
+        false,
+        Platform::NoIrqchip,
+    ),
+    t(
+        "inl_from_kernel",
+        abi::TEST_INL_FROM_KERNEL,
+        "IN from port 0x4d0 (ELCR, in-kernel PIC)",
+        Where::Kernel,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "outl_to_kernel",
+        abi::TEST_OUTL_TO_KERNEL,
+        "OUT to port 0x4d0 (ELCR, in-kernel PIC)",
+        Where::Kernel,
+        None,
+        true,
+        Platform::Irqchip,
+    ),
+    TestDef {
+        phases: true,
+        ..t(
+            "inl_from_user",
+            abi::TEST_INL_FROM_USER,
+            "32-bit IN from port 0x1234, answered by the VMM",
+            Where::User,
+            Some(UserExit::IoIn),
+            true,
+            Platform::Irqchip,
+        )
+    },
+    t(
+        "outl_to_user",
+        abi::TEST_OUTL_TO_USER,
+        "32-bit OUT to port 0x1234, taken by the VMM",
+        Where::User,
+        Some(UserExit::IoOut),
+        true,
+        Platform::Irqchip,
+    ),
+    TestDef {
+        phases: true,
+        ..t(
+            "mmio_read_user",
+            abi::TEST_MMIO_READ_USER,
+            "32-bit load from an MMIO page the VMM answers",
+            Where::User,
+            Some(UserExit::MmioRead),
+            true,
+            Platform::Irqchip,
+        )
+    },
+    t(
+        "mmio_write_user",
+        abi::TEST_MMIO_WRITE_USER,
+        "32-bit store to an MMIO page the VMM answers",
+        Where::User,
+        Some(UserExit::MmioWrite),
+        true,
+        Platform::Irqchip,
+    ),
+    t(
+        "mmio_write_ioeventfd",
+        abi::TEST_MMIO_WRITE_IOEVENTFD,
+        "32-bit store to an MMIO address an ioeventfd absorbs",
+        Where::Kernel,
+        None,
+        true,
+        Platform::MmioIoeventfd,
+    ),
+    t(
+        "rd_tsc_adjust_msr",
+        abi::TEST_RD_TSC_ADJUST_MSR,
+        "RDMSR IA32_TSC_ADJUST",
+        Where::Kernel,
+        None,
+        false,
+        Platform::Irqchip,
+    ),
+    t(
+        "wr_tsc_adjust_msr",
+        abi::TEST_WR_TSC_ADJUST_MSR,
+        "WRMSR IA32_TSC_ADJUST (0)",
+        Where::Kernel,
+        None,
+        false,
+        Platform::Irqchip,
+    ),
+    t(
+        "rdmsr_user",
+        abi::TEST_RDMSR_USER,
+        "RDMSR of an MSR routed to the VMM by an MSR filter",
+        Where::User,
+        Some(UserExit::Rdmsr),
+        false,
+        Platform::UserMsr,
+    ),
+    t(
+        "wrmsr_user",
+        abi::TEST_WRMSR_USER,
+        "WRMSR of an MSR routed to the VMM by an MSR filter",
+        Where::User,
+        Some(UserExit::Wrmsr),
+        false,
+        Platform::UserMsr,
+    ),
+    t(
+        "mov_from_cr8",
+        abi::TEST_MOV_FROM_CR8,
+        "MOV from CR8 (TPR)",
+        Where::Kernel,
+        None,
+        false,
+        Platform::Irqchip,
+    ),
+    t(
+        "mov_to_cr8",
+        abi::TEST_MOV_TO_CR8,
+        "MOV to CR8 (TPR, 0)",
+        Where::Kernel,
+        None,
+        false,
+        Platform::Irqchip,
+    ),
 ];
 
 /// Guest self-tests used by the integration tests; not benchmarks.
 pub const SELFTESTS: &[TestDef] = &[
-    TestDef { default: false, ..t("selftest_garbage", abi::TEST_SELFTEST_GARBAGE, "writes garbage into the shared page", Where::Nowhere, None, false, Platform::Irqchip) },
-    TestDef { default: false, ..t("selftest_triple_fault", abi::TEST_SELFTEST_TRIPLE_FAULT, "triple-faults", Where::Nowhere, None, false, Platform::Irqchip) },
-    TestDef { default: false, ..t("selftest_spin", abi::TEST_SELFTEST_SPIN, "spins without exiting", Where::Nowhere, None, false, Platform::Irqchip) },
-    TestDef { default: false, ..t("selftest_ud", abi::TEST_SELFTEST_UD, "executes ud2", Where::Nowhere, None, false, Platform::Irqchip) },
+    TestDef {
+        default: false,
+        ..t(
+            "selftest_garbage",
+            abi::TEST_SELFTEST_GARBAGE,
+            "writes garbage into the shared page",
+            Where::Nowhere,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
+    TestDef {
+        default: false,
+        ..t(
+            "selftest_triple_fault",
+            abi::TEST_SELFTEST_TRIPLE_FAULT,
+            "triple-faults",
+            Where::Nowhere,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
+    TestDef {
+        default: false,
+        ..t(
+            "selftest_spin",
+            abi::TEST_SELFTEST_SPIN,
+            "spins without exiting",
+            Where::Nowhere,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
+    TestDef {
+        default: false,
+        ..t(
+            "selftest_ud",
+            abi::TEST_SELFTEST_UD,
+            "executes ud2",
+            Where::Nowhere,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
 ];
 
 /// Finds a test (benchmark or self-test) by name.
@@ -165,7 +359,12 @@ mod tests {
     #[test]
     fn user_tests_name_their_exit() {
         for t in TESTS {
-            assert_eq!(t.expected == Where::User, t.user_exit.is_some(), "{}", t.name);
+            assert_eq!(
+                t.expected == Where::User,
+                t.user_exit.is_some(),
+                "{}",
+                t.name
+            );
         }
     }
 

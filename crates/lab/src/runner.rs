@@ -150,7 +150,8 @@ impl LabHook {
     }
 
     fn control(mem: &GuestMemoryMmap, field: u64) -> u64 {
-        mem.read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + field * 8)).unwrap_or(u64::MAX)
+        mem.read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + field * 8))
+            .unwrap_or(u64::MAX)
     }
 
     fn fail(&mut self, msg: String) -> Flow {
@@ -261,7 +262,9 @@ impl ExitHook for LabHook {
                     abi::GUEST_ERR_COUNTS => "samples, batch or warm-up out of range",
                     _ => "unknown reason",
                 };
-                self.fail(format!("the lab kernel refused its parameters: {why} (code {e})"))
+                self.fail(format!(
+                    "the lab kernel refused its parameters: {why} (code {e})"
+                ))
             }
             (v, stage) => self.fail(format!(
                 "guest protocol error: doorbell {v:#x} is not valid while {}",
@@ -306,8 +309,11 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
     }
     match def.platform {
         Platform::UserMsr => {
-            if !kvm.check_extension(Cap::X86UserSpaceMsr) || !kvm.check_extension(Cap::X86MsrFilter) {
-                return Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR / KVM_CAP_X86_MSR_FILTER".into());
+            if !kvm.check_extension(Cap::X86UserSpaceMsr) || !kvm.check_extension(Cap::X86MsrFilter)
+            {
+                return Some(
+                    "KVM lacks KVM_CAP_X86_USER_SPACE_MSR / KVM_CAP_X86_MSR_FILTER".into(),
+                );
             }
         }
         Platform::MmioIoeventfd => {
@@ -323,7 +329,10 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
         Platform::NoIrqchip => {}
     }
     if def.id == abi::TEST_CPUID_0XD {
-        match cpuid::supported(kvm).ok().and_then(cpuid::xsave_max_subleaf) {
+        match cpuid::supported(kvm)
+            .ok()
+            .and_then(cpuid::xsave_max_subleaf)
+        {
             Some(_) => {}
             None => return Some("the guest CPUID has no leaf 0xD (no XSAVE)".into()),
         }
@@ -350,7 +359,12 @@ fn vm_config(def: &TestDef) -> VmConfig {
     c
 }
 
-fn write_control(mem: &GuestMemoryMmap, def: &TestDef, p: &RunParams, arg0: u64) -> Result<(), String> {
+fn write_control(
+    mem: &GuestMemoryMmap,
+    def: &TestDef,
+    p: &RunParams,
+    arg0: u64,
+) -> Result<(), String> {
     let words = [
         abi::CONTROL_MAGIC,
         abi::ABI_VERSION,
@@ -427,7 +441,11 @@ pub fn run_test(
     m.tsc_khz = vcpu.tsc_khz();
     let progress = Arc::new(AtomicU64::new(0));
     let hook = LabHook::new(params.samples, progress.clone());
-    let run_loop = if params.bare { Loop::BarePioIn } else { Loop::Full };
+    let run_loop = if params.bare {
+        Loop::BarePioIn
+    } else {
+        Loop::Full
+    };
     let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
     let mut seen = 0;
     let mut last_change = Instant::now();
@@ -497,7 +515,10 @@ pub fn run_test(
                     }
                 }
             }
-            m.outcome = Outcome::Failed(format!("{msg}\nvCPU registers:\n{}", f.vcpu.dump_registers()));
+            m.outcome = Outcome::Failed(format!(
+                "{msg}\nvCPU registers:\n{}",
+                f.vcpu.dump_registers()
+            ));
         }
     }
     Ok(m)

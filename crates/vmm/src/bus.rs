@@ -89,7 +89,10 @@ impl Bus {
         }
     }
 
-    fn publish(&self, edit: impl FnOnce(&mut Vec<Range>) -> Result<(), BusError>) -> Result<(), BusError> {
+    fn publish(
+        &self,
+        edit: impl FnOnce(&mut Vec<Range>) -> Result<(), BusError>,
+    ) -> Result<(), BusError> {
         let mut guard = match self.current.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -148,7 +151,10 @@ impl Bus {
             let moved = ranges.remove(at);
             let len = moved.len;
             if new_base.checked_add(len - 1).is_none() {
-                return Err(BusError::InvalidRange { base: new_base, len });
+                return Err(BusError::InvalidRange {
+                    base: new_base,
+                    len,
+                });
             }
             let last = new_base + (len - 1);
             if let Some(o) = ranges
@@ -309,7 +315,14 @@ mod tests {
         assert_eq!(bus.len(), 3);
         let mut v = bus.view();
         let mut b = [0u8; 2];
-        for (addr, id) in [(0xf0, 2), (0xff, 2), (0x100, 1), (0x10f, 1), (0x110, 3), (0x11f, 3)] {
+        for (addr, id) in [
+            (0xf0, 2),
+            (0xff, 2),
+            (0x100, 1),
+            (0x10f, 1),
+            (0x110, 3),
+            (0x11f, 3),
+        ] {
             assert!(v.read(addr, &mut b));
             assert_eq!(b[0], id, "addr {addr:#x}");
         }
@@ -351,7 +364,10 @@ mod tests {
         let bus = Bus::new();
         bus.insert(probe(1), 0x0, 0x10).unwrap();
         bus.insert(probe(2), 0x100, 0x10).unwrap();
-        assert!(matches!(bus.relocate(0x100, 0x8), Err(BusError::Overlap { .. })));
+        assert!(matches!(
+            bus.relocate(0x100, 0x8),
+            Err(BusError::Overlap { .. })
+        ));
         let mut v = bus.view();
         let mut b = [0u8; 1];
         assert!(v.read(0x100, &mut b));

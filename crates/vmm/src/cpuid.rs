@@ -60,7 +60,8 @@ pub fn lookup(c: &CpuId, function: u32, index: u32) -> Option<(u32, u32, u32, u3
 pub fn xsave_max_subleaf(c: &CpuId) -> Option<u32> {
     let (eax0, _, _, edx0) = lookup(c, 0xd, 0)?;
     let (_, _, ecx1, edx1) = lookup(c, 0xd, 1).unwrap_or_default();
-    let mask = (u64::from(edx0) << 32 | u64::from(eax0)) | (u64::from(edx1) << 32 | u64::from(ecx1));
+    let mask =
+        (u64::from(edx0) << 32 | u64::from(eax0)) | (u64::from(edx1) << 32 | u64::from(ecx1));
     if mask == 0 {
         return None;
     }
@@ -125,7 +126,10 @@ mod tests {
 
     #[test]
     fn lookup_respects_index_only_when_significant() {
-        let c = table(&[entry(7, 0, 1, [1, 2, 3, 4]), entry(0x80000001, 0, 0, [5, 6, 7, 8])]);
+        let c = table(&[
+            entry(7, 0, 1, [1, 2, 3, 4]),
+            entry(0x80000001, 0, 0, [5, 6, 7, 8]),
+        ]);
         assert_eq!(lookup(&c, 7, 0), Some((1, 2, 3, 4)));
         assert_eq!(lookup(&c, 7, 1), None);
         assert_eq!(lookup(&c, 0x80000001, 5), Some((5, 6, 7, 8)));

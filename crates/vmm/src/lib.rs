@@ -5,8 +5,8 @@
 
 pub mod bus;
 pub mod cpuid;
-pub mod host;
 mod error;
+pub mod host;
 pub mod kvmstats;
 mod memory;
 pub mod regs;

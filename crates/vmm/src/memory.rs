@@ -16,11 +16,16 @@ pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>,
         .map(|&(base, len)| {
             usize::try_from(len)
                 .map(|l| (GuestAddress(base), l))
-                .map_err(|_| VmmError::Memory(format!("region of {len:#x} bytes does not fit this host")))
+                .map_err(|_| {
+                    VmmError::Memory(format!("region of {len:#x} bytes does not fit this host"))
+                })
         })
         .collect::<Result<_, _>>()?;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges)
-        .map_err(|e| VmmError::Memory(format!("cannot allocate guest RAM: {e}; ask for less with --mem")))?;
+    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(|e| {
+        VmmError::Memory(format!(
+            "cannot allocate guest RAM: {e}; ask for less with --mem"
+        ))
+    })?;
     for (slot, region) in mem.iter().enumerate() {
         let host = mem
             .get_host_address(region.start_addr())

@@ -1,7 +1,7 @@
 //! Initial register state and register dumps.
 
-use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
 use exitlab_boot::entry::{EntryState, Segment};
+use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 
 use crate::VmmError;
@@ -27,7 +27,9 @@ fn segment(s: Segment) -> kvm_segment {
 /// Sets segment, control and general registers for the first instruction, as the boot
 /// loader described them.
 pub fn apply(fd: &VcpuFd, entry: &EntryState) -> Result<(), VmmError> {
-    let mut sregs: kvm_sregs = fd.get_sregs().map_err(|e| VmmError::Kvm("KVM_GET_SREGS", e))?;
+    let mut sregs: kvm_sregs = fd
+        .get_sregs()
+        .map_err(|e| VmmError::Kvm("KVM_GET_SREGS", e))?;
     let code = segment(entry.code_segment());
     let data = segment(entry.data_segment());
     sregs.cs = code;
@@ -45,7 +47,8 @@ pub fn apply(fd: &VcpuFd, entry: &EntryState) -> Result<(), VmmError> {
     sregs.cr3 = entry.cr3();
     sregs.cr4 = entry.cr4();
     sregs.efer = entry.efer();
-    fd.set_sregs(&sregs).map_err(|e| VmmError::Kvm("KVM_SET_SREGS", e))?;
+    fd.set_sregs(&sregs)
+        .map_err(|e| VmmError::Kvm("KVM_SET_SREGS", e))?;
     let regs = kvm_regs {
         rip: entry.rip,
         rsp: entry.rsp,
@@ -55,7 +58,8 @@ pub fn apply(fd: &VcpuFd, entry: &EntryState) -> Result<(), VmmError> {
         rflags: entry.rflags | 0x2,
         ..Default::default()
     };
-    fd.set_regs(&regs).map_err(|e| VmmError::Kvm("KVM_SET_REGS", e))
+    fd.set_regs(&regs)
+        .map_err(|e| VmmError::Kvm("KVM_SET_REGS", e))
 }
 
 /// A human-readable dump of the general, segment and control registers.
@@ -69,8 +73,24 @@ pub fn dump(fd: &VcpuFd) -> String {
                  rsi={:#018x} rdi={:#018x} r8 ={:#018x} r9 ={:#018x}\n\
                  r10={:#018x} r11={:#018x} r12={:#018x} r13={:#018x}\n\
                  r14={:#018x} r15={:#018x}\n",
-                r.rip, r.rflags, r.rsp, r.rbp, r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.r8,
-                r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15
+                r.rip,
+                r.rflags,
+                r.rsp,
+                r.rbp,
+                r.rax,
+                r.rbx,
+                r.rcx,
+                r.rdx,
+                r.rsi,
+                r.rdi,
+                r.r8,
+                r.r9,
+                r.r10,
+                r.r11,
+                r.r12,
+                r.r13,
+                r.r14,
+                r.r15
             );
         }
         Err(e) => out += &format!("(general registers unavailable: {e})\n"),
@@ -81,9 +101,24 @@ pub fn dump(fd: &VcpuFd) -> String {
                 "cs={:#06x} (base {:#x} l={} db={} dpl={}) ss={:#06x} ds={:#06x}\n\
                  cr0={:#x} cr2={:#x} cr3={:#x} cr4={:#x} efer={:#x} apic_base={:#x}\n\
                  gdt={:#x}+{:#x} idt={:#x}+{:#x} tr={:#06x}",
-                s.cs.selector, s.cs.base, s.cs.l, s.cs.db, s.cs.dpl, s.ss.selector,
-                s.ds.selector, s.cr0, s.cr2, s.cr3, s.cr4, s.efer, s.apic_base, s.gdt.base,
-                s.gdt.limit, s.idt.base, s.idt.limit, s.tr.selector
+                s.cs.selector,
+                s.cs.base,
+                s.cs.l,
+                s.cs.db,
+                s.cs.dpl,
+                s.ss.selector,
+                s.ds.selector,
+                s.cr0,
+                s.cr2,
+                s.cr3,
+                s.cr4,
+                s.efer,
+                s.apic_base,
+                s.gdt.base,
+                s.gdt.limit,
+                s.idt.base,
+                s.idt.limit,
+                s.tr.selector
             );
         }
         Err(e) => out += &format!("(segment registers unavailable: {e})"),

@@ -135,7 +135,9 @@ pub fn internal_error(run: &kvm_bindings::kvm_run) -> (u32, Vec<u64>, Vec<u8>) {
         // which overlays `internal`; plain integers.
         let ef = unsafe { run.__bindgen_anon_1.emulation_failure };
         if ef.ndata >= 3
-            && ef.flags & u64::from(kvm_bindings::KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES) != 0
+            && ef.flags
+                & u64::from(kvm_bindings::KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES)
+                != 0
         {
             // SAFETY: the union has a single member (insn_size, insn_bytes), plain bytes.
             let bytes = unsafe { ef.__bindgen_anon_1.__bindgen_anon_1 };

@@ -50,7 +50,8 @@ pub fn spawn<H: ExitHook + Send + 'static>(
     pin: Option<usize>,
     run_loop: Loop,
 ) -> Result<VcpuThread<H>, VmmError> {
-    sys::install_kick_handler().map_err(|e| VmmError::Os("installing the vCPU kick signal handler", e))?;
+    sys::install_kick_handler()
+        .map_err(|e| VmmError::Os("installing the vCPU kick signal handler", e))?;
     let stop = vcpu.stop_flag();
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::Builder::new()

@@ -16,10 +16,10 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::bus::BusView;
 use crate::kvmstats::KvmStats;
 use crate::regs;
-use exitlab_boot::EntryState;
 use crate::sys::{self, StampPage};
 use crate::vm::UserMsr;
 use crate::VmmError;
+use exitlab_boot::EntryState;
 
 /// How a vCPU is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,7 +415,6 @@ impl Vcpu {
 
     fn run_loop(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
         let doorbell = self.config.doorbell_port;
-        let hlt_resumes = self.config.hlt == HltPolicy::Resume;
         // The first entry has no exit before it: nothing is published for it.
         let mut prev_return: Option<u64> = None;
         loop {
@@ -426,124 +425,165 @@ impl Vcpu {
             let result = self.fd.run();
             let t_return = sys::rdtscp();
             prev_return = Some(t_return);
-            let exit = match result {
-                Ok(e) => e,
-                Err(e) => {
-                    if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN {
-                        self.counts.intr += 1;
-                        self.fd.set_kvm_immediate_exit(0);
-                        if self.stop.load(Ordering::Acquire) {
-                            return VcpuStop::Kicked;
-                        }
-                        continue;
-                    }
-                    return VcpuStop::RunError(std::io::Error::from_raw_os_error(e.errno()));
-                }
-            };
-            // Handle the exit in place; `exit` borrows the kvm_run mapping.
-            let outcome: Option<VcpuStop> = match exit {
-                VcpuExit::IoIn(port, data) => {
+            // The four device exits are handled inline and go straight back to the guest;
+            // everything else takes the out-of-line path.
+            let slow = match result {
+                Ok(VcpuExit::IoIn(port, data)) => {
                     self.counts.io_in += 1;
                     if !self.pio.read(u64::from(port), data) {
                         data.fill(OPEN_BUS);
                     }
-                    None
+                    continue;
                 }
-                VcpuExit::IoOut(port, data) => {
-                    if Some(port) == doorbell {
-                        self.counts.doorbell += 1;
-                        let mut v = [0u8; 4];
-                        let n = data.len().min(4);
-                        v[..n].copy_from_slice(&data[..n]);
-                        let ctx = DoorbellCtx {
-                            vcpu_id: self.config.id,
-                            value: u32::from_le_bytes(v),
-                            mem: &self.mem,
-                            counts: &self.counts,
-                            stats: self.stats.as_ref(),
-                        };
-                        match hook.doorbell(&ctx) {
-                            Flow::Continue => None,
-                            Flow::Stop(c) => Some(VcpuStop::Hook(c)),
-                        }
-                    } else {
-                        self.counts.io_out += 1;
-                        match self.pio.write(u64::from(port), data) {
-                            None | Some(IoAction::Continue) => None,
-                            Some(IoAction::Exit(v)) => Some(VcpuStop::DebugExit(v)),
-                            Some(IoAction::Reset) => Some(VcpuStop::Reset),
-                        }
-                    }
-                }
-                VcpuExit::MmioRead(addr, data) => {
+                Ok(VcpuExit::MmioRead(addr, data)) => {
                     self.counts.mmio_read += 1;
                     if !self.mmio.read(addr, data) {
                         data.fill(OPEN_BUS);
                     }
-                    None
+                    continue;
                 }
-                VcpuExit::MmioWrite(addr, data) => {
+                Ok(VcpuExit::IoOut(port, data)) if Some(port) != doorbell => {
+                    self.counts.io_out += 1;
+                    match self.pio.write(u64::from(port), data) {
+                        None | Some(IoAction::Continue) => continue,
+                        Some(a) => Slow::Stop(device_stop(a)),
+                    }
+                }
+                Ok(VcpuExit::MmioWrite(addr, data)) => {
                     self.counts.mmio_write += 1;
                     match self.mmio.write(addr, data) {
-                        None | Some(IoAction::Continue) => None,
-                        Some(IoAction::Exit(v)) => Some(VcpuStop::DebugExit(v)),
-                        Some(IoAction::Reset) => Some(VcpuStop::Reset),
+                        None | Some(IoAction::Continue) => continue,
+                        Some(a) => Slow::Stop(device_stop(a)),
                     }
                 }
-                VcpuExit::Hlt => {
-                    self.counts.hlt += 1;
-                    if hlt_resumes {
-                        None
-                    } else {
-                        Some(VcpuStop::Halted)
+                Ok(VcpuExit::IoOut(_, data)) => {
+                    self.counts.doorbell += 1;
+                    let mut v = [0u8; 4];
+                    let n = data.len().min(4);
+                    v[..n].copy_from_slice(&data[..n]);
+                    let ctx = DoorbellCtx {
+                        vcpu_id: self.config.id,
+                        value: u32::from_le_bytes(v),
+                        mem: &self.mem,
+                        counts: &self.counts,
+                        stats: self.stats.as_ref(),
+                    };
+                    match hook.doorbell(&ctx) {
+                        Flow::Continue => continue,
+                        Flow::Stop(c) => Slow::Stop(VcpuStop::Hook(c)),
                     }
                 }
-                VcpuExit::X86Rdmsr(m) => {
-                    self.counts.rdmsr += 1;
-                    match self.user_msrs.iter().find(|u| u.index == m.index) {
-                        Some(u) => *m.data = u.read_value,
-                        None => *m.error = 1,
-                    }
-                    None
-                }
-                VcpuExit::X86Wrmsr(m) => {
-                    self.counts.wrmsr += 1;
-                    if !self.user_msrs.iter().any(|u| u.index == m.index) {
-                        *m.error = 1;
-                    }
-                    None
-                }
-                VcpuExit::Intr => {
-                    self.counts.intr += 1;
-                    if self.stop.load(Ordering::Acquire) {
-                        Some(VcpuStop::Kicked)
-                    } else {
-                        None
-                    }
-                }
-                VcpuExit::Shutdown => Some(VcpuStop::Shutdown),
-                VcpuExit::FailEntry(reason, cpu) => Some(VcpuStop::FailEntry { reason, cpu }),
-                VcpuExit::InternalError => {
+                other => slow_exit(
+                    other,
+                    &mut self.counts,
+                    &self.user_msrs,
+                    &self.stop,
+                    self.config.hlt,
+                ),
+            };
+            match slow {
+                Slow::Continue => {}
+                Slow::Stop(s) => return s,
+                Slow::InternalError => {
                     let (suberror, data, insn) = sys::internal_error(self.fd.get_kvm_run());
-                    Some(VcpuStop::InternalError {
+                    return VcpuStop::InternalError {
                         suberror,
                         data,
                         insn,
-                    })
+                    };
                 }
-                VcpuExit::SystemEvent(kind, _) => Some(match kind {
-                    kvm_bindings::KVM_SYSTEM_EVENT_RESET => VcpuStop::Reset,
-                    kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => VcpuStop::Shutdown,
-                    other => VcpuStop::Unexpected(format!("system event {other}")),
-                }),
-                other => {
-                    self.counts.other += 1;
-                    Some(VcpuStop::Unexpected(format!("{other:?}")))
+                Slow::Interrupted => {
+                    self.fd.set_kvm_immediate_exit(0);
+                    if self.stop.load(Ordering::Acquire) {
+                        return VcpuStop::Kicked;
+                    }
                 }
-            };
-            if let Some(s) = outcome {
-                return s;
             }
+        }
+    }
+}
+
+/// What the out-of-line exit path decided.
+enum Slow {
+    Continue,
+    Stop(VcpuStop),
+    InternalError,
+    Interrupted,
+}
+
+fn device_stop(a: IoAction) -> VcpuStop {
+    match a {
+        IoAction::Exit(v) => VcpuStop::DebugExit(v),
+        IoAction::Reset => VcpuStop::Reset,
+        IoAction::Continue => VcpuStop::Unexpected("device asked to continue".into()),
+    }
+}
+
+/// The exits that are not device accesses: HLT, MSRs routed to userspace, signals,
+/// shutdown and failures. Kept out of line so the device path stays short.
+#[cold]
+#[inline(never)]
+fn slow_exit(
+    exit: Result<VcpuExit<'_>, kvm_ioctls::Error>,
+    counts: &mut ExitCounts,
+    user_msrs: &[UserMsr],
+    stop: &AtomicBool,
+    hlt: HltPolicy,
+) -> Slow {
+    let exit = match exit {
+        Ok(e) => e,
+        Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+            counts.intr += 1;
+            return Slow::Interrupted;
+        }
+        Err(e) => {
+            return Slow::Stop(VcpuStop::RunError(std::io::Error::from_raw_os_error(
+                e.errno(),
+            )))
+        }
+    };
+    match exit {
+        VcpuExit::Hlt => {
+            counts.hlt += 1;
+            match hlt {
+                HltPolicy::Resume => Slow::Continue,
+                HltPolicy::Stop => Slow::Stop(VcpuStop::Halted),
+            }
+        }
+        VcpuExit::X86Rdmsr(m) => {
+            counts.rdmsr += 1;
+            match user_msrs.iter().find(|u| u.index == m.index) {
+                Some(u) => *m.data = u.read_value,
+                None => *m.error = 1,
+            }
+            Slow::Continue
+        }
+        VcpuExit::X86Wrmsr(m) => {
+            counts.wrmsr += 1;
+            if !user_msrs.iter().any(|u| u.index == m.index) {
+                *m.error = 1;
+            }
+            Slow::Continue
+        }
+        VcpuExit::Intr => {
+            counts.intr += 1;
+            if stop.load(Ordering::Acquire) {
+                Slow::Stop(VcpuStop::Kicked)
+            } else {
+                Slow::Continue
+            }
+        }
+        VcpuExit::Shutdown => Slow::Stop(VcpuStop::Shutdown),
+        VcpuExit::FailEntry(reason, cpu) => Slow::Stop(VcpuStop::FailEntry { reason, cpu }),
+        VcpuExit::InternalError => Slow::InternalError,
+        VcpuExit::SystemEvent(kind, _) => Slow::Stop(match kind {
+            kvm_bindings::KVM_SYSTEM_EVENT_RESET => VcpuStop::Reset,
+            kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => VcpuStop::Shutdown,
+            other => VcpuStop::Unexpected(format!("system event {other}")),
+        }),
+        other => {
+            counts.other += 1;
+            Slow::Stop(VcpuStop::Unexpected(format!("{other:?}")))
         }
     }
 }

@@ -112,15 +112,20 @@ impl Vm {
             return Err(VmmError::Config("a VM needs at least one vCPU".into()));
         }
         if config.pit && !config.irqchip {
-            return Err(VmmError::Config("the in-kernel PIT needs the in-kernel irqchip".into()));
+            return Err(VmmError::Config(
+                "the in-kernel PIT needs the in-kernel irqchip".into(),
+            ));
         }
-        let fd = kvm.create_vm().map_err(|e| VmmError::Kvm("KVM_CREATE_VM", e))?;
+        let fd = kvm
+            .create_vm()
+            .map_err(|e| VmmError::Kvm("KVM_CREATE_VM", e))?;
         // Intel VMX needs these three pages below 4 GiB for real-mode emulation; they sit
         // in the PCI hole, away from RAM. Other hosts accept and ignore them.
         let _ = fd.set_tss_address(0xfffb_d000);
         let _ = fd.set_identity_map_address(0xfffb_c000);
         if config.disable_exits != 0 {
-            let supported = fd.check_extension_raw(kvm_bindings::KVM_CAP_X86_DISABLE_EXITS.into()) as u32;
+            let supported =
+                fd.check_extension_raw(kvm_bindings::KVM_CAP_X86_DISABLE_EXITS.into()) as u32;
             if supported & config.disable_exits != config.disable_exits {
                 return Err(VmmError::MissingCap(
                     "KVM_CAP_X86_DISABLE_EXITS for the requested exits",
@@ -136,14 +141,16 @@ impl Vm {
                 .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
         }
         if config.irqchip {
-            fd.create_irq_chip().map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
+            fd.create_irq_chip()
+                .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
         }
         if config.pit {
             let pit = kvm_pit_config {
                 flags: KVM_PIT_SPEAKER_DUMMY,
                 ..Default::default()
             };
-            fd.create_pit2(pit).map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
+            fd.create_pit2(pit)
+                .map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
         }
         if !config.user_msrs.is_empty() {
             Self::route_msrs(&fd, &config.user_msrs)?;
@@ -238,9 +245,13 @@ impl Vm {
         datamatch: Option<u64>,
     ) -> Result<EventFd, VmmError> {
         if !self.fd.check_extension(Cap::Ioeventfd) {
-            return Err(VmmError::MissingCap("KVM_CAP_IOEVENTFD", "kernel-absorbed writes are unavailable"));
+            return Err(VmmError::MissingCap(
+                "KVM_CAP_IOEVENTFD",
+                "kernel-absorbed writes are unavailable",
+            ));
         }
-        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
+        let evt =
+            EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
         let a = match space {
             IoSpace::Pio => IoEventAddress::Pio(addr),
             IoSpace::Mmio => IoEventAddress::Mmio(addr),
@@ -252,11 +263,15 @@ impl Vm {
             (Some(v), 4) => self.fd.register_ioevent(&evt, &a, v as u32),
             (Some(v), 8) => self.fd.register_ioevent(&evt, &a, v),
             (Some(_), l) => {
-                return Err(VmmError::Config(format!("ioeventfd length {l} is not 1, 2, 4 or 8")))
+                return Err(VmmError::Config(format!(
+                    "ioeventfd length {l} is not 1, 2, 4 or 8"
+                )))
             }
         };
         r.map_err(|e| VmmError::Kvm("KVM_IOEVENTFD", e))?;
-        let ret = evt.try_clone().map_err(|e| VmmError::Os("eventfd dup", e.into()))?;
+        let ret = evt
+            .try_clone()
+            .map_err(|e| VmmError::Os("eventfd dup", e.into()))?;
         self.ioevents.push(evt);
         Ok(ret)
     }
@@ -274,7 +289,8 @@ impl Vm {
             .create_vcpu(config.id.into())
             .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
         let table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
-        fd.set_cpuid2(&table).map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
+        fd.set_cpuid2(&table)
+            .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
         Vcpu::new(
             fd,
             config,

@@ -1,0 +1,217 @@
+//! Integration tests that boot the lab kernel in real VMs through /dev/kvm.
+//!
+//! They need a usable /dev/kvm and fail without one (CI=true or not): a missing KVM is
+//! reported by the first test with the reason.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use exitlab_lab::analysis::{self, Baseline};
+use exitlab_lab::catalogue::{self, Where};
+use exitlab_lab::results::{Handling, TestStatus};
+use exitlab_lab::runner::{self, Outcome, RunParams};
+
+fn kvm() -> Arc<kvm_ioctls::Kvm> {
+    match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
+        Err(e) => panic!("these tests need a usable /dev/kvm: {e}"),
+    }
+}
+
+fn params(samples: u64, batch: u64) -> RunParams {
+    RunParams {
+        ring: 0,
+        samples,
+        batch,
+        warmup: 10,
+        timeout: Duration::from_secs(3),
+        pin: None,
+        bare: false,
+    }
+}
+
+fn host_is_paravirtual() -> bool {
+    exitlab_vmm::host::probe().is_nested_or_paravirtual()
+}
+
+#[test]
+fn every_default_test_runs_with_plausible_samples_and_exact_exit_counts() {
+    let kvm = kvm();
+    let pv = host_is_paravirtual();
+    let mut base = Baseline::default();
+    for def in catalogue::default_suite() {
+        let p = params(300, 1);
+        let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+        if def.name == "vmcall" && pv {
+            // On this kind of host a ring-0 hypercall never completes: the run must end
+            // by its timeout, reported as such, not hang or fail otherwise.
+            match &m.outcome {
+                Outcome::Completed => {}
+                Outcome::DidNotComplete(r) => {
+                    assert!(r.contains("no progress"), "{r}");
+                    continue;
+                }
+                other => panic!("vmcall: {other:?}"),
+            }
+        }
+        assert_eq!(m.outcome, Outcome::Completed, "{}", def.name);
+        assert_eq!(m.samples.len(), 300, "{}", def.name);
+        let r = analysis::analyse(&m, &base, 1_000_000, false);
+        assert_eq!(r.status, TestStatus::Ok, "{}", def.name);
+        let c = r.cycles.as_ref().unwrap();
+        assert!(c.min > 0.0 && c.max.is_finite(), "{}: {c:?}", def.name);
+        let check = r.exit_check.as_ref().unwrap();
+        assert!(check.passed, "{}: {}", def.name, check.detail);
+        if def.expected == Where::User {
+            assert_eq!(check.observed_user_exits, 310, "{}", def.name);
+            assert_eq!(r.handled, Some(Handling::User), "{}", def.name);
+            // Every sample saw exactly one userspace exit, with ordered host stamps.
+            assert!(m.samples.iter().all(|s| s.seq_delta == 1), "{}", def.name);
+            assert!(r.userspace_share.is_some(), "{}", def.name);
+        } else {
+            assert_eq!(check.observed_user_exits, 0, "{}", def.name);
+            assert!(m.samples.iter().all(|s| s.seq_delta == 0), "{}", def.name);
+            assert_ne!(r.handled, Some(Handling::User), "{}", def.name);
+        }
+        if def.name == "loop_overhead" {
+            base.loop_median = Some(c.median);
+        }
+    }
+}
+
+#[test]
+fn batches_larger_than_one_ring_are_reassembled() {
+    let kvm = kvm();
+    let def = catalogue::find("outl_to_user").unwrap();
+    // More samples than one ring holds: at least one BATCH doorbell plus DONE.
+    let n = exitlab_guest::abi::SAMPLES_PER_BATCH + 100;
+    let mut p = params(n, 1);
+    p.ring = 3; // ring 3 runs the loop natively on hosts that emulate ring 0
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    assert_eq!(m.outcome, Outcome::Completed);
+    assert_eq!(m.samples.len() as u64, n);
+    assert_eq!(m.doorbells, 2);
+    assert_eq!(m.counts.io_out, n + 10);
+    assert_eq!(m.counts.doorbell, 2);
+}
+
+#[test]
+fn batch_of_iterations_gives_batch_exits_per_sample() {
+    let kvm = kvm();
+    let def = catalogue::find("mmio_read_user").unwrap();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(50, 7)).unwrap();
+    assert_eq!(m.outcome, Outcome::Completed);
+    assert!(m.samples.iter().all(|s| s.seq_delta == 7));
+    assert_eq!(m.counts.mmio_read, 10 + 50 * 7);
+    let check = analysis::exit_check(&m);
+    assert!(check.passed, "{}", check.detail);
+}
+
+#[test]
+fn ring3_refuses_privileged_instructions_as_skipped() {
+    let kvm = kvm();
+    let def = catalogue::find("rdmsr_user").unwrap();
+    let mut p = params(10, 1);
+    p.ring = 3;
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    match m.outcome {
+        Outcome::Skipped(r) => assert!(r.contains("ring 0"), "{r}"),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn garbage_in_the_shared_page_is_a_protocol_error() {
+    let kvm = kvm();
+    let def = catalogue::find("selftest_garbage").unwrap();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(10, 1)).unwrap();
+    match m.outcome {
+        Outcome::Failed(r) => {
+            assert!(r.contains("guest protocol error"), "{r}");
+            assert!(r.contains("exceeds the ring"), "{r}");
+            assert!(r.contains("rip="), "registers missing: {r}");
+        }
+        o => panic!("{o:?}"),
+    }
+    assert!(m.samples.is_empty());
+}
+
+#[test]
+fn triple_fault_is_reported_with_registers() {
+    let kvm = kvm();
+    let def = catalogue::find("selftest_triple_fault").unwrap();
+    let t = Instant::now();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(10, 1)).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(3));
+    match m.outcome {
+        Outcome::Failed(r) => {
+            assert!(r.contains("shut down"), "{r}");
+            assert!(r.contains("rip="), "{r}");
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn guest_exception_is_reported_with_vector_and_rip() {
+    let kvm = kvm();
+    let def = catalogue::find("selftest_ud").unwrap();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(10, 1)).unwrap();
+    match m.outcome {
+        Outcome::Failed(r) => assert!(r.contains("vector 6 (#UD)"), "{r}"),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn spinning_guest_is_stopped_after_its_timeout() {
+    let kvm = kvm();
+    let def = catalogue::find("selftest_spin").unwrap();
+    let mut p = params(10, 1);
+    p.timeout = Duration::from_millis(700);
+    let t = Instant::now();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(700), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    match m.outcome {
+        Outcome::DidNotComplete(r) => {
+            assert!(r.contains("no progress for 0.7 s"), "{r}");
+            assert!(r.contains("rip="), "{r}");
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn phases_add_up_to_the_round_trip() {
+    let kvm = kvm();
+    let def = catalogue::find("inl_from_user").unwrap();
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(200, 1)).unwrap();
+    assert_eq!(m.outcome, Outcome::Completed);
+    let off = m
+        .tsc_offset
+        .expect("KVM_VCPU_TSC_OFFSET is needed for the phase breakdown");
+    let (e, h, n) = analysis::phase_values(&m.samples, off);
+    // On a host whose TSC offset is exact, every sample has ordered stamps.
+    assert_eq!(e.len(), 200);
+    for (i, s) in m.samples.iter().enumerate() {
+        let total = (s.g_end - s.g_start) as f64;
+        assert_eq!(e[i] + h[i] + n[i], total);
+    }
+    let r = analysis::analyse(&m, &Baseline::default(), 1_000_000, false);
+    assert!(r.phases.is_some());
+}
+
+#[test]
+fn bare_loop_answers_the_same_port_reads() {
+    let kvm = kvm();
+    let def = catalogue::find("inl_from_user").unwrap();
+    let mut p = params(100, 1);
+    p.bare = true;
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    assert_eq!(m.outcome, Outcome::Completed);
+    assert!(m.samples.iter().all(|s| s.seq_delta == 1));
+    // The bare loop keeps no per-reason accounting: only the doorbells are counted.
+    assert_eq!(m.counts.io_in, 0);
+}
