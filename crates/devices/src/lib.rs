@@ -127,13 +127,6 @@ pub(crate) fn le_value(data: &[u8]) -> u64 {
         .fold(0u64, |acc, (i, b)| acc | (u64::from(*b) << (8 * i)))
 }
 
-/// Store `value` little-endian into `data`; bytes past the eighth read as zero.
-pub(crate) fn fill_le(data: &mut [u8], value: u64) {
-    for (i, b) in data.iter_mut().enumerate() {
-        *b = if i < 8 { (value >> (8 * i)) as u8 } else { 0 };
-    }
-}
-
 /// Test helpers shared by the device modules.
 #[cfg(test)]
 pub(crate) mod test_util {
@@ -166,7 +159,7 @@ mod tests {
 
     impl BusDevice for Recorder {
         fn read(&self, offset: u64, data: &mut [u8]) {
-            fill_le(data, offset);
+            data.fill(offset as u8);
         }
         fn write(&self, offset: u64, _data: &[u8]) -> IoAction {
             if let Ok(mut v) = self.0.lock() {
@@ -177,15 +170,9 @@ mod tests {
     }
 
     #[test]
-    fn le_helpers_round_trip() {
-        let mut buf = [0u8; 4];
-        fill_le(&mut buf, 0x1122_3344);
-        assert_eq!(buf, [0x44, 0x33, 0x22, 0x11]);
-        assert_eq!(le_value(&buf), 0x1122_3344);
-        let mut wide = [0xAAu8; 10];
-        fill_le(&mut wide, u64::MAX);
-        assert_eq!(&wide[8..], &[0, 0]);
-        assert_eq!(le_value(&wide), u64::MAX);
+    fn le_value_reads_little_endian() {
+        assert_eq!(le_value(&[0x44, 0x33, 0x22, 0x11]), 0x1122_3344);
+        assert_eq!(le_value(&[0xFF; 10]), u64::MAX);
         assert_eq!(le_value(&[]), 0);
     }
 
