@@ -68,8 +68,30 @@ fn list_names_every_test() {
     let o = exitlab(&["bench", "--list"]);
     assert_eq!(o.status.code(), Some(0));
     let s = stdout(&o);
-    for name in ["loop_overhead", "cpuid", "cpuid_0xd", "vmcall", "hlt", "inl_from_kernel", "outl_to_kernel", "inl_from_user", "outl_to_user", "mmio_read_user", "mmio_write_user", "mmio_write_ioeventfd", "rd_tsc_adjust_msr", "wr_tsc_adjust_msr", "rdmsr_user", "wrmsr_user", "mov_from_cr8", "mov_to_cr8"] {
-        assert!(s.lines().any(|l| l.starts_with(name)), "{name} missing from:\n{s}");
+    for name in [
+        "loop_overhead",
+        "cpuid",
+        "cpuid_0xd",
+        "vmcall",
+        "hlt",
+        "inl_from_kernel",
+        "outl_to_kernel",
+        "inl_from_user",
+        "outl_to_user",
+        "mmio_read_user",
+        "mmio_write_user",
+        "mmio_write_ioeventfd",
+        "rd_tsc_adjust_msr",
+        "wr_tsc_adjust_msr",
+        "rdmsr_user",
+        "wrmsr_user",
+        "mov_from_cr8",
+        "mov_to_cr8",
+    ] {
+        assert!(
+            s.lines().any(|l| l.starts_with(name)),
+            "{name} missing from:\n{s}"
+        );
     }
 }
 
@@ -94,8 +116,17 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     let b = dir.join("b.json");
     for p in [&a, &b] {
         let o = exitlab(&[
-            "bench", "--tests", "cpuid,outl_to_user", "--samples", "100", "--ring", "3", "--raw",
-            "--no-overhead", "--json", p.to_str().unwrap(),
+            "bench",
+            "--tests",
+            "cpuid,outl_to_user",
+            "--samples",
+            "100",
+            "--ring",
+            "3",
+            "--raw",
+            "--no-overhead",
+            "--json",
+            p.to_str().unwrap(),
         ]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let out = stdout(&o);
@@ -111,7 +142,10 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     let outl = tests.iter().find(|t| t["name"] == "outl_to_user").unwrap();
     assert_eq!(outl["raw_samples"].as_array().unwrap().len(), 100);
     assert_eq!(outl["exit_check"]["passed"], true);
-    assert_eq!(outl["exits"]["io_out"], 300, "100 samples + 200 warm-up iterations");
+    assert_eq!(
+        outl["exits"]["io_out"], 300,
+        "100 samples + 200 warm-up iterations"
+    );
     let r = exitlab(&["report", a.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0));
     assert!(stdout(&r).contains("outl_to_user"));

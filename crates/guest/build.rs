@@ -434,7 +434,8 @@ fn generate_abi(abi_text: &str) -> Result<(String, String), String> {
                 h_prev_reenter,
                 h_return,
                 h_reenter,
-                seq_delta
+                seq_delta,
+                g_loop
             ]
         ),
     ];

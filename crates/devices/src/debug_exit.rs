@@ -18,7 +18,9 @@ impl DebugExit {
         Self
     }
 
-    /// The process exit status QEMU reports for a guest write of `value`.
+    /// The process exit status QEMU reports for a guest write of `value`:
+    /// `(value << 1) | 1`, with bits shifted past bit 31 dropped (the operating
+    /// system keeps only the low 8 bits of an exit status anyway).
     pub fn exit_status(value: u32) -> i32 {
         ((value << 1) | 1) as i32
     }

@@ -160,7 +160,8 @@ fn size_u32(name: &str, len: usize) -> Result<u32, FwCfgError> {
 
 impl FwCfg {
     /// A device with the signature, the interface id, the RAM size (`ram_size` bytes),
-    /// `cpus` boot CPUs and at most `max_cpus` CPUs, and an empty file directory.
+    /// `cpus` boot CPUs and at most `max_cpus` CPUs (raised to `cpus` if lower), and an
+    /// empty file directory.
     pub fn new(ram_size: u64, cpus: u16, max_cpus: u16) -> Self {
         let mut s = Self {
             items: BTreeMap::new(),

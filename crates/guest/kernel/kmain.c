@@ -85,7 +85,7 @@ static void __attribute__((noreturn)) spin(void)
 /* Stores one sample at `idx`; hands the ring over when it is full. Returns the next index. */
 static uint64_t store_sample(uint64_t idx, uint64_t g_start, uint64_t g_end,
                              uint64_t prev_reenter, uint64_t h_return, uint64_t h_reenter,
-                             uint64_t seq_delta)
+                             uint64_t seq_delta, uint64_t g_loop)
 {
     volatile struct sample *s = &SAMPLES[idx];
     s->g_start = g_start;
@@ -94,6 +94,7 @@ static uint64_t store_sample(uint64_t idx, uint64_t g_start, uint64_t g_end,
     s->h_return = h_return;
     s->h_reenter = h_reenter;
     s->seq_delta = seq_delta;
+    s->g_loop = g_loop;
     idx++;
     if (idx == SAMPLES_PER_BATCH) {
         CONTROL->batch_count = idx;
@@ -128,6 +129,9 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
         REPEAT(params.warmup, __VA_ARGS__);                                    \
         uint64_t idx = 0;                                                      \
         for (uint64_t s_ = samples; s_ != 0; s_--) {                           \
+            const uint64_t l_start = tsc_begin();                              \
+            REPEAT(batch, __asm__ volatile("" : : : "memory"));                \
+            const uint64_t g_loop = tsc_end() - l_start;                       \
             const uint64_t seq_before = STAMPS->seq;                           \
             const uint64_t prev_reenter = STAMPS->t_reenter;                   \
             const uint64_t g_start = tsc_begin();                              \
@@ -137,7 +141,7 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
             const uint64_t h_return = STAMPS->t_return;                        \
             const uint64_t h_reenter = STAMPS->t_reenter;                      \
             idx = store_sample(idx, g_start, g_end, prev_reenter, h_return,    \
-                               h_reenter, seq_after - seq_before);             \
+                               h_reenter, seq_after - seq_before, g_loop);     \
         }                                                                      \
         finish(idx);                                                           \
     }

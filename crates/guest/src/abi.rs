@@ -15,7 +15,7 @@
 //   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
 
 /// Version of this contract; the guest refuses to run against another one.
-pub const ABI_VERSION: u64 = 1;
+pub const ABI_VERSION: u64 = 2;
 /// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
 pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
 
@@ -177,7 +177,10 @@ pub struct Sample {
     pub h_reenter: u64,
     /// `Stamps::seq` after the sample minus before it: userspace exits during the sample.
     pub seq_delta: u64,
+    /// Cycles of `batch` iterations of the empty loop, measured the same way just before
+    /// the sample: a paired loop overhead, immune to the host drifting between tests.
+    pub g_loop: u64,
 }
 
 /// Size in bytes of one `Sample` record.
-pub const SAMPLE_BYTES: u64 = 48;
+pub const SAMPLE_BYTES: u64 = 56;

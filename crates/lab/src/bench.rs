@@ -77,6 +77,7 @@ pub fn run(
     let mut results = Vec::with_capacity(tests.len());
     let mut base = Baseline::default();
     let mut tsc_khz: Option<(u64, String)> = None;
+    let mut uncounted = Vec::new();
     for def in &tests {
         progress(Progress::Start(def.name));
         let m = runner::run_test(kvm, image, def, opts.params)?;
@@ -98,10 +99,20 @@ pub fn run(
             base.loop_kvm_exits_per_iter = m.kvm_exits.map(|k| k as f64 / iterations);
         }
         progress(Progress::Done(def.name, &r.status));
+        if m.outcome == Outcome::Completed && analysis::kernel_exits_uncounted(&m, &base) {
+            uncounted.push(def.name);
+        }
         results.push(r);
         measurements.push(m);
     }
     let mut notes = notes;
+    if !uncounted.is_empty() {
+        notes.push(format!(
+            "KVM's exit counter did not count the exits of {} ({}): KVM handled them without a counted VM exit (a host that emulates guest ring 0, or handles these instructions on a fast path, does this); no userspace exit happened",
+            uncounted.join(", "),
+            if opts.params.ring == 0 { "ring 0" } else { "ring 3" }
+        ));
+    }
     let vmm_overhead = if opts.overhead {
         let r = overhead(kvm, image, opts, &measurements, progress)?;
         if let Err(why) = &r {

@@ -194,6 +194,7 @@ impl LabHook {
                 h_return: w(3),
                 h_reenter: w(4),
                 seq_delta: w(5),
+                g_loop: w(6),
             });
         }
         Ok(())
