@@ -40,6 +40,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Boot a kernel (multiboot, PVH ELF, Linux bzImage or vmlinux) on exitlab's PC platform.
+    Run(RunArgs),
     /// Compare two results files (before, after).
     Compare {
         /// Results file of the baseline run.
@@ -55,6 +57,39 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Kernel image.
+    kernel: PathBuf,
+    /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd).
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, visible_alias = "append", default_value = "")]
+    cmdline: String,
+    /// Number of vCPUs.
+    #[arg(long, visible_alias = "smp", default_value_t = 1)]
+    cpus: u32,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 128)]
+    mem: u64,
+    /// Stop the guest after this many seconds (exit code 124); 0 = no limit.
+    #[arg(long, default_value_t = 0.0)]
+    timeout: f64,
+    /// Serial console: stdio, file:PATH or none.
+    #[arg(long, default_value = "stdio")]
+    serial: String,
+    /// Print the exits by reason at the end.
+    #[arg(long)]
+    exit_stats: bool,
+    /// Enter an ELF vmlinux at its 64-bit entry point instead of its PVH entry.
+    #[arg(long)]
+    no_pvh: bool,
+    /// Say what was detected and how long setup took.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -94,7 +129,25 @@ struct BenchArgs {
     no_overhead: bool,
 }
 
-fn usage_error(msg: impl std::fmt::Display) -> i32 {
+impl From<RunArgs> for crate::run::RunOptions {
+    fn from(a: RunArgs) -> Self {
+        crate::run::RunOptions {
+            kernel: a.kernel,
+            initrd: a.initrd,
+            cmdline: a.cmdline,
+            cpus: a.cpus,
+            mem_mib: a.mem,
+            timeout: a.timeout,
+            serial: a.serial,
+            exit_stats: a.exit_stats,
+            prefer_pvh: !a.no_pvh,
+            verbose: a.verbose,
+        }
+    }
+}
+
+/// Prints `msg` as exitlab's error and returns the bad-input exit code.
+pub fn usage_error(msg: impl std::fmt::Display) -> i32 {
     eprintln!("exitlab: {msg}");
     EXIT_USAGE
 }
@@ -112,6 +165,7 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Bench(a) => bench_cmd(a),
         Command::Host { json } => host_cmd(json),
+        Command::Run(a) => crate::run::run_cmd(a.into()),
         Command::Compare { before, after } => {
             let b = match results::read(&before) {
                 Ok(r) => r,

@@ -8,6 +8,7 @@ pub mod cpuid;
 mod error;
 pub mod host;
 pub mod kvmstats;
+pub mod machine;
 mod memory;
 pub mod regs;
 pub mod sys;

@@ -18,8 +18,48 @@ mod nr {
     const KVMIO: u32 = 0xAE;
     ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
+    ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_bindings::kvm_ioeventfd);
 }
-use nr::{KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD};
+use nr::{KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD};
+
+/// Assigns (or with `deassign`, removes) an ioeventfd with any combination of length
+/// and datamatch, which kvm-ioctls' typed wrapper cannot express (a port doorbell of
+/// width 1 that matches any value, for one).
+pub fn ioeventfd(
+    vm: &kvm_ioctls::VmFd,
+    eventfd: &vmm_sys_util::eventfd::EventFd,
+    pio: bool,
+    addr: u64,
+    len: u32,
+    datamatch: Option<u64>,
+    deassign: bool,
+) -> std::io::Result<()> {
+    let mut flags = 0u32;
+    if datamatch.is_some() {
+        flags |= 1 << kvm_bindings::kvm_ioeventfd_flag_nr_datamatch;
+    }
+    if pio {
+        flags |= 1 << kvm_bindings::kvm_ioeventfd_flag_nr_pio;
+    }
+    if deassign {
+        flags |= 1 << kvm_bindings::kvm_ioeventfd_flag_nr_deassign;
+    }
+    let req = kvm_bindings::kvm_ioeventfd {
+        datamatch: datamatch.unwrap_or(0),
+        addr,
+        len,
+        fd: eventfd.as_raw_fd(),
+        flags,
+        ..Default::default()
+    };
+    // SAFETY: `req` is a fully initialized kvm_ioeventfd the kernel only reads; the
+    // eventfd stays open for the duration of the call.
+    let ret = unsafe { ioctl_with_ref(vm, KVM_IOEVENTFD(), &req) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Reads the TSC after all earlier instructions have executed (`rdtscp`).
 #[inline(always)]

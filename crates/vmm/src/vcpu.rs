@@ -315,6 +315,28 @@ impl Vcpu {
         regs::apply(&self.fd, entry)
     }
 
+    /// Wires the local APIC's LINT0 to ExtINT (the PIC's output) and LINT1 to NMI, as
+    /// PC firmware does, so legacy interrupts reach the boot CPU.
+    pub fn setup_lapic_lint(&self) -> Result<(), VmmError> {
+        let mut lapic = self
+            .fd
+            .get_lapic()
+            .map_err(|e| VmmError::Kvm("KVM_GET_LAPIC", e))?;
+        for (reg, mode) in [(0x350usize, 0x7u32), (0x360, 0x4)] {
+            let mut b = [0u8; 4];
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = lapic.regs[reg + i] as u8;
+            }
+            let v = (u32::from_le_bytes(b) & !0x700) | (mode << 8);
+            for (i, x) in v.to_le_bytes().iter().enumerate() {
+                lapic.regs[reg + i] = *x as _;
+            }
+        }
+        self.fd
+            .set_lapic(&lapic)
+            .map_err(|e| VmmError::Kvm("KVM_SET_LAPIC", e))
+    }
+
     /// The vCPU's TSC frequency in kHz (KVM_GET_TSC_KHZ).
     pub fn tsc_khz(&self) -> Option<u32> {
         self.fd.get_tsc_khz().ok().filter(|&k| k > 0)

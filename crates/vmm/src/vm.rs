@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use exitlab_devices::IoEventSpec;
+pub use exitlab_devices::IoSpace;
 use kvm_bindings::{kvm_enable_cap, kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{
-    Cap, IoEventAddress, Kvm, MsrExitReason, MsrFilterDefaultAction, MsrFilterRange,
-    MsrFilterRangeFlags, NoDatamatch, VmFd,
+    Cap, Kvm, MsrExitReason, MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags, VmFd,
 };
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
@@ -55,15 +56,6 @@ impl Default for VmConfig {
     }
 }
 
-/// Where an ioeventfd listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoSpace {
-    /// Port I/O.
-    Pio,
-    /// Memory-mapped I/O.
-    Mmio,
-}
-
 /// Opens /dev/kvm, with errors that say how to fix the usual problems.
 pub fn open_kvm() -> Result<Kvm, VmmError> {
     match Kvm::new() {
@@ -88,14 +80,14 @@ pub fn open_kvm() -> Result<Kvm, VmmError> {
 /// A VM.
 pub struct Vm {
     kvm: Arc<Kvm>,
-    // Field order matters: `fd` is dropped before `mem`, so KVM never sees a memory slot
-    // whose mapping is gone.
-    fd: VmFd,
-    mem: Arc<GuestMemoryMmap>,
+    // Field order matters: the buses (whose devices may hold the VM fd) go first, then
+    // the fd, then the memory, so KVM never holds a slot whose mapping is gone.
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
-    user_msrs: Arc<[UserMsr]>,
     ioevents: Vec<EventFd>,
+    fd: Arc<VmFd>,
+    mem: Arc<GuestMemoryMmap>,
+    user_msrs: Arc<[UserMsr]>,
     config: VmConfig,
 }
 
@@ -158,7 +150,7 @@ impl Vm {
         let mem = memory::create(&fd, &config.ram)?;
         Ok(Vm {
             kvm,
-            fd,
+            fd: Arc::new(fd),
             mem,
             pio: Bus::new(),
             mmio: Bus::new(),
@@ -210,7 +202,7 @@ impl Vm {
     }
 
     /// The VM fd.
-    pub fn fd(&self) -> &VmFd {
+    pub fn fd(&self) -> &Arc<VmFd> {
         &self.fd
     }
 
@@ -234,9 +226,9 @@ impl Vm {
         &self.config
     }
 
-    /// Registers an ioeventfd: writes of `len` bytes (1, 2, 4 or 8; with `datamatch`, only
-    /// of that value) at `addr` are absorbed in the kernel and signal the returned EventFd
-    /// instead of exiting to userspace. Without `datamatch`, writes of any width match.
+    /// Registers an ioeventfd: writes of `len` bytes (1, 2, 4 or 8; 0 = any width, MMIO
+    /// only) at `addr` (with `datamatch`, only of that value) are absorbed in the kernel
+    /// and signal the returned EventFd instead of exiting to userspace.
     pub fn add_ioeventfd(
         &mut self,
         space: IoSpace,
@@ -244,36 +236,26 @@ impl Vm {
         len: u32,
         datamatch: Option<u64>,
     ) -> Result<EventFd, VmmError> {
-        if !self.fd.check_extension(Cap::Ioeventfd) {
-            return Err(VmmError::MissingCap(
-                "KVM_CAP_IOEVENTFD",
-                "kernel-absorbed writes are unavailable",
-            ));
-        }
         let evt =
             EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
-        let a = match space {
-            IoSpace::Pio => IoEventAddress::Pio(addr),
-            IoSpace::Mmio => IoEventAddress::Mmio(addr),
-        };
-        let r = match (datamatch, len) {
-            (None, _) => self.fd.register_ioevent(&evt, &a, NoDatamatch),
-            (Some(v), 1) => self.fd.register_ioevent(&evt, &a, v as u8),
-            (Some(v), 2) => self.fd.register_ioevent(&evt, &a, v as u16),
-            (Some(v), 4) => self.fd.register_ioevent(&evt, &a, v as u32),
-            (Some(v), 8) => self.fd.register_ioevent(&evt, &a, v),
-            (Some(_), l) => {
-                return Err(VmmError::Config(format!(
-                    "ioeventfd length {l} is not 1, 2, 4 or 8"
-                )))
-            }
-        };
-        r.map_err(|e| VmmError::Kvm("KVM_IOEVENTFD", e))?;
+        register_ioeventfd(&self.fd, &evt, space, addr, len, datamatch)?;
         let ret = evt
             .try_clone()
             .map_err(|e| VmmError::Os("eventfd dup", e.into()))?;
         self.ioevents.push(evt);
         Ok(ret)
+    }
+
+    /// Registers a device's doorbell as an ioeventfd with the device's own EventFd.
+    pub fn add_ioevent_spec(&self, spec: &IoEventSpec) -> Result<(), VmmError> {
+        register_ioeventfd(
+            &self.fd,
+            &spec.eventfd,
+            spec.space,
+            spec.addr,
+            spec.len,
+            spec.datamatch,
+        )
     }
 
     /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id.
@@ -300,4 +282,43 @@ impl Vm {
             self.user_msrs.clone(),
         )
     }
+}
+
+/// Checks and registers one ioeventfd.
+pub fn register_ioeventfd(
+    fd: &VmFd,
+    evt: &EventFd,
+    space: IoSpace,
+    addr: u64,
+    len: u32,
+    datamatch: Option<u64>,
+) -> Result<(), VmmError> {
+    if !fd.check_extension(Cap::Ioeventfd) {
+        return Err(VmmError::MissingCap(
+            "KVM_CAP_IOEVENTFD",
+            "kernel-absorbed writes are unavailable",
+        ));
+    }
+    if !matches!(len, 0 | 1 | 2 | 4 | 8)
+        || (len == 0 && (space == IoSpace::Pio || datamatch.is_some()))
+    {
+        return Err(VmmError::Config(format!(
+            "ioeventfd length {len} is not 1, 2, 4 or 8 (0 = any width is for MMIO without datamatch only)"
+        )));
+    }
+    crate::sys::ioeventfd(fd, evt, space == IoSpace::Pio, addr, len, datamatch, false)
+        .map_err(|e| VmmError::Os("KVM_IOEVENTFD", e))
+}
+
+/// Removes an ioeventfd registered with exactly these parameters.
+pub fn unregister_ioeventfd(
+    fd: &VmFd,
+    evt: &EventFd,
+    space: IoSpace,
+    addr: u64,
+    len: u32,
+    datamatch: Option<u64>,
+) -> Result<(), VmmError> {
+    crate::sys::ioeventfd(fd, evt, space == IoSpace::Pio, addr, len, datamatch, true)
+        .map_err(|e| VmmError::Os("KVM_IOEVENTFD (deassign)", e))
 }

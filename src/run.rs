@@ -1,0 +1,188 @@
+//! `exitlab run`: boot a kernel on the PC test platform and turn how it ended into the
+//! process exit code.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use exitlab_boot::ImageFormat;
+use exitlab_vmm::machine::{self, MachineConfig, MachineError, RunEnd, SerialOut};
+
+use crate::cli::{usage_error, EXIT_NO_KVM};
+
+/// Exit code when the timeout expired (as `timeout(1)`).
+pub const EXIT_TIMEOUT: i32 = 124;
+/// Exit code for a triple fault.
+pub const EXIT_TRIPLE_FAULT: i32 = 125;
+/// Exit code when KVM could not run the guest (internal error, failed entry).
+pub const EXIT_KVM_FAILURE: i32 = 126;
+
+/// Options of `exitlab run`.
+#[derive(Debug)]
+pub struct RunOptions {
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    pub cmdline: String,
+    pub cpus: u32,
+    pub mem_mib: u64,
+    pub timeout: f64,
+    pub serial: String,
+    pub exit_stats: bool,
+    pub prefer_pvh: bool,
+    pub verbose: bool,
+}
+
+fn format_name(f: ImageFormat) -> &'static str {
+    match f {
+        ImageFormat::Multiboot => "multiboot",
+        ImageFormat::Pvh => "PVH ELF",
+        ImageFormat::BzImage => "Linux bzImage",
+        ImageFormat::LinuxElf => "Linux ELF (vmlinux, 64-bit entry)",
+    }
+}
+
+fn parse_serial(s: &str) -> Result<SerialOut, String> {
+    match s {
+        "stdio" => Ok(SerialOut::Stdio),
+        "none" => Ok(SerialOut::None),
+        _ => match s.strip_prefix("file:") {
+            Some(p) if !p.is_empty() => Ok(SerialOut::File(PathBuf::from(p))),
+            _ => Err(format!("--serial {s}: use stdio, file:PATH or none")),
+        },
+    }
+}
+
+/// Runs `exitlab run`; returns the process exit code.
+pub fn run_cmd(o: RunOptions) -> i32 {
+    let process_start = std::time::Instant::now();
+    let kernel = match std::fs::read(&o.kernel) {
+        Ok(k) => k,
+        Err(e) => {
+            return usage_error(format!(
+                "cannot read the kernel image {}: {e}",
+                o.kernel.display()
+            ))
+        }
+    };
+    let initrd = match &o.initrd {
+        Some(p) => match std::fs::read(p) {
+            Ok(b) => Some(b),
+            Err(e) => return usage_error(format!("cannot read the initrd {}: {e}", p.display())),
+        },
+        None => None,
+    };
+    if o.mem_mib == 0 || o.mem_mib > (1 << 20) {
+        return usage_error(format!(
+            "--mem {} MiB is out of range: use 2..=1048576",
+            o.mem_mib
+        ));
+    }
+    if !(o.timeout.is_finite() && o.timeout >= 0.0) {
+        return usage_error(format!(
+            "--timeout {} must be a number of seconds, 0 for none",
+            o.timeout
+        ));
+    }
+    let serial = match parse_serial(&o.serial) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    let serial_input = matches!(serial, SerialOut::Stdio);
+    let kvm = match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
+        Err(e) => {
+            eprintln!("exitlab: {e}");
+            return EXIT_NO_KVM;
+        }
+    };
+    if o.verbose {
+        match exitlab_boot::detect(&kernel) {
+            Ok(f) => eprintln!(
+                "exitlab: {} is a {} image",
+                o.kernel.display(),
+                format_name(f)
+            ),
+            Err(e) => return usage_error(format!("cannot boot {}: {e}", o.kernel.display())),
+        }
+    }
+    let cfg = MachineConfig {
+        kernel,
+        kernel_path: o.kernel.display().to_string(),
+        cmdline: o.cmdline.clone(),
+        initrd,
+        cpus: o.cpus,
+        ram_bytes: o.mem_mib << 20,
+        timeout: (o.timeout > 0.0).then(|| Duration::from_secs_f64(o.timeout)),
+        serial,
+        serial_input,
+        prefer_pvh: o.prefer_pvh,
+    };
+    let report = match machine::run(kvm, cfg) {
+        Ok(r) => r,
+        Err(MachineError::Vmm(e)) => {
+            eprintln!("exitlab: {e}");
+            return 1;
+        }
+        Err(e) => return usage_error(e),
+    };
+    let _ = std::io::stdout().flush();
+    if o.verbose {
+        eprintln!(
+            "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s",
+            format_name(report.format),
+            (process_start.elapsed() - report.run_time).as_secs_f64() * 1e3,
+            report.setup_time.as_secs_f64() * 1e3,
+            report.run_time.as_secs_f64()
+        );
+    }
+    if o.exit_stats {
+        eprintln!("exits by reason (userspace, all vCPUs):");
+        for (name, n) in report.exits.entries() {
+            eprintln!("  {name:<12} {n}");
+        }
+        eprintln!("  {:<12} {}", "total", report.exits.total());
+        match report.kvm_exits {
+            Some(k) => eprintln!(
+                "  {:<12} {k} (KVM's count of all exits, in-kernel ones included)",
+                "kvm_exits"
+            ),
+            None => eprintln!("  kvm_exits    unavailable (no KVM binary stats on this host)"),
+        }
+    }
+    match report.end {
+        RunEnd::DebugExit(v) => {
+            if o.verbose {
+                eprintln!("exitlab: the guest wrote {v:#x} to the debug-exit port");
+            }
+            ((v << 1) | 1) as i32 & 0xff
+        }
+        RunEnd::Reset => {
+            eprintln!("exitlab: the guest reset or shut down the machine");
+            0
+        }
+        RunEnd::TripleFault { vcpu, registers } => {
+            eprintln!("exitlab: vCPU {vcpu} triple-faulted (the machine shut down)\n{registers}");
+            EXIT_TRIPLE_FAULT
+        }
+        RunEnd::Timeout { registers } => {
+            eprintln!("exitlab: the guest did not finish within {} s", o.timeout);
+            for (id, r) in registers {
+                eprintln!("vCPU {id}:\n{r}");
+            }
+            EXIT_TIMEOUT
+        }
+        RunEnd::Failure {
+            vcpu,
+            what,
+            registers,
+        } => {
+            eprintln!("exitlab: vCPU {vcpu}: {what}\n{registers}");
+            EXIT_KVM_FAILURE
+        }
+        RunEnd::Stopped(why) => {
+            eprintln!("exitlab: every vCPU stopped without the guest ending the run ({why})");
+            EXIT_KVM_FAILURE
+        }
+    }
+}
