@@ -117,6 +117,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         serial,
         serial_input,
         prefer_pvh: o.prefer_pvh,
+        cancel: None,
     };
     let report = match machine::run(kvm, cfg) {
         Ok(r) => r,
@@ -179,6 +180,10 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         } => {
             eprintln!("exitlab: vCPU {vcpu}: {what}\n{registers}");
             EXIT_KVM_FAILURE
+        }
+        RunEnd::Cancelled => {
+            eprintln!("exitlab: the run was cancelled");
+            1
         }
         RunEnd::Stopped(why) => {
             eprintln!("exitlab: every vCPU stopped without the guest ending the run ({why})");

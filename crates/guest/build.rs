@@ -8,6 +8,10 @@
 //!    flattened with `objcopy -O binary` into `$OUT_DIR/exitlab-guest.bin`.
 //! 4. The flat image's multiboot header is checked against the ELF's layout and the ABI,
 //!    and `$OUT_DIR/image_info.rs` records the addresses the host needs.
+//! 5. The conformance kernel in `conformance/` is compiled for 32-bit protected mode and
+//!    linked three times with `conformance/conformance.ld`: as a multiboot ELF32
+//!    (`conformance-multiboot.elf`), as a multiboot a.out-kludge flat binary
+//!    (`conformance-multiboot.bin`) and as a PVH ELF32 (`conformance-pvh.elf`).
 
 use std::any::TypeId;
 use std::collections::BTreeSet;
@@ -34,6 +38,21 @@ const ASM_SOURCES: &[&str] = &["kernel/boot.S"];
 const C_SOURCES: &[&str] = &["kernel/kmain.c"];
 const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "src/abi.rs"];
 
+/// Conformance kernel sources in `conformance/`: the code shared by every image...
+const CONFORMANCE_COMMON: &[&str] = &["entry.S", "conformance.c"];
+/// ...the piece that makes each image bootable its way...
+const CONFORMANCE_HEADERS: &[&str] = &["multiboot_elf.S", "multiboot_aout.S", "pvh_note.S"];
+/// ...and everything else they are built from.
+const CONFORMANCE_SOURCES: &[&str] = &[
+    "entry.S",
+    "conformance.c",
+    "multiboot_elf.S",
+    "multiboot_aout.S",
+    "pvh_note.S",
+    "conformance.h",
+    "conformance.ld",
+];
+
 fn main() {
     if let Err(msg) = run() {
         eprintln!("error: building the exitlab guest kernel failed: {msg}");
@@ -48,6 +67,10 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=build.rs");
     for src in ASM_SOURCES.iter().chain(C_SOURCES).chain(OTHER_SOURCES) {
         println!("cargo:rerun-if-changed={src}");
+    }
+
+    for src in CONFORMANCE_SOURCES {
+        println!("cargo:rerun-if-changed=conformance/{src}");
     }
 
     check_tool("gcc", "build-essential")?;
@@ -103,6 +126,8 @@ fn run() -> Result<(), String> {
             info.header_offset, info.load_addr, info.load_end, info.bss_end, info.entry
         ),
     )?;
+
+    build_conformance(&manifest, &out)?;
     Ok(())
 }
 
@@ -537,4 +562,135 @@ fn generate_abi(abi_text: &str) -> Result<(String, String), String> {
         "#endif /* __ASSEMBLER__ */\n\n#endif /* EXITLAB_ABI_H */"
     );
     Ok((h, ld))
+}
+
+/// How a conformance image is linked and packaged.
+struct ConformanceImage {
+    /// The object that makes it bootable (a multiboot header or the PVH note).
+    header: &'static str,
+    /// Whether the linker script's PVH-ONLY lines apply (else the MULTIBOOT-ONLY ones).
+    pvh: bool,
+    /// The linked ELF.
+    elf: &'static str,
+    /// The flat binary made from it with `objcopy -O binary`, if any.
+    flat: Option<&'static str>,
+}
+
+const CONFORMANCE_IMAGES: &[ConformanceImage] = &[
+    ConformanceImage {
+        header: "multiboot_elf.S",
+        pvh: false,
+        elf: "conformance-multiboot.elf",
+        flat: None,
+    },
+    ConformanceImage {
+        header: "multiboot_aout.S",
+        pvh: false,
+        elf: "conformance-multiboot-aout.elf",
+        flat: Some("conformance-multiboot.bin"),
+    },
+    ConformanceImage {
+        header: "pvh_note.S",
+        pvh: true,
+        elf: "conformance-pvh.elf",
+        flat: None,
+    },
+];
+
+/// The conformance linker script for one kind of image: lines tagged for the other
+/// kind are dropped.
+fn conformance_script(template: &str, pvh: bool) -> String {
+    let drop = if pvh {
+        "/* MULTIBOOT-ONLY */"
+    } else {
+        "/* PVH-ONLY */"
+    };
+    template
+        .lines()
+        .filter(|l| !l.trim_end().ends_with(drop))
+        .fold(String::new(), |mut acc, l| {
+            acc.push_str(l);
+            acc.push('\n');
+            acc
+        })
+}
+
+/// Builds the conformance kernel images into `$OUT_DIR`.
+fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
+    let src = manifest.join("conformance");
+    let obj_dir = out.join("conformance");
+    fs::create_dir_all(&obj_dir)
+        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
+    let mut build = cc::Build::new();
+    build
+        .compiler("gcc")
+        .cargo_metadata(false)
+        .out_dir(&obj_dir)
+        .pic(false)
+        .opt_level(2)
+        .debug(false)
+        .warnings(true)
+        .extra_warnings(true)
+        .include(&src)
+        .flag("-m32")
+        .flag("-march=i686")
+        .flag("-ffreestanding")
+        .flag("-fno-pic")
+        .flag("-fno-pie")
+        .flag("-mgeneral-regs-only")
+        .flag("-fno-stack-protector")
+        .flag("-fno-asynchronous-unwind-tables")
+        .flag("-fno-unwind-tables")
+        .flag("-fcf-protection=none")
+        .flag("-fno-delete-null-pointer-checks")
+        .flag("-nostdlib");
+    for f in CONFORMANCE_COMMON.iter().chain(CONFORMANCE_HEADERS) {
+        build.file(src.join(f));
+    }
+    let objects = build
+        .try_compile_intermediates()
+        .map_err(|e| format!("compiling the conformance kernel with gcc -m32 failed: {e}"))?;
+    let object_of = |source: &str| -> Result<PathBuf, String> {
+        let stem = Path::new(source)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(source);
+        objects
+            .iter()
+            .find(|o| {
+                o.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(&format!("-{stem}.o")) || n == format!("{stem}.o"))
+            })
+            .cloned()
+            .ok_or_else(|| format!("cc produced no object for conformance/{source}"))
+    };
+    let common = CONFORMANCE_COMMON
+        .iter()
+        .map(|s| object_of(s))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let template = fs::read_to_string(src.join("conformance.ld"))
+        .map_err(|e| format!("cannot read conformance/conformance.ld: {e}"))?;
+    for image in CONFORMANCE_IMAGES {
+        let script = obj_dir.join(if image.pvh { "pvh.ld" } else { "multiboot.ld" });
+        write(&script, &conformance_script(&template, image.pvh))?;
+        let elf = out.join(image.elf);
+        let mut ld = Command::new("ld");
+        ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+            .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+            .arg("-T")
+            .arg(&script)
+            .arg("-o")
+            .arg(&elf)
+            .args(&common)
+            .arg(object_of(image.header)?);
+        run_tool(&mut ld, "ld (conformance kernel)")?;
+        if let Some(flat) = image.flat {
+            let mut objcopy = Command::new("objcopy");
+            objcopy.args(["-O", "binary"]).arg(&elf).arg(out.join(flat));
+            run_tool(&mut objcopy, "objcopy (conformance kernel)")?;
+        }
+    }
+    Ok(())
 }

@@ -27,6 +27,42 @@ pub fn image() -> &'static [u8] {
     IMAGE
 }
 
+/// The conformance kernel as a multiboot v1 ELF32 image (header without the a.out
+/// kludge, segments from the program headers), the way the kvm-unit-tests x86 images
+/// are built.
+///
+/// It runs in 32-bit protected mode with paging off and checks, from inside the guest,
+/// the boot information and the PC platform. The command line names the tests to run
+/// (`mbinfo`, `pvhinfo`, `cmdline`, `fwcfg`, `acpi`, `pmtimer`, `pci`, `serial`, `smp`,
+/// and, only when named, `triplefault` and `timeout`; all that apply when none is named)
+/// and the expected values as `key=value` words: `ram=` (MiB), `cpus=`, `tsc_khz=`,
+/// `initrd_len=`, `initrd_sum=` (FNV-1a 32 of the initrd), `doorbells=` (writes per
+/// pci-testdev doorbell, default 1000). It prints `PASS <test>` or `FAIL <test>: <reason>`
+/// per test on COM1 (lines starting with `#` are information), then
+/// `SUMMARY <passed>/<total>`, and writes 0 (all passed) or 1 to the debug-exit port 0xF4.
+/// The `cmdline` test prints `CMDLINE-ARGV0 <argv[0]>` (multiboot only) and
+/// `CMDLINE-REST <the rest>`; the `serial` test prints the bytes of
+/// [`CONFORMANCE_SERIAL_PATTERN`].
+pub static CONFORMANCE_MULTIBOOT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/conformance-multiboot.elf"));
+
+/// The conformance kernel ([`CONFORMANCE_MULTIBOOT`]) as a flat binary with a multiboot
+/// v1 header that uses the a.out kludge (flag 16): loaded at 1 MiB, no ELF structure.
+pub static CONFORMANCE_MULTIBOOT_FLAT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/conformance-multiboot.bin"));
+
+/// The conformance kernel ([`CONFORMANCE_MULTIBOOT`]) as a PVH ELF32: a PT_NOTE with
+/// the note "Xen", type 18 (XEN_ELFNOTE_PHYS32_ENTRY), whose descriptor is the 32-bit
+/// entry point; no multiboot header.
+pub static CONFORMANCE_PVH: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/conformance-pvh.elf"));
+
+/// What the conformance kernel's `serial` test writes to COM1, byte for byte.
+pub const CONFORMANCE_SERIAL_PATTERN: &[u8] = b"SERIAL-PATTERN-BEGIN\n \
+    !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\r\n\
+    ~}|{zyxwvutsrqponmlkjihgfedcba`_^]\\[ZYXWVUTSRQPONMLKJIHGFEDCBA@?>=<;:9876543210/.-,+*)('&%$#\"! \
+    \r\n\r\n\n\r\nSERIAL-PATTERN-END\n";
+
 // Layout facts the host relies on, checked when the crate compiles.
 const _: () = {
     assert!(image_info::BSS_END_ADDR <= abi::KERNEL_END_GPA);
@@ -40,7 +76,10 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
+    use std::vec::Vec;
 
     fn le32(off: usize) -> u64 {
         let mut b = [0u8; 4];
@@ -72,6 +111,101 @@ mod tests {
             IMAGE.len() as u64,
             image_info::LOAD_END_ADDR - image_info::LOAD_ADDR
         );
+    }
+
+    fn le16_at(b: &[u8], off: usize) -> u32 {
+        u32::from(u16::from_le_bytes([b[off], b[off + 1]]))
+    }
+
+    fn le32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+    }
+
+    /// Offset of the first multiboot v1 magic in the first 8 KiB.
+    fn multiboot_header(b: &[u8]) -> Option<usize> {
+        (0..b.len().min(8192) - 12)
+            .step_by(4)
+            .find(|&o| le32_at(b, o) == 0x1BAD_B002)
+    }
+
+    /// The program headers of an ELF32: (type, offset, paddr, filesz, memsz).
+    fn elf32_phdrs(b: &[u8]) -> impl Iterator<Item = [u32; 5]> + '_ {
+        assert_eq!(&b[..4], b"\x7fELF");
+        assert_eq!(b[4], 1, "ELFCLASS32");
+        assert_eq!(le16_at(b, 18), 3, "EM_386");
+        let (phoff, phentsize, phnum) = (le32_at(b, 28), le16_at(b, 42), le16_at(b, 44));
+        (0..phnum).map(move |i| {
+            let p = (phoff + i * phentsize) as usize;
+            [
+                le32_at(b, p),
+                le32_at(b, p + 4),
+                le32_at(b, p + 12),
+                le32_at(b, p + 16),
+                le32_at(b, p + 20),
+            ]
+        })
+    }
+
+    #[test]
+    fn conformance_multiboot_elf_has_a_plain_header() {
+        let img = CONFORMANCE_MULTIBOOT;
+        let off = multiboot_header(img).expect("multiboot header");
+        let flags = le32_at(img, off + 4);
+        assert_eq!(flags & (1 << 16), 0, "no a.out kludge");
+        assert_eq!(
+            0x1BAD_B002u32
+                .wrapping_add(flags)
+                .wrapping_add(le32_at(img, off + 8)),
+            0
+        );
+        let phdrs: Vec<_> = elf32_phdrs(img).collect();
+        assert!(phdrs.iter().all(|p| p[0] != 4), "no PT_NOTE");
+        let entry = le32_at(img, 24);
+        assert!(phdrs
+            .iter()
+            .any(|p| p[0] == 1 && entry >= p[2] && entry < p[2] + p[3]));
+        assert!(phdrs.iter().all(|p| p[0] != 1 || p[2] >= 0x10_0000));
+    }
+
+    #[test]
+    fn conformance_flat_image_uses_the_aout_kludge() {
+        let img = CONFORMANCE_MULTIBOOT_FLAT;
+        let off = multiboot_header(img).expect("multiboot header");
+        let f = |i: usize| le32_at(img, off + 4 * i);
+        assert_ne!(f(1) & (1 << 16), 0);
+        assert_eq!(0x1BAD_B002u32.wrapping_add(f(1)).wrapping_add(f(2)), 0);
+        let (header_addr, load, load_end, bss_end, entry) = (f(3), f(4), f(5), f(6), f(7));
+        assert_eq!(load, 0x10_0000);
+        assert_eq!(header_addr, load + off as u32);
+        assert_eq!((load_end - load) as usize, img.len());
+        assert!(bss_end >= load_end);
+        assert!((load..load_end).contains(&entry));
+    }
+
+    #[test]
+    fn conformance_pvh_image_has_the_entry_note() {
+        let img = CONFORMANCE_PVH;
+        assert_eq!(multiboot_header(img), None);
+        let phdrs: Vec<_> = elf32_phdrs(img).collect();
+        let note = phdrs.iter().find(|p| p[0] == 4).expect("PT_NOTE");
+        let n = note[1] as usize;
+        let (namesz, descsz, kind) = (le32_at(img, n), le32_at(img, n + 4), le32_at(img, n + 8));
+        assert_eq!((namesz, descsz, kind), (4, 4, 18));
+        assert_eq!(&img[n + 12..n + 16], b"Xen\0");
+        let entry = le32_at(img, n + 16);
+        assert!(phdrs
+            .iter()
+            .any(|p| p[0] == 1 && entry >= p[2] && entry < p[2] + p[3]));
+    }
+
+    #[test]
+    fn serial_pattern_is_what_the_kernel_prints() {
+        let mut want: Vec<u8> = b"SERIAL-PATTERN-BEGIN\n".to_vec();
+        want.extend(0x20u8..0x7F);
+        want.extend_from_slice(b"\r\n");
+        want.extend((0x20u8..0x7F).rev());
+        want.extend_from_slice(b"\r\n\r\n\n\r\nSERIAL-PATTERN-END\n");
+        assert_eq!(CONFORMANCE_SERIAL_PATTERN, &want[..]);
     }
 
     #[test]

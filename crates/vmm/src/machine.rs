@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,8 @@ pub struct MachineConfig {
     pub serial_input: bool,
     /// Enter an ELF vmlinux with a PVH note through PVH (else at its 64-bit entry).
     pub prefer_pvh: bool,
+    /// Set from another thread (or from the serial writer) to end the run early.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// How a run ended.
@@ -107,6 +110,8 @@ pub enum RunEnd {
         /// Its registers.
         registers: String,
     },
+    /// The caller cancelled the run.
+    Cancelled,
     /// Every vCPU stopped without the guest ending the run (e.g. halted with no
     /// in-kernel irqchip); reported with the last stop's description.
     Stopped(String),
@@ -443,6 +448,14 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
                 }
                 None => i += 1,
             }
+        }
+        if end.is_none()
+            && cfg
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Acquire))
+        {
+            end = Some(RunEnd::Cancelled);
         }
         if end.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
             let mut registers = Vec::new();

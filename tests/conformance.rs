@@ -1,0 +1,482 @@
+//! Conformance: boots exitlab's conformance kernels (`crates/guest/conformance`) with
+//! `exitlab run` and checks how each run ends and what the kernels report from inside
+//! the guest: boot information (multiboot and PVH), command line, fw_cfg, ACPI, the PM
+//! timer, PCI and pci-testdev doorbells, the serial port, SMP bring-up, and the triple
+//! fault and timeout endings. Malformed images must be refused before anything runs.
+//!
+//! These tests need a usable /dev/kvm, as `exitlab run` does.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use exitlab_guest::{
+    CONFORMANCE_MULTIBOOT, CONFORMANCE_MULTIBOOT_FLAT, CONFORMANCE_PVH, CONFORMANCE_SERIAL_PATTERN,
+};
+
+const EXITLAB: &str = env!("CARGO_BIN_EXE_exitlab");
+
+/// Upper bound of every run, in seconds (a run that ends normally takes well under 1 s).
+const TIMEOUT_S: &str = "20";
+
+/// `exitlab run`'s exit code when the guest wrote `v` to the debug-exit port.
+const fn debug_exit(v: i32) -> i32 {
+    (v << 1) | 1
+}
+/// The conformance kernel wrote 0: every test passed.
+const ALL_PASSED: i32 = debug_exit(0);
+/// The conformance kernel wrote 1: a test failed.
+const SOME_FAILED: i32 = debug_exit(1);
+/// A vCPU triple-faulted.
+const TRIPLE_FAULT: i32 = 125;
+/// The run hit `--timeout`.
+const TIMED_OUT: i32 = 124;
+/// Bad image or options: nothing ran.
+const BAD_INPUT: i32 = 2;
+
+/// The result of one `exitlab run`.
+struct Run {
+    command: String,
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Everything about the run, for assertion messages.
+    fn describe(&self) -> String {
+        format!(
+            "command: {}\nexit code: {} after {:.2} s\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command,
+            self.code,
+            self.took.as_secs_f64(),
+            self.out(),
+            self.stderr
+        )
+    }
+
+    /// Lines of the guest's output that start with `prefix`, without it.
+    fn lines_after(&self, prefix: &str) -> Vec<String> {
+        self.out()
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+            .collect()
+    }
+
+    /// Asserts that the kernel ran exactly `tests`, all passed, and the run ended with
+    /// the "all passed" code.
+    fn assert_all_passed(&self, tests: &[&str]) {
+        let out = self.out();
+        let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
+        assert!(
+            failures.is_empty(),
+            "failures: {failures:#?}\n{}",
+            self.describe()
+        );
+        for t in tests {
+            assert!(
+                out.lines().any(|l| l == format!("PASS {t}")),
+                "no `PASS {t}`\n{}",
+                self.describe()
+            );
+        }
+        let summary = format!("SUMMARY {}/{}", tests.len(), tests.len());
+        assert!(
+            out.lines().any(|l| l == summary),
+            "no `{summary}`\n{}",
+            self.describe()
+        );
+        assert_eq!(self.code, ALL_PASSED, "{}", self.describe());
+    }
+
+    /// The counters `--exit-stats` prints (lines `<reason> <count> ...`).
+    fn exit_stats(&self) -> Vec<(String, u64)> {
+        self.stderr
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let name = w.next()?;
+                let count = w.next()?.parse().ok()?;
+                Some((name.to_owned(), count))
+            })
+            .collect()
+    }
+
+    fn stat(&self, name: &str) -> u64 {
+        match self.exit_stats().iter().find(|(n, _)| n == name) {
+            Some((_, c)) => *c,
+            None => panic!("--exit-stats printed no `{name}`\n{}", self.describe()),
+        }
+    }
+}
+
+/// A directory for this test binary's files.
+fn scratch() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance");
+    fs::create_dir_all(&dir).expect("create the scratch directory");
+    dir
+}
+
+/// Writes `bytes` to a file of this process named `name` and returns its path.
+fn write_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = scratch().join(format!("{}-{name}", std::process::id()));
+    fs::write(&path, bytes).expect("write a scratch file");
+    path
+}
+
+/// Runs `exitlab run KERNEL ARGS...` (with `--timeout` unless given).
+fn run(kernel: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(EXITLAB);
+    cmd.arg("run").arg(kernel).args(args);
+    if !args.contains(&"--timeout") {
+        cmd.args(["--timeout", TIMEOUT_S]);
+    }
+    let command = format!("{cmd:?}");
+    let start = Instant::now();
+    let out = cmd.output().expect("run the exitlab binary");
+    Run {
+        command,
+        code: out.status.code().unwrap_or(-1),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: start.elapsed(),
+    }
+}
+
+/// The host's TSC frequency as `exitlab host --json` reports it (tsc.khz).
+fn tsc_khz() -> u64 {
+    static KHZ: OnceLock<u64> = OnceLock::new();
+    *KHZ.get_or_init(|| {
+        let out = Command::new(EXITLAB)
+            .args(["host", "--json"])
+            .output()
+            .expect("run exitlab host --json");
+        assert!(out.status.success(), "exitlab host --json failed: {out:?}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("exitlab host --json prints JSON");
+        v["tsc"]["khz"]
+            .as_u64()
+            .expect("exitlab host --json has tsc.khz")
+    })
+}
+
+/// FNV-1a, 32 bits: the checksum the kernel computes over the initrd.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(2_166_136_261u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(16_777_619)
+    })
+}
+
+/// An initrd of `len` pseudo-random bytes, written to a file; returns the path and
+/// the kernel arguments that describe it.
+fn initrd(name: &str, len: usize) -> (PathBuf, String) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ len as u64;
+    let bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let path = write_file(name, &bytes);
+    let args = format!("initrd_len={len} initrd_sum={:#x}", fnv1a(&bytes));
+    (path, args)
+}
+
+/// A token no other run uses.
+fn unique_token() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("tok-{}-{nanos:08x}", std::process::id())
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("scratch paths are UTF-8")
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn multiboot_elf_passes_every_test() {
+    let kernel = write_file("conformance-multiboot.elf", CONFORMANCE_MULTIBOOT);
+    let (initrd, initrd_args) = initrd("initrd-mb", 3001);
+    let token = unique_token();
+    // Odd spacing, quotes and a tab: the rest of the command line must arrive verbatim.
+    let cmdline = format!(
+        "ram=64 cpus=2 tsc_khz={} {initrd_args} token={token} quoted=\"a  b\"\tend",
+        tsc_khz()
+    );
+    let r = run(
+        &kernel,
+        &[
+            "--mem",
+            "64",
+            "--cpus",
+            "2",
+            "--initrd",
+            path_str(&initrd),
+            "--cmdline",
+            &cmdline,
+        ],
+    );
+    r.assert_all_passed(&[
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "serial", "smp",
+    ]);
+    assert_eq!(
+        r.lines_after("CMDLINE-ARGV0 "),
+        vec![path_str(&kernel).to_owned()],
+        "argv[0] must be the kernel's path\n{}",
+        r.describe()
+    );
+    assert_eq!(
+        r.lines_after("CMDLINE-REST "),
+        vec![cmdline.clone()],
+        "the command line must round-trip\n{}",
+        r.describe()
+    );
+    assert!(
+        contains(&r.stdout, CONFORMANCE_SERIAL_PATTERN),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn multiboot_flat_image_with_ram_above_4g() {
+    // 3.5 GiB: 3 GiB below the PCI hole, 512 MiB from 4 GiB; the initrd goes high
+    // below the hole.
+    let kernel = write_file("conformance-multiboot.bin", CONFORMANCE_MULTIBOOT_FLAT);
+    let (initrd, initrd_args) = initrd("initrd-flat", 4096 + 17);
+    let cmdline = format!("mbinfo fwcfg cmdline ram=3584 cpus=1 {initrd_args}");
+    let r = run(
+        &kernel,
+        &[
+            "--mem",
+            "3584",
+            "--initrd",
+            path_str(&initrd),
+            "--append",
+            &cmdline,
+        ],
+    );
+    r.assert_all_passed(&["mbinfo", "fwcfg", "cmdline"]);
+    assert!(
+        r.out().contains("0100000000..0120000000 ram"),
+        "the memory map must list the RAM above 4 GiB\n{}",
+        r.describe()
+    );
+    assert_eq!(r.lines_after("CMDLINE-REST "), vec![cmdline]);
+}
+
+#[test]
+fn pvh_passes_every_test() {
+    let kernel = write_file("conformance-pvh.elf", CONFORMANCE_PVH);
+    let (initrd, initrd_args) = initrd("initrd-pvh", 777);
+    let token = unique_token();
+    let cmdline = format!(
+        "ram=96 cpus=3 tsc_khz={} {initrd_args} token={token}",
+        tsc_khz()
+    );
+    let r = run(
+        &kernel,
+        &[
+            "--mem",
+            "96",
+            "--smp",
+            "3",
+            "--initrd",
+            path_str(&initrd),
+            "--cmdline",
+            &cmdline,
+        ],
+    );
+    r.assert_all_passed(&[
+        "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "serial", "smp",
+    ]);
+    // PVH passes the command line alone, without the kernel's path.
+    assert!(
+        r.lines_after("CMDLINE-ARGV0 ").is_empty(),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(
+        r.lines_after("CMDLINE-REST "),
+        vec![cmdline],
+        "{}",
+        r.describe()
+    );
+    assert_eq!(
+        r.lines_after("# smp: AP ").len(),
+        2,
+        "two application processors\n{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn serial_output_is_byte_exact() {
+    let kernel = write_file("conformance-serial.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "serial"]);
+    let mut want = b"# exitlab conformance kernel, PVH entry\n".to_vec();
+    want.extend_from_slice(CONFORMANCE_SERIAL_PATTERN);
+    want.extend_from_slice(b"PASS serial\nSUMMARY 1/1\n");
+    assert_eq!(
+        r.stdout,
+        want,
+        "stdout must be exactly what the guest wrote\n{}",
+        r.describe()
+    );
+    assert_eq!(r.code, ALL_PASSED, "{}", r.describe());
+}
+
+#[test]
+fn ioeventfd_doorbells_do_not_exit_to_userspace() {
+    // Two runs that differ only in the number of writes per pci-testdev doorbell. Of
+    // the six doorbells, only the two without an ioeventfd may reach user space: the
+    // extra writes add exactly one MMIO and one port write exit each, and the extra
+    // serial output one port write (and one LSR read) per byte.
+    let kernel = write_file("conformance-pci.elf", CONFORMANCE_PVH);
+    let (few, many) = (200u64, 1200u64);
+    let runs: Vec<Run> = [few, many]
+        .iter()
+        .map(|n| {
+            let cmdline = format!("pci doorbells={n}");
+            let r = run(&kernel, &["--exit-stats", "--cmdline", &cmdline]);
+            r.assert_all_passed(&["pci"]);
+            r
+        })
+        .collect();
+    let (a, b) = (&runs[0], &runs[1]);
+    let extra = many - few;
+    let extra = extra as i64;
+    let extra_serial = b.stdout.len() as i64 - a.stdout.len() as i64;
+    let delta = |name: &str| b.stat(name) as i64 - a.stat(name) as i64;
+    let both = format!("{}\n{}", a.describe(), b.describe());
+    assert_eq!(delta("mmio_write"), extra, "{both}");
+    assert_eq!(delta("io_out"), extra + extra_serial, "{both}");
+    assert_eq!(delta("mmio_read"), 0, "{both}");
+    assert_eq!(delta("io_in"), extra_serial, "{both}");
+    // Had the four ioeventfd doorbells exited too, there would be three times as many.
+    assert!(b.stat("mmio_write") < 2 * many, "{both}");
+}
+
+#[test]
+fn a_failing_test_ends_with_debug_exit_1() {
+    // mbinfo does not apply to a PVH boot: named anyway, it fails.
+    let kernel = write_file("conformance-fail.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "mbinfo"]);
+    assert_eq!(r.code, SOME_FAILED, "{}", r.describe());
+    let out = r.out();
+    assert!(
+        out.contains("FAIL mbinfo: the kernel was not entered through multiboot"),
+        "{}",
+        r.describe()
+    );
+    assert!(out.contains("SUMMARY 0/1"), "{}", r.describe());
+}
+
+#[test]
+fn triple_fault_ends_with_125() {
+    let kernel = write_file("conformance-triple.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "triplefault"]);
+    assert_eq!(r.code, TRIPLE_FAULT, "{}", r.describe());
+    assert!(
+        r.out().contains("# triplefault: loading an empty IDT"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        r.stderr.to_lowercase().contains("triple"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn timeout_ends_with_124() {
+    let kernel = write_file("conformance-timeout.bin", CONFORMANCE_MULTIBOOT_FLAT);
+    let r = run(&kernel, &["--timeout", "2", "--cmdline", "timeout"]);
+    assert_eq!(r.code, TIMED_OUT, "{}", r.describe());
+    assert!(
+        r.took >= Duration::from_secs(2) && r.took < Duration::from_secs(10),
+        "{}",
+        r.describe()
+    );
+    assert!(r.out().contains("# timeout: spinning"), "{}", r.describe());
+}
+
+/// Runs a malformed image: it must be refused with exit code 2, a message containing
+/// `expected`, and no guest output.
+fn assert_refused(name: &str, image: &[u8], expected: &str) {
+    let kernel = write_file(name, image);
+    let r = run(&kernel, &["--cmdline", "serial"]);
+    assert_eq!(r.code, BAD_INPUT, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "nothing may run\n{}", r.describe());
+    assert!(
+        r.stderr.contains(expected),
+        "expected a message containing {expected:?}\n{}",
+        r.describe()
+    );
+    assert!(r.took < Duration::from_secs(5), "{}", r.describe());
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+#[test]
+fn bad_multiboot_checksum_is_refused() {
+    let mut img = CONFORMANCE_MULTIBOOT_FLAT.to_vec();
+    let off = (0..8192)
+        .step_by(4)
+        .find(|&o| le32(&img, o) == 0x1BAD_B002)
+        .expect("multiboot header");
+    img[off + 8] ^= 0x40;
+    assert_refused("bad-checksum.bin", &img, "bad checksum");
+}
+
+#[test]
+fn truncated_elf_is_refused() {
+    let img = &CONFORMANCE_PVH[..CONFORMANCE_PVH.len() / 2];
+    assert_refused("truncated.elf", img, "truncated");
+}
+
+#[test]
+fn segment_outside_memory_is_refused() {
+    // Move the PVH image's first PT_LOAD to 0xF0000000, in the PCI hole.
+    let mut img = CONFORMANCE_PVH.to_vec();
+    let phoff = le32(&img, 28) as usize;
+    let phentsize = usize::from(u16::from_le_bytes([img[42], img[43]]));
+    let phnum = usize::from(u16::from_le_bytes([img[44], img[45]]));
+    let load = (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .find(|&p| le32(&img, p) == 1)
+        .expect("a PT_LOAD");
+    img[load + 12..load + 16].copy_from_slice(&0xF000_0000u32.to_le_bytes());
+    assert_refused("outside.elf", &img, "outside guest RAM");
+}
+
+#[test]
+fn bzimage_with_bad_magic_is_refused() {
+    // A boot sector with the 0xAA55 flag and one setup sector, but "HdrZ" where the
+    // setup header magic "HdrS" belongs; a real kernel image as the payload.
+    let mut img = vec![0u8; 0x400];
+    img[0x1F1] = 1;
+    img[0x1FE] = 0x55;
+    img[0x1FF] = 0xAA;
+    img[0x202..0x206].copy_from_slice(b"HdrZ");
+    img[0x206..0x208].copy_from_slice(&0x020Fu16.to_le_bytes());
+    img.extend_from_slice(CONFORMANCE_PVH);
+    assert_refused("bad-magic.bzimage", &img, "not a Linux bzImage");
+}

@@ -1,0 +1,304 @@
+//! Boots a stock Debian Linux kernel as far as the host allows.
+//!
+//! The kernel is fetched at test time from Debian's package registry (`apt-get download`
+//! of the package `linux-image-cloud-amd64` depends on; nothing is committed) and cached
+//! under the target directory. Two boots:
+//! - the uncompressed vmlinux through its PVH entry: its version banner, the command
+//!   line with a unique token, and the e820 map exitlab built must appear on the serial
+//!   console;
+//! - the bzImage through the 64-bit Linux boot protocol: its (silent, LZ4) decompressor
+//!   must run to the end and hand over to the kernel, which prints the same banner,
+//!   command line and e820 map (from the zero page this time).
+//!
+//! On a host that emulates guest ring 0 (nested/paravirtual KVM) Linux gets no further in
+//! reasonable time; on a host with hardware virtualization the PVH boot must also reach
+//! the end of early boot (the kernel's "Freeing unused kernel image" message, printed
+//! just before it runs init). The test says which host it ran on.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use exitlab_boot::{E820Entry, E820Kind};
+use exitlab_vmm::machine::{self, MachineConfig, RunEnd, SerialOut};
+
+const RAM_BYTES: u64 = 256 << 20;
+
+fn cache_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("linux-kernel");
+    std::fs::create_dir_all(&d).expect("cache dir");
+    d
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Downloads and unpacks the Debian cloud kernel once; returns (bzImage, vmlinux).
+fn kernel() -> (PathBuf, PathBuf) {
+    static ONCE: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
+    let mut g = ONCE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = g.as_ref() {
+        return k.clone();
+    }
+    let dir = cache_dir();
+    let bz = dir.join("bzImage");
+    let vmlinux = dir.join("vmlinux");
+    if !bz.exists() || !vmlinux.exists() {
+        let deps = Command::new("apt-cache")
+            .args(["depends", "linux-image-cloud-amd64"])
+            .output();
+        let mut pkg = deps
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .and_then(|s| {
+                s.lines()
+                    .filter_map(|l| l.trim().strip_prefix("Depends: "))
+                    .find(|p| p.starts_with("linux-image-"))
+                    .map(str::to_string)
+            });
+        if pkg.is_none() {
+            run(Command::new("apt-get").args(["update", "-qq"]));
+            let s = run(Command::new("apt-cache").args(["depends", "linux-image-cloud-amd64"]));
+            pkg = s
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("Depends: "))
+                .find(|p| p.starts_with("linux-image-"))
+                .map(str::to_string);
+        }
+        let pkg = pkg.expect("linux-image-cloud-amd64 names no kernel package");
+        run(Command::new("apt-get")
+            .current_dir(&dir)
+            .args(["download", &pkg]));
+        let deb = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "deb"))
+            .expect("apt-get download left no .deb");
+        let x = dir.join("x");
+        run(Command::new("dpkg").arg("-x").arg(&deb).arg(&x));
+        let boot = x.join("boot");
+        let vmlinuz = std::fs::read_dir(&boot)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+            })
+            .expect("the package has no boot/vmlinuz-*");
+        std::fs::copy(&vmlinuz, &bz).unwrap();
+        extract_vmlinux(&bz, &vmlinux);
+        let _ = std::fs::remove_dir_all(&x);
+        let _ = std::fs::remove_file(&deb);
+    }
+    *g = Some((bz.clone(), vmlinux.clone()));
+    (bz, vmlinux)
+}
+
+/// The bzImage payload of Debian's kernel is LZ4 (legacy frame); decompress it with the
+/// lz4 tool as the kernel's scripts/extract-vmlinux does.
+fn extract_vmlinux(bz: &Path, out: &Path) {
+    let data = std::fs::read(bz).unwrap();
+    let at = data
+        .windows(4)
+        .position(|w| w == [0x02, 0x21, 0x4c, 0x18])
+        .expect("no LZ4 payload in the bzImage");
+    let lz = out.with_extension("lz4");
+    std::fs::write(&lz, &data[at..]).unwrap();
+    let o = Command::new("lz4")
+        .arg("-dcq")
+        .arg(&lz)
+        .output()
+        .expect("the lz4 tool is needed to unpack the kernel (apt-get install lz4)");
+    // The payload is followed by other data, which makes lz4 complain after it wrote
+    // the whole kernel: judge by the result, an ELF image.
+    assert!(
+        o.stdout.starts_with(b"\x7fELF"),
+        "lz4 gave no ELF: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(out, &o.stdout).unwrap();
+    let _ = std::fs::remove_file(&lz);
+}
+
+/// Serial writer that keeps the output, notes when the banner appeared, and cancels the
+/// run once `done` says the output has what the test needs.
+#[derive(Clone)]
+struct Watch {
+    buf: Arc<Mutex<Vec<u8>>>,
+    banner_at: Arc<Mutex<Option<Instant>>>,
+    cancel: Arc<AtomicBool>,
+    done: fn(&str) -> bool,
+}
+
+impl Write for Watch {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        buf.extend_from_slice(b);
+        let text = String::from_utf8_lossy(&buf);
+        if text.contains("Linux version") {
+            let mut at = self.banner_at.lock().unwrap_or_else(|p| p.into_inner());
+            at.get_or_insert_with(Instant::now);
+        }
+        if (self.done)(&text) {
+            self.cancel.store(true, Ordering::Release);
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn boot(
+    kernel: &Path,
+    cmdline: &str,
+    timeout: Duration,
+    done: fn(&str) -> bool,
+) -> (String, RunEnd, Option<Duration>, Vec<E820Entry>) {
+    let kvm = Arc::new(exitlab_vmm::open_kvm().expect("these tests need a usable /dev/kvm"));
+    let watch = Watch {
+        buf: Arc::default(),
+        banner_at: Arc::default(),
+        cancel: Arc::new(AtomicBool::new(false)),
+        done,
+    };
+    let start = Instant::now();
+    let report = machine::run(
+        kvm,
+        MachineConfig {
+            kernel: std::fs::read(kernel).unwrap(),
+            kernel_path: kernel.display().to_string(),
+            cmdline: cmdline.to_string(),
+            initrd: None,
+            cpus: 1,
+            ram_bytes: RAM_BYTES,
+            timeout: Some(timeout),
+            serial: SerialOut::Writer(Box::new(watch.clone())),
+            serial_input: false,
+            prefer_pvh: true,
+            cancel: Some(watch.cancel.clone()),
+        },
+    )
+    .expect("the kernel loads");
+    let text = String::from_utf8_lossy(&watch.buf.lock().unwrap()).into_owned();
+    let banner = watch
+        .banner_at
+        .lock()
+        .unwrap()
+        .map(|t| t.duration_since(start));
+    (text, report.end, banner, report.e820)
+}
+
+/// The map Linux prints: exitlab's map (for a PVH boot plus the ISA hole 640K–1M that
+/// Linux reserves itself under PVH), with overlapping or adjacent entries of one type
+/// merged as Linux's e820 sanitizing does. Entries as (start, end inclusive, usable?).
+fn expected_linux_e820(map: &[E820Entry], pvh: bool) -> Vec<(u64, u64, bool)> {
+    let mut v: Vec<(u64, u64, bool)> = map
+        .iter()
+        .map(|e| (e.addr, e.addr + e.size, e.kind == E820Kind::Ram))
+        .collect();
+    if pvh {
+        v.push((0xA0000, 0x100000, false));
+    }
+    v.sort();
+    let mut out: Vec<(u64, u64, bool)> = Vec::new();
+    for (s, e, ram) in v {
+        match out.last_mut() {
+            Some(last) if last.2 == ram && s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e, ram)),
+        }
+    }
+    out.into_iter().map(|(s, e, r)| (s, e - 1, r)).collect()
+}
+
+fn printed_e820(text: &str) -> Vec<(u64, u64, bool)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.split("BIOS-e820: [mem ").nth(1)?;
+            let (range, kind) = rest.split_once("] ")?;
+            let (a, b) = range.split_once('-')?;
+            let a = u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()?;
+            let b = u64::from_str_radix(b.trim_start_matches("0x"), 16).ok()?;
+            Some((a, b, kind.trim() == "usable"))
+        })
+        .collect()
+}
+
+fn host_kind() -> (bool, String) {
+    let h = exitlab_vmm::host::probe();
+    (
+        h.is_nested_or_paravirtual(),
+        h.virtualization.summary.clone(),
+    )
+}
+
+fn check_boot(kernel: &Path, pvh: bool) {
+    let (emulated, summary) = host_kind();
+    let token = format!(
+        "exitlab_token={}_{}",
+        std::process::id(),
+        if pvh { "pvh" } else { "bzimage" }
+    );
+    let cmdline = format!("earlyprintk=ttyS0 console=ttyS0 {token}");
+    let (timeout, done): (Duration, fn(&str) -> bool) = if emulated {
+        // As far as this host goes: the early console, past the e820 map.
+        (Duration::from_secs(300), |t| {
+            t.contains("BIOS-e820") && t.contains("bootconsole")
+        })
+    } else {
+        (Duration::from_secs(120), |t| {
+            t.contains("Freeing unused kernel image")
+        })
+    };
+    let (text, end, banner, e820) = boot(kernel, &cmdline, timeout, done);
+    eprintln!(
+        "linux {} boot on {} host ({summary}): banner after {:.2} s; run ended: {end:?}",
+        if pvh { "PVH vmlinux" } else { "bzImage" },
+        if emulated {
+            "an emulated-ring-0"
+        } else {
+            "a hardware-virtualization"
+        },
+        banner.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN)
+    );
+    assert!(text.contains("Linux version"), "no banner in:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("Command line:") && l.contains(&token)),
+        "command line with {token} missing in:\n{text}"
+    );
+    assert_eq!(
+        printed_e820(&text),
+        expected_linux_e820(&e820, pvh),
+        "e820 differs; output:\n{text}"
+    );
+    assert!(
+        matches!(end, RunEnd::Cancelled),
+        "the boot did not get as far as expected: {end:?}\n{text}"
+    );
+}
+
+#[test]
+fn linux_pvh_vmlinux_prints_banner_cmdline_and_our_e820() {
+    let (_, vmlinux) = kernel();
+    check_boot(&vmlinux, true);
+}
+
+#[test]
+fn linux_bzimage_decompresses_and_prints_banner_cmdline_and_our_e820() {
+    let (bz, _) = kernel();
+    check_boot(&bz, false);
+}
