@@ -107,6 +107,10 @@ pub fn detect(image: &[u8]) -> Result<ImageFormat, BootError> {
         // A boot sector without the setup header magic: most likely a damaged bzImage.
         linux::read_setup_header(image)?;
     }
+    if elf::is_elf(image) {
+        // A damaged ELF says how it is damaged (truncated, bad headers).
+        elf::parse(image)?;
+    }
     Err(BootError::UnknownFormat { len: image.len() })
 }
 

@@ -9,7 +9,7 @@ use kvm_ioctls::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
-use crate::results::{BenchConfig, Overhead, Results, TestStatus, Tool};
+use crate::results::{BenchConfig, Overhead, ProcessStats, Results, TestStatus, Tool};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use crate::stats::summarize;
 
@@ -146,6 +146,14 @@ pub fn run(
         tests: results,
         vmm_overhead,
         notes,
+        process: measurements
+            .iter()
+            .filter_map(|m| m.vmm_rss_bytes)
+            .max()
+            .map(|outside| ProcessStats {
+                vmm_rss_outside_guest_bytes: outside,
+                peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
+            }),
     })
 }
 

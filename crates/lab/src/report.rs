@@ -350,6 +350,14 @@ fn detail_lines(results: &Results) -> Vec<String> {
             }
         }
     }
+    if let Some(p) = &results.process {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        lines.push(format!(
+            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
+            mib(p.vmm_rss_outside_guest_bytes),
+            mib(p.peak_rss_bytes)
+        ));
+    }
     for note in &results.notes {
         lines.push(format!("note: {note}"));
     }
@@ -406,7 +414,7 @@ pub fn render_table(results: &Results) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out.push_str("cycles per iteration; \"net median\" subtracts loop_overhead's median\n\n");
+    out.push_str("cycles per iteration; \"net median\": median over samples of (sample - the empty loop measured just before it in the same VM)\n\n");
     let rows: Vec<Vec<String>> = results
         .tests
         .iter()
@@ -458,7 +466,7 @@ pub fn render_markdown(results: &Results) -> String {
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
-    out.push_str("\nCycles per iteration; *net median* subtracts `loop_overhead`'s median.\n");
+    out.push_str("\nCycles per iteration; *net median*: median over samples of (sample − the empty loop measured just before it in the same VM).\n");
     let details = detail_lines(results);
     if !details.is_empty() {
         out.push_str("\n```\n");

@@ -43,6 +43,19 @@ pub struct Results {
     /// Remarks about the run, e.g. that the host is nested or paravirtual.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Memory of the exitlab process during the run.
+    #[serde(default)]
+    pub process: Option<ProcessStats>,
+}
+
+/// Memory of the exitlab process during a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStats {
+    /// Largest resident memory outside guest RAM, sampled at the end of each test while
+    /// its VM was alive (bytes): the VMM's own footprint.
+    pub vmm_rss_outside_guest_bytes: u64,
+    /// Peak resident memory of the process, guest RAM included (VmHWM, bytes).
+    pub peak_rss_bytes: u64,
 }
 
 impl Results {
@@ -745,6 +758,10 @@ pub(crate) mod tests {
                 summary(900.0),
             )),
             notes: vec!["this host is nested/paravirtual".to_string()],
+            process: Some(ProcessStats {
+                vmm_rss_outside_guest_bytes: 6 << 20,
+                peak_rss_bytes: 7 << 20,
+            }),
         }
     }
 

@@ -17,6 +17,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::catalogue::{Platform, TestDef};
 
+/// Most KVM_RUN durations kept per test (8 bytes each).
+pub const RUN_LOG_MAX: u64 = 1 << 18;
+
 /// Guest RAM of a lab VM.
 pub const LAB_RAM_BYTES: u64 = 16 << 20;
 
@@ -79,6 +82,12 @@ pub struct Measurement {
     pub wall: Duration,
     /// Pinning failure, if any.
     pub pin_error: Option<String>,
+    /// Durations of the KVM_RUN calls of the measured iterations, as the VMM saw them
+    /// (userspace-exit tests with the full loop only).
+    pub kvm_run_log: Vec<u64>,
+    /// Resident memory of the process outside guest RAM, just before the VM was torn
+    /// down (bytes).
+    pub vmm_rss_bytes: Option<u64>,
 }
 
 /// Errors that stop the lab before a test can even start.
@@ -405,6 +414,8 @@ pub fn run_test(
         boot_time: None,
         wall: Duration::ZERO,
         pin_error: None,
+        kvm_run_log: Vec::new(),
+        vmm_rss_bytes: None,
     };
     if let Some(why) = skip_reason(kvm, def, params.ring) {
         m.outcome = Outcome::Skipped(why);
@@ -434,6 +445,11 @@ pub fn run_test(
     let vcpu = vm.create_vcpu(VcpuConfig {
         id: 0,
         stamp_gpa: Some(abi::STAMPS_GPA),
+        run_log: if def.user_exit.is_some() && !params.bare {
+            (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+        } else {
+            0
+        },
         doorbell_port: Some(abi::DOORBELL_PORT),
         hlt: HltPolicy::Resume,
     })?;
@@ -488,6 +504,15 @@ pub fn run_test(
         return Ok(m);
     };
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
+    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(vm.memory());
+    m.kvm_run_log = f
+        .vcpu
+        .run_log()
+        .iter()
+        .filter(|&&d| d & exitlab_vmm::vcpu::RUN_LOG_DOORBELL == 0)
+        .skip(params.warmup as usize)
+        .copied()
+        .collect();
     let hook = f.hook;
     m.boot_time = hook.ready_at.map(|t| t.duration_since(started));
     match (&f.stop, &hook.error) {

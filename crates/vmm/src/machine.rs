@@ -379,6 +379,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         let vcpu = vm.create_vcpu(VcpuConfig {
             id,
             stamp_gpa: None,
+            run_log: 0,
             doorbell_port: None,
             hlt: HltPolicy::Stop,
         })?;

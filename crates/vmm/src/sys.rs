@@ -246,3 +246,52 @@ pub fn install_kick_handler() -> std::io::Result<()> {
     });
     r.map_err(std::io::Error::from_raw_os_error)
 }
+
+/// Resident memory of this process outside the mappings of `mem` (guest RAM), from
+/// /proc/self/smaps, in bytes.
+pub fn rss_outside_guest(mem: &GuestMemoryMmap) -> Option<u64> {
+    use vm_memory::GuestMemoryRegion;
+    let guest: Vec<(u64, u64)> = mem
+        .iter()
+        .filter_map(|r| {
+            let host = mem.get_host_address(r.start_addr()).ok()? as u64;
+            Some((host, host + r.len()))
+        })
+        .collect();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut total_kib = 0u64;
+    let mut in_guest = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                in_guest = guest.iter().any(|&(s, e)| a < e && s < b);
+                continue;
+            }
+        }
+        if let Some(rest) = line.strip_prefix("Rss:") {
+            if !in_guest {
+                total_kib += rest
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Some(total_kib * 1024)
+}
+
+/// Peak resident memory of this process (VmHWM), in bytes.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line["VmHWM:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}

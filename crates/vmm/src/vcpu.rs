@@ -29,11 +29,18 @@ pub struct VcpuConfig {
     /// Guest-physical address of this vCPU's stamp page, if the guest wants the host's
     /// TSC stamps of each userspace exit.
     pub stamp_gpa: Option<u64>,
+    /// Keep the duration (host TSC cycles) of up to this many KVM_RUN calls that ended in
+    /// a userspace exit, as the VMM sees them: stamp before the ioctl, stamp after it.
+    /// Needs `stamp_gpa`. Doorbell exits are marked with [`RUN_LOG_DOORBELL`].
+    pub run_log: usize,
     /// Port whose 32-bit writes go to the [`ExitHook`] instead of the bus.
     pub doorbell_port: Option<u16>,
     /// What a HLT that reaches userspace (no in-kernel irqchip) does.
     pub hlt: HltPolicy,
 }
+
+/// Marks a [`Vcpu::run_log`] entry whose exit was a doorbell.
+pub const RUN_LOG_DOORBELL: u64 = 1 << 63;
 
 /// What a userspace HLT exit does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +252,7 @@ pub struct Vcpu {
     mmio: BusView,
     user_msrs: Arc<[UserMsr]>,
     stamps: Option<StampPage>,
+    run_log: Vec<u64>,
     seq: u64,
     counts: ExitCounts,
     stats: Option<KvmStats>,
@@ -278,6 +286,7 @@ impl Vcpu {
             mmio,
             user_msrs,
             stamps,
+            run_log: Vec::with_capacity(config.run_log),
             seq: 0,
             counts: ExitCounts::default(),
             stats,
@@ -293,6 +302,11 @@ impl Vcpu {
     /// The KVM vCPU fd.
     pub fn fd(&self) -> &VcpuFd {
         &self.fd
+    }
+
+    /// The KVM_RUN durations kept so far (see [`VcpuConfig::run_log`]).
+    pub fn run_log(&self) -> &[u64] {
+        &self.run_log
     }
 
     /// Userspace exits so far.
@@ -439,14 +453,20 @@ impl Vcpu {
         let doorbell = self.config.doorbell_port;
         // The first entry has no exit before it: nothing is published for it.
         let mut prev_return: Option<u64> = None;
+        let mut t_enter = 0;
         loop {
             if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
                 self.seq += 1;
-                st.publish(self.seq, t, sys::rdtscp());
+                t_enter = sys::rdtscp();
+                st.publish(self.seq, t, t_enter);
             }
             let result = self.fd.run();
             let t_return = sys::rdtscp();
             prev_return = Some(t_return);
+            if t_enter != 0 && self.run_log.len() < self.run_log.capacity() {
+                self.run_log
+                    .push(t_return.wrapping_sub(t_enter) & !RUN_LOG_DOORBELL);
+            }
             // The four device exits are handled inline and go straight back to the guest;
             // everything else takes the out-of-line path.
             let slow = match result {
@@ -480,6 +500,9 @@ impl Vcpu {
                 }
                 Ok(VcpuExit::IoOut(_, data)) => {
                     self.counts.doorbell += 1;
+                    if let Some(last) = self.run_log.last_mut() {
+                        *last |= RUN_LOG_DOORBELL;
+                    }
                     let mut v = [0u8; 4];
                     let n = data.len().min(4);
                     v[..n].copy_from_slice(&data[..n]);
