@@ -124,11 +124,28 @@ fn scratch() -> PathBuf {
     dir
 }
 
-/// Writes `bytes` to a file of this process named `name` and returns its path.
-fn write_file(name: &str, bytes: &[u8]) -> PathBuf {
+/// A file in the scratch directory, removed when dropped.
+struct ScratchFile(PathBuf);
+
+impl std::ops::Deref for ScratchFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Writes `bytes` to a file of this process named `name`.
+fn write_file(name: &str, bytes: &[u8]) -> ScratchFile {
     let path = scratch().join(format!("{}-{name}", std::process::id()));
     fs::write(&path, bytes).expect("write a scratch file");
-    path
+    ScratchFile(path)
 }
 
 /// Runs `exitlab run KERNEL ARGS...` (with `--timeout` unless given).
@@ -174,9 +191,9 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     })
 }
 
-/// An initrd of `len` pseudo-random bytes, written to a file; returns the path and
+/// An initrd of `len` pseudo-random bytes, written to a file; returns the file and
 /// the kernel arguments that describe it.
-fn initrd(name: &str, len: usize) -> (PathBuf, String) {
+fn initrd(name: &str, len: usize) -> (ScratchFile, String) {
     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ len as u64;
     let bytes: Vec<u8> = (0..len)
         .map(|_| {

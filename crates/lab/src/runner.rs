@@ -445,7 +445,7 @@ pub fn run_test(
     let vcpu = vm.create_vcpu(VcpuConfig {
         id: 0,
         stamp_gpa: Some(abi::STAMPS_GPA),
-        run_log: if def.user_exit.is_some() && !params.bare {
+        run_log: if def.kvm_run_log && !params.bare {
             (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
         } else {
             0
