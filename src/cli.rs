@@ -127,6 +127,10 @@ struct BenchArgs {
     /// Skip the VMM overhead experiment (full exit loop vs bare KVM_RUN loop).
     #[arg(long)]
     no_overhead: bool,
+    /// Spread each test's samples over this many rounds of the whole suite (each test in
+    /// a fresh VM every round), so that host drift affects all tests alike.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    rounds: u32,
 }
 
 impl From<RunArgs> for crate::run::RunOptions {
@@ -320,16 +324,43 @@ fn bench_cmd(a: BenchArgs) -> i32 {
         },
         raw: a.raw,
         overhead: !a.no_overhead,
+        rounds: a.rounds,
     };
     let mut stderr = std::io::stderr();
-    let mut progress = |p: Progress<'_>| match p {
-        Progress::Start(name) => {
-            let _ = write!(stderr, "  {name:<40} ");
-            let _ = stderr.flush();
+    // One line per round with a mark per test, then one line per overhead step.
+    let mut in_rounds = false;
+    let mut progress = |p: Progress<'_>| {
+        match p {
+            Progress::Round(r, n) => {
+                let _ = write!(
+                    stderr,
+                    "{}  round {r}/{n} ",
+                    if in_rounds { "\n" } else { "" }
+                );
+                in_rounds = true;
+            }
+            Progress::Start(name) if !in_rounds || name.contains('(') => {
+                if in_rounds {
+                    let _ = writeln!(stderr);
+                    in_rounds = false;
+                }
+                let _ = write!(stderr, "  {name:<40} ");
+            }
+            Progress::Start(_) => {}
+            Progress::Done(name, status) if !in_rounds || name.contains('(') => {
+                let _ = writeln!(stderr, "{}", status.word());
+            }
+            Progress::Done(_, status) => {
+                let mark = match status {
+                    TestStatus::Ok => ".",
+                    TestStatus::Skipped { .. } => "s",
+                    TestStatus::DidNotComplete { .. } => "T",
+                    TestStatus::Failed { .. } => "F",
+                };
+                let _ = write!(stderr, "{mark}");
+            }
         }
-        Progress::Done(_, status) => {
-            let _ = writeln!(stderr, "{}", status.word());
-        }
+        let _ = stderr.flush();
     };
     eprintln!(
         "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s)",

@@ -125,6 +125,8 @@ fn bench_writes_json_that_report_and_compare_read_back() {
             "3",
             "--raw",
             "--no-overhead",
+            "--rounds",
+            "2",
             "--json",
             p.to_str().unwrap(),
         ]);
@@ -143,8 +145,8 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert_eq!(outl["raw_samples"].as_array().unwrap().len(), 100);
     assert_eq!(outl["exit_check"]["passed"], true);
     assert_eq!(
-        outl["exits"]["io_out"], 300,
-        "100 samples + 200 warm-up iterations"
+        outl["exits"]["io_out"], 500,
+        "100 samples + 200 warm-up iterations in each of 2 rounds"
     );
     let r = exitlab(&["report", a.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0));

@@ -29,14 +29,29 @@ pub struct BenchOptions {
     pub raw: bool,
     /// Run the VMM overhead experiment (needs inl_from_user to be runnable).
     pub overhead: bool,
+    /// Split each test's samples over this many rounds; every round runs the whole
+    /// suite once, each test in a fresh VM, so that slow drifts of the host spread over
+    /// all tests alike instead of favouring the ones that ran at a good moment.
+    pub rounds: u32,
 }
 
 /// Progress events for the caller to show.
 pub enum Progress<'a> {
-    /// A test is starting.
+    /// A round of the suite is starting (1-based, of how many).
+    Round(u32, u32),
+    /// A test (or a step of the overhead experiment) is starting.
     Start(&'a str),
-    /// A test finished.
+    /// It finished.
     Done(&'a str, &'a TestStatus),
+}
+
+fn status_of(o: &Outcome) -> TestStatus {
+    match o {
+        Outcome::Completed => TestStatus::Ok,
+        Outcome::Skipped(r) => TestStatus::Skipped { reason: r.clone() },
+        Outcome::DidNotComplete(r) => TestStatus::DidNotComplete { reason: r.clone() },
+        Outcome::Failed(r) => TestStatus::Failed { reason: r.clone() },
+    }
 }
 
 fn tsc_from_host(host: &serde_json::Value) -> Option<(u64, String)> {
@@ -78,9 +93,37 @@ pub fn run(
     let mut base = Baseline::default();
     let mut tsc_khz: Option<(u64, String)> = None;
     let mut uncounted = Vec::new();
-    for def in &tests {
-        progress(Progress::Start(def.name));
-        let m = runner::run_test(kvm, image, def, opts.params)?;
+    let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
+    let mut per_test: Vec<Vec<Measurement>> = tests.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        progress(Progress::Round(round as u32 + 1, rounds as u32));
+        let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
+        for (i, def) in tests.iter().enumerate() {
+            // A test that did not complete, failed or was skipped is not run again.
+            if per_test[i]
+                .last()
+                .is_some_and(|m| m.outcome != Outcome::Completed)
+            {
+                continue;
+            }
+            progress(Progress::Start(def.name));
+            let m = runner::run_test(
+                kvm,
+                image,
+                def,
+                RunParams {
+                    samples: share,
+                    ..opts.params
+                },
+            )?;
+            progress(Progress::Done(def.name, &status_of(&m.outcome)));
+            per_test[i].push(m);
+        }
+    }
+    for (def, rounds) in tests.iter().zip(per_test) {
+        let Some(m) = Measurement::merge(rounds) else {
+            continue;
+        };
         if tsc_khz.is_none() {
             if let Some(k) = m.tsc_khz {
                 tsc_khz = Some((k.into(), "KVM_GET_TSC_KHZ".into()));
@@ -98,7 +141,6 @@ pub fn run(
             let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
             base.loop_kvm_exits_per_iter = m.kvm_exits.map(|k| k as f64 / iterations);
         }
-        progress(Progress::Done(def.name, &r.status));
         if m.outcome == Outcome::Completed && analysis::kernel_exits_uncounted(&m, &base) {
             uncounted.push(def.name);
         }
@@ -175,18 +217,11 @@ fn overhead(
     if runner::skip_reason(kvm, def, params.ring).is_some() {
         params.ring = 0;
     }
+    let _ = done;
     let mut full = Vec::new();
     let mut bare = Vec::new();
-    if let Some(m) = done.iter().find(|m| {
-        m.def.name == OVERHEAD_TEST && m.params == params && m.outcome == Outcome::Completed
-    }) {
-        full.extend(analysis::host_values(&m.samples).0);
-    }
-    for round in 0..OVERHEAD_ROUNDS {
+    for _ in 0..OVERHEAD_ROUNDS {
         for is_bare in [true, false] {
-            if !is_bare && round == 0 && !full.is_empty() {
-                continue;
-            }
             let label = if is_bare {
                 "inl_from_user (bare KVM_RUN loop)"
             } else {
@@ -202,12 +237,7 @@ fn overhead(
                     ..params
                 },
             )?;
-            let status = match &m.outcome {
-                Outcome::Completed => TestStatus::Ok,
-                Outcome::Skipped(r) => TestStatus::Skipped { reason: r.clone() },
-                Outcome::DidNotComplete(r) => TestStatus::DidNotComplete { reason: r.clone() },
-                Outcome::Failed(r) => TestStatus::Failed { reason: r.clone() },
-            };
+            let status = status_of(&m.outcome);
             progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
                 return Ok(Err(format!(

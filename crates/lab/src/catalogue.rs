@@ -379,7 +379,11 @@ mod tests {
 
     #[test]
     fn only_hlt_keeps_a_kvm_run_log() {
-        let logged: Vec<&str> = TESTS.iter().filter(|t| t.kvm_run_log).map(|t| t.name).collect();
+        let logged: Vec<&str> = TESTS
+            .iter()
+            .filter(|t| t.kvm_run_log)
+            .map(|t| t.name)
+            .collect();
         assert_eq!(logged, ["hlt"]);
     }
 

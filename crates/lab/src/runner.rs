@@ -90,6 +90,55 @@ pub struct Measurement {
     pub vmm_rss_bytes: Option<u64>,
 }
 
+impl Measurement {
+    /// Merges the rounds of one test (each run in its own VM) into one measurement: the
+    /// samples in order, counts and doorbells added, and parameters scaled so that the
+    /// exit-count check still holds exactly (each round ran its own warm-up). The first
+    /// round that did not complete decides the outcome.
+    pub fn merge(rounds: Vec<Measurement>) -> Option<Measurement> {
+        let mut it = rounds.into_iter();
+        let mut m = it.next()?;
+        for r in it {
+            if m.outcome != Outcome::Completed {
+                break;
+            }
+            if r.outcome != Outcome::Completed {
+                m.outcome = r.outcome;
+                m.samples.clear();
+                break;
+            }
+            m.params.samples += r.params.samples;
+            m.params.warmup += r.params.warmup;
+            m.samples.extend(r.samples);
+            m.counts = ExitCounts {
+                io_in: m.counts.io_in + r.counts.io_in,
+                io_out: m.counts.io_out + r.counts.io_out,
+                mmio_read: m.counts.mmio_read + r.counts.mmio_read,
+                mmio_write: m.counts.mmio_write + r.counts.mmio_write,
+                hlt: m.counts.hlt + r.counts.hlt,
+                rdmsr: m.counts.rdmsr + r.counts.rdmsr,
+                wrmsr: m.counts.wrmsr + r.counts.wrmsr,
+                doorbell: m.counts.doorbell + r.counts.doorbell,
+                intr: m.counts.intr + r.counts.intr,
+                other: m.counts.other + r.counts.other,
+            };
+            m.kvm_exits = match (m.kvm_exits, r.kvm_exits) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            m.doorbells += r.doorbells;
+            m.kvm_run_log.extend(r.kvm_run_log);
+            m.vmm_rss_bytes = m.vmm_rss_bytes.max(r.vmm_rss_bytes);
+            m.wall += r.wall;
+            if m.tsc_offset != r.tsc_offset {
+                // Phases need one offset; keep only the samples that share the first.
+                m.tsc_offset = None;
+            }
+        }
+        Some(m)
+    }
+}
+
 /// Errors that stop the lab before a test can even start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -3,11 +3,19 @@
 //! A bus is a sorted, immutable snapshot of `(base, len, device)` ranges. Registering or
 //! removing a device publishes a new snapshot and bumps a generation counter; it never
 //! blocks a vCPU. Each vCPU looks devices up through its own [`BusView`], which holds the
-//! snapshot it last saw and a most-recently-used index: a lookup is one atomic load (the
-//! generation), one range compare for the common case, and a binary search otherwise.
-//! No lock is shared between vCPUs on the lookup path and nothing is allocated. A device
-//! remapping itself from a vCPU thread (a PCI BAR write) publishes a new snapshot while
-//! that thread still holds the old one: there is no lock it could deadlock on.
+//! snapshot it last saw and a most-recently-used index: a lookup is one range compare for
+//! the common case and a binary search otherwise, touching nothing shared with other
+//! vCPUs, taking no lock and allocating nothing.
+//!
+//! A vCPU thread *subscribes* its views: then a publish kicks it (the same signal that
+//! stops vCPUs, which makes its next KVM_RUN return at once) and the vCPU refreshes its
+//! views on that out-of-line path, so the per-exit lookup does not even read the shared
+//! generation counter. The kick reaches the publishing thread too: a vCPU whose own
+//! exit remapped a device (a PCI BAR write) refreshes before it re-enters the guest. An
+//! access racing with a publish on another vCPU uses the old snapshot, as if it happened
+//! just before. Views that are not subscribed check the generation on every lookup. A
+//! device remapping itself from a vCPU thread publishes while that thread still holds
+//! the old snapshot: there is no lock it could deadlock on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,22 +64,42 @@ impl Range {
     }
 }
 
-#[derive(Default)]
-struct Snapshot {
-    ranges: Vec<Range>,
-}
+/// An immutable, sorted snapshot of the ranges. A slice in one allocation: its length
+/// travels in the (fat) pointer each view holds, so an empty or one-range bus is decided
+/// without touching the heap.
+type Snapshot = Arc<[Range]>;
 
 /// A port or MMIO bus shared by every vCPU of a VM.
-#[derive(Default)]
 pub struct Bus {
-    current: Mutex<Arc<Snapshot>>,
+    current: Mutex<Snapshot>,
     generation: AtomicU64,
+    // Threads whose views wait for a kick instead of checking the generation: (id, thread).
+    subscribers: Mutex<Vec<(u64, libc::pthread_t)>>,
+    next_subscriber: AtomicU64,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Bus {
+            current: Mutex::new(Arc::from(Vec::new())),
+            generation: AtomicU64::new(0),
+            subscribers: Mutex::new(Vec::new()),
+            next_subscriber: AtomicU64::new(1),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 impl std::fmt::Debug for Bus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let snap = self.snapshot();
-        let ranges: Vec<(u64, u64)> = snap.ranges.iter().map(|r| (r.base, r.len)).collect();
+        let ranges: Vec<(u64, u64)> = snap.iter().map(|r| (r.base, r.len)).collect();
         f.debug_struct("Bus").field("ranges", &ranges).finish()
     }
 }
@@ -82,25 +110,24 @@ impl Bus {
         Arc::new(Bus::default())
     }
 
-    fn snapshot(&self) -> Arc<Snapshot> {
-        match self.current.lock() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+    fn snapshot(&self) -> Snapshot {
+        lock(&self.current).clone()
     }
 
     fn publish(
         &self,
         edit: impl FnOnce(&mut Vec<Range>) -> Result<(), BusError>,
     ) -> Result<(), BusError> {
-        let mut guard = match self.current.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let mut ranges = guard.ranges.clone();
-        edit(&mut ranges)?;
-        *guard = Arc::new(Snapshot { ranges });
-        self.generation.fetch_add(1, Ordering::Release);
+        {
+            let mut guard = lock(&self.current);
+            let mut ranges = guard.to_vec();
+            edit(&mut ranges)?;
+            *guard = Arc::from(ranges);
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        for &(_, thread) in lock(&self.subscribers).iter() {
+            crate::sys::kick_thread(thread);
+        }
         Ok(())
     }
 
@@ -182,7 +209,7 @@ impl Bus {
 
     /// Number of registered ranges.
     pub fn len(&self) -> usize {
-        self.snapshot().ranges.len()
+        self.snapshot().len()
     }
 
     /// True when nothing is registered.
@@ -198,6 +225,7 @@ impl Bus {
             bus: Arc::clone(self),
             gen,
             mru: 0,
+            subscription: None,
         }
     }
 }
@@ -205,21 +233,56 @@ impl Bus {
 /// One vCPU's view of a [`Bus`]: the snapshot it last saw and its last hit.
 pub struct BusView {
     bus: Arc<Bus>,
-    snap: Arc<Snapshot>,
+    snap: Snapshot,
     gen: u64,
     mru: usize,
+    subscription: Option<u64>,
+}
+
+impl Drop for BusView {
+    fn drop(&mut self) {
+        self.unsubscribe();
+    }
 }
 
 impl BusView {
-    #[inline(always)]
-    fn lookup(&mut self, addr: u64) -> Option<(&Range, u64)> {
-        let gen = self.bus.generation.load(Ordering::Acquire);
+    /// From now on the calling thread is kicked (see the module docs) when the bus
+    /// changes, and this view stops checking the generation on each lookup: the thread
+    /// must call [`BusView::refresh`] whenever it has been kicked. Refreshes once now.
+    pub fn subscribe(&mut self) {
+        if self.subscription.is_none() {
+            let id = self.bus.next_subscriber.fetch_add(1, Ordering::Relaxed);
+            lock(&self.bus.subscribers).push((id, crate::sys::current_thread()));
+            self.subscription = Some(id);
+        }
+        self.refresh();
+    }
+
+    /// Stops the kicks (before the subscribed thread ends) and goes back to checking the
+    /// generation on every lookup.
+    pub fn unsubscribe(&mut self) {
+        if let Some(id) = self.subscription.take() {
+            lock(&self.bus.subscribers).retain(|&(i, _)| i != id);
+        }
+    }
+
+    /// Picks up the latest snapshot if the bus changed.
+    #[inline]
+    pub fn refresh(&mut self) {
+        let gen = self.bus.generation.load(Ordering::SeqCst);
         if gen != self.gen {
             self.snap = self.bus.snapshot();
             self.gen = gen;
             self.mru = 0;
         }
-        let ranges = &self.snap.ranges;
+    }
+
+    #[inline(always)]
+    fn lookup(&mut self, addr: u64) -> Option<(&Range, u64)> {
+        if self.subscription.is_none() {
+            self.refresh();
+        }
+        let ranges = &self.snap;
         if let Some(r) = ranges.get(self.mru) {
             if r.contains(addr) {
                 return Some((r, addr - r.base));
@@ -372,6 +435,38 @@ mod tests {
         let mut b = [0u8; 1];
         assert!(v.read(0x100, &mut b));
         assert_eq!(b[0], 2);
+    }
+
+    #[test]
+    fn subscribed_views_refresh_when_told() {
+        let bus = Bus::new();
+        let mut v = bus.view();
+        v.subscribe();
+        let mut b = [0u8; 1];
+        // The publish kicks this thread (a no-op outside a vCPU run loop); the view keeps
+        // its snapshot until it refreshes, as a vCPU does on the kick.
+        bus.insert(probe(5), 0x10, 1).unwrap();
+        assert!(!v.read(0x10, &mut b));
+        v.refresh();
+        assert!(v.read(0x10, &mut b));
+        v.unsubscribe();
+        bus.remove(0x10).unwrap();
+        assert!(
+            !v.read(0x10, &mut b),
+            "unsubscribed views check the generation again"
+        );
+        assert_eq!(lock(&bus.subscribers).len(), 0);
+    }
+
+    #[test]
+    fn dropping_a_view_unsubscribes() {
+        let bus = Bus::new();
+        {
+            let mut v = bus.view();
+            v.subscribe();
+            assert_eq!(lock(&bus.subscribers).len(), 1);
+        }
+        assert_eq!(lock(&bus.subscribers).len(), 0);
     }
 
     #[test]

@@ -295,3 +295,23 @@ pub fn peak_rss() -> Option<u64> {
         .ok()?;
     Some(kib * 1024)
 }
+
+/// The calling thread, for [`kick_thread`].
+pub fn current_thread() -> libc::pthread_t {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe { libc::pthread_self() }
+}
+
+/// Sends the kick signal to `thread`, which must be alive: callers keep a thread in
+/// their kick lists only while it runs (it removes itself, under the same lock, before
+/// it ends).
+pub fn kick_thread(thread: libc::pthread_t) {
+    if install_kick_handler().is_err() {
+        return;
+    }
+    // SAFETY: `thread` is a live thread of this process (see above); the kick handler is
+    // installed, so the signal cannot terminate the process.
+    unsafe {
+        libc::pthread_kill(thread, kick_signal());
+    }
+}

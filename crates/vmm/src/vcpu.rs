@@ -396,7 +396,12 @@ impl Vcpu {
     /// doorbell writes go to `hook`.
     pub fn run(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
         sys::set_immediate_exit_target(self.fd.get_kvm_run());
+        // Bus changes now kick this thread; the views refresh on the kick's EINTR.
+        self.pio.subscribe();
+        self.mmio.subscribe();
         let stop = self.run_loop(hook);
+        self.pio.unsubscribe();
+        self.mmio.unsubscribe();
         sys::clear_immediate_exit_target();
         stop
     }
@@ -518,13 +523,7 @@ impl Vcpu {
                         Flow::Stop(c) => Slow::Stop(VcpuStop::Hook(c)),
                     }
                 }
-                other => slow_exit(
-                    other,
-                    &mut self.counts,
-                    &self.user_msrs,
-                    &self.stop,
-                    self.config.hlt,
-                ),
+                other => slow_exit(other, &mut self.counts, &self.user_msrs, self.config.hlt),
             };
             match slow {
                 Slow::Continue => {}
@@ -539,6 +538,8 @@ impl Vcpu {
                 }
                 Slow::Interrupted => {
                     self.fd.set_kvm_immediate_exit(0);
+                    self.pio.refresh();
+                    self.mmio.refresh();
                     if self.stop.load(Ordering::Acquire) {
                         return VcpuStop::Kicked;
                     }
@@ -572,7 +573,6 @@ fn slow_exit(
     exit: Result<VcpuExit<'_>, kvm_ioctls::Error>,
     counts: &mut ExitCounts,
     user_msrs: &[UserMsr],
-    stop: &AtomicBool,
     hlt: HltPolicy,
 ) -> Slow {
     let exit = match exit {
@@ -612,11 +612,7 @@ fn slow_exit(
         }
         VcpuExit::Intr => {
             counts.intr += 1;
-            if stop.load(Ordering::Acquire) {
-                Slow::Stop(VcpuStop::Kicked)
-            } else {
-                Slow::Continue
-            }
+            Slow::Interrupted
         }
         VcpuExit::Shutdown => Slow::Stop(VcpuStop::Shutdown),
         VcpuExit::FailEntry(reason, cpu) => Slow::Stop(VcpuStop::FailEntry { reason, cpu }),
