@@ -110,18 +110,7 @@ impl Measurement {
             m.params.samples += r.params.samples;
             m.params.warmup += r.params.warmup;
             m.samples.extend(r.samples);
-            m.counts = ExitCounts {
-                io_in: m.counts.io_in + r.counts.io_in,
-                io_out: m.counts.io_out + r.counts.io_out,
-                mmio_read: m.counts.mmio_read + r.counts.mmio_read,
-                mmio_write: m.counts.mmio_write + r.counts.mmio_write,
-                hlt: m.counts.hlt + r.counts.hlt,
-                rdmsr: m.counts.rdmsr + r.counts.rdmsr,
-                wrmsr: m.counts.wrmsr + r.counts.wrmsr,
-                doorbell: m.counts.doorbell + r.counts.doorbell,
-                intr: m.counts.intr + r.counts.intr,
-                other: m.counts.other + r.counts.other,
-            };
+            m.counts = m.counts.plus(&r.counts);
             m.kvm_exits = match (m.kvm_exits, r.kvm_exits) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,

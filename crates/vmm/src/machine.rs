@@ -279,15 +279,14 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
     // Devices.
     let pio = vm.pio_bus().clone();
     let mmio = vm.mmio_bus().clone();
-    let serial_irq =
-        EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e))?;
     vm.fd()
         .register_irqfd(&serial_irq, pc::COM1_IRQ)
         .map_err(|e| VmmError::Kvm("KVM_IRQFD", e))?;
     let serial = Arc::new(Serial::new(
         serial_irq
             .try_clone()
-            .map_err(|e| VmmError::Os("eventfd dup", e.into()))?,
+            .map_err(|e| VmmError::Os("eventfd dup", e))?,
         serial_sink(cfg.serial)?,
     ));
     insert(&pio, serial.clone(), pc::COM1)?;
@@ -402,19 +401,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
     let mut last_stop = String::new();
     let collect =
         |f: &thread::Finished<NoHook>, exits: &mut ExitCounts, kvm_exits: &mut Option<u64>| {
-            let c = f.vcpu.counts();
-            *exits = ExitCounts {
-                io_in: exits.io_in + c.io_in,
-                io_out: exits.io_out + c.io_out,
-                mmio_read: exits.mmio_read + c.mmio_read,
-                mmio_write: exits.mmio_write + c.mmio_write,
-                hlt: exits.hlt + c.hlt,
-                rdmsr: exits.rdmsr + c.rdmsr,
-                wrmsr: exits.wrmsr + c.wrmsr,
-                doorbell: exits.doorbell + c.doorbell,
-                intr: exits.intr + c.intr,
-                other: exits.other + c.other,
-            };
+            *exits = exits.plus(f.vcpu.counts());
             *kvm_exits = match (*kvm_exits, f.vcpu.kvm_stats().and_then(|s| s.read("exits"))) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,

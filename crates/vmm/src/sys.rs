@@ -135,7 +135,7 @@ impl StampPage {
     /// Maps the stamp page at `gpa`; `None` if 24 bytes at `gpa` are not guest RAM in one
     /// region or the address is not 8-byte aligned.
     pub fn new(mem: Arc<GuestMemoryMmap>, gpa: u64) -> Option<StampPage> {
-        if gpa % 8 != 0 {
+        if !gpa.is_multiple_of(8) {
             return None;
         }
         let end = GuestAddress(gpa.checked_add(23)?);

@@ -107,6 +107,22 @@ impl ExitCounts {
         ]
     }
 
+    /// These counts plus `other`.
+    pub fn plus(&self, other: &ExitCounts) -> ExitCounts {
+        ExitCounts {
+            io_in: self.io_in + other.io_in,
+            io_out: self.io_out + other.io_out,
+            mmio_read: self.mmio_read + other.mmio_read,
+            mmio_write: self.mmio_write + other.mmio_write,
+            hlt: self.hlt + other.hlt,
+            rdmsr: self.rdmsr + other.rdmsr,
+            wrmsr: self.wrmsr + other.wrmsr,
+            doorbell: self.doorbell + other.doorbell,
+            intr: self.intr + other.intr,
+            other: self.other + other.other,
+        }
+    }
+
     /// Counts since `earlier`.
     pub fn since(&self, earlier: &ExitCounts) -> ExitCounts {
         ExitCounts {

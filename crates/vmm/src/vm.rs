@@ -236,12 +236,11 @@ impl Vm {
         len: u32,
         datamatch: Option<u64>,
     ) -> Result<EventFd, VmmError> {
-        let evt =
-            EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e.into()))?;
+        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e))?;
         register_ioeventfd(&self.fd, &evt, space, addr, len, datamatch)?;
         let ret = evt
             .try_clone()
-            .map_err(|e| VmmError::Os("eventfd dup", e.into()))?;
+            .map_err(|e| VmmError::Os("eventfd dup", e))?;
         self.ioevents.push(evt);
         Ok(ret)
     }
