@@ -148,6 +148,11 @@ pub fn run(
         measurements.push(m);
     }
     let mut notes = notes;
+    if let Some(e) = measurements.iter().find_map(|m| m.pin_error.as_ref()) {
+        notes.push(format!(
+            "pinning the vCPU thread failed: {e}; the vCPU ran unpinned"
+        ));
+    }
     if !uncounted.is_empty() {
         notes.push(format!(
             "KVM's exit counter did not count the exits of {} ({}): KVM handled them without a counted VM exit (a host that emulates guest ring 0, or handles these instructions on a fast path, does this); no userspace exit happened",
