@@ -449,3 +449,21 @@ mod tests {
         assert_eq!(physical_entry(&parse(&img).unwrap()), 0x200004);
     }
 }
+
+/// Checks that `entry` lies inside one of the loaded segments of `parsed`, whose loaded
+/// range is `range`.
+pub(crate) fn check_entry(parsed: &Elf, entry: u64, range: (u64, u64)) -> Result<()> {
+    if parsed
+        .segments
+        .iter()
+        .any(|s| entry >= s.paddr && entry - s.paddr < s.memsz)
+    {
+        Ok(())
+    } else {
+        Err(BootError::EntryOutsideImage {
+            entry,
+            start: range.0,
+            end: range.1,
+        })
+    }
+}

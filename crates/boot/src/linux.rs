@@ -216,17 +216,7 @@ pub fn load_elf<M: GuestMemoryBackend>(
     let ram = opts.ram_bytes;
     let image_range = elf::load_segments(mem, image, &parsed, ram)?;
     let entry = elf::physical_entry(&parsed);
-    if !parsed
-        .segments
-        .iter()
-        .any(|s| entry >= s.paddr && entry - s.paddr < s.memsz)
-    {
-        return Err(BootError::EntryOutsideImage {
-            entry,
-            start: image_range.0,
-            end: image_range.1,
-        });
-    }
+    elf::check_entry(&parsed, entry, image_range)?;
 
     let mut params = boot_params::default();
     params.hdr.boot_flag = BOOT_FLAG;

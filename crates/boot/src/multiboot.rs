@@ -272,17 +272,7 @@ fn load_elf<M: GuestMemoryBackend>(mem: &M, image: &[u8], ram: u64) -> Result<(u
         }
     }
     let range = elf::load_segments(mem, image, &parsed, ram)?;
-    let in_segment = parsed
-        .segments
-        .iter()
-        .any(|s| entry >= s.paddr && entry - s.paddr < s.memsz);
-    if !in_segment {
-        return Err(BootError::EntryOutsideImage {
-            entry,
-            start: range.0,
-            end: range.1,
-        });
-    }
+    elf::check_entry(&parsed, entry, range)?;
     Ok((entry, range))
 }
 

@@ -117,17 +117,7 @@ pub fn load<M: GuestMemoryBackend>(
     }
     let ram = opts.ram_bytes;
     let image_range = elf::load_segments(mem, image, &parsed, ram)?;
-    if !parsed
-        .segments
-        .iter()
-        .any(|s| entry >= s.paddr && entry - s.paddr < s.memsz)
-    {
-        return Err(BootError::EntryOutsideImage {
-            entry,
-            start: image_range.0,
-            end: image_range.1,
-        });
-    }
+    elf::check_entry(&parsed, entry, image_range)?;
 
     let mut data = BootData::new();
     let cmdline = data.put_cstr(mem, &opts.cmdline)?;
