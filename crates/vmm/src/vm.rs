@@ -79,73 +79,6 @@ fn open_error(io: std::io::Error) -> VmmError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn open_errors_say_what_to_do() {
-        let missing = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
-        assert!(missing.contains("/dev/kvm does not exist"), "{missing}");
-        assert!(missing.contains("kvm_intel or kvm_amd"), "{missing}");
-        let denied = open_error(std::io::Error::from_raw_os_error(libc::EACCES)).to_string();
-        assert!(
-            denied.contains("run as root or add your user to the group"),
-            "{denied}"
-        );
-        let other = open_error(std::io::Error::from_raw_os_error(libc::EIO)).to_string();
-        assert!(other.contains("/dev/kvm cannot be used"), "{other}");
-    }
-
-    #[test]
-    fn bad_configurations_are_refused() {
-        let kvm = Arc::new(open_kvm().expect("these tests need a usable /dev/kvm"));
-        let e = Vm::new(
-            kvm.clone(),
-            VmConfig {
-                cpus: 0,
-                ..VmConfig::default()
-            },
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("at least one vCPU"), "{e}");
-        let e = Vm::new(
-            kvm.clone(),
-            VmConfig {
-                irqchip: false,
-                pit: true,
-                ..VmConfig::default()
-            },
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("PIT needs the in-kernel irqchip"),
-            "{e}"
-        );
-        let mut vm = Vm::new(kvm, VmConfig::default()).unwrap();
-        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).unwrap_err();
-        assert!(e.to_string().contains("MMIO without datamatch only"), "{e}");
-        let e = vm
-            .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 3, Some(1))
-            .unwrap_err();
-        assert!(e.to_string().contains("is not 1, 2, 4 or 8"), "{e}");
-        assert!(vm
-            .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 4, Some(1))
-            .is_ok());
-        let r = vm.create_vcpu(VcpuConfig {
-            id: 5,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: None,
-            hlt: crate::vcpu::HltPolicy::Stop,
-        });
-        match r {
-            Err(e) => assert!(e.to_string().contains("out of range"), "{e}"),
-            Ok(_) => panic!("vCPU 5 of a 1-vCPU VM was created"),
-        }
-    }
-}
-
 /// A VM.
 pub struct Vm {
     kvm: Arc<Kvm>,
@@ -389,4 +322,71 @@ pub fn unregister_ioeventfd(
 ) -> Result<(), VmmError> {
     crate::sys::ioeventfd(fd, evt, space == IoSpace::Pio, addr, len, datamatch, true)
         .map_err(|e| VmmError::Os("KVM_IOEVENTFD (deassign)", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_errors_say_what_to_do() {
+        let missing = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
+        assert!(missing.contains("/dev/kvm does not exist"), "{missing}");
+        assert!(missing.contains("kvm_intel or kvm_amd"), "{missing}");
+        let denied = open_error(std::io::Error::from_raw_os_error(libc::EACCES)).to_string();
+        assert!(
+            denied.contains("run as root or add your user to the group"),
+            "{denied}"
+        );
+        let other = open_error(std::io::Error::from_raw_os_error(libc::EIO)).to_string();
+        assert!(other.contains("/dev/kvm cannot be used"), "{other}");
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let kvm = Arc::new(open_kvm().expect("these tests need a usable /dev/kvm"));
+        let e = Vm::new(
+            kvm.clone(),
+            VmConfig {
+                cpus: 0,
+                ..VmConfig::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least one vCPU"), "{e}");
+        let e = Vm::new(
+            kvm.clone(),
+            VmConfig {
+                irqchip: false,
+                pit: true,
+                ..VmConfig::default()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("PIT needs the in-kernel irqchip"),
+            "{e}"
+        );
+        let mut vm = Vm::new(kvm, VmConfig::default()).unwrap();
+        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).unwrap_err();
+        assert!(e.to_string().contains("MMIO without datamatch only"), "{e}");
+        let e = vm
+            .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 3, Some(1))
+            .unwrap_err();
+        assert!(e.to_string().contains("is not 1, 2, 4 or 8"), "{e}");
+        assert!(vm
+            .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 4, Some(1))
+            .is_ok());
+        let r = vm.create_vcpu(VcpuConfig {
+            id: 5,
+            stamp_gpa: None,
+            run_log: 0,
+            doorbell_port: None,
+            hlt: crate::vcpu::HltPolicy::Stop,
+        });
+        match r {
+            Err(e) => assert!(e.to_string().contains("out of range"), "{e}"),
+            Ok(_) => panic!("vCPU 5 of a 1-vCPU VM was created"),
+        }
+    }
 }
