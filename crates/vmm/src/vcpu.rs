@@ -479,6 +479,8 @@ impl Vcpu {
         // The first entry has no exit before it: nothing is published for it.
         let mut prev_return: Option<u64> = None;
         let mut t_enter = 0;
+        // Decided once, so that a loop without a log reads nothing of it per exit.
+        let logging = self.run_log.capacity() > 0;
         loop {
             if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
                 self.seq += 1;
@@ -488,7 +490,7 @@ impl Vcpu {
             let result = self.fd.run();
             let t_return = sys::rdtscp();
             prev_return = Some(t_return);
-            if t_enter != 0 && self.run_log.len() < self.run_log.capacity() {
+            if logging && t_enter != 0 && self.run_log.len() < self.run_log.capacity() {
                 self.run_log
                     .push(t_return.wrapping_sub(t_enter) & !RUN_LOG_DOORBELL);
             }
