@@ -53,6 +53,7 @@ pub enum HltPolicy {
 
 /// Userspace exits of one vCPU by reason. Plain counters owned by the vCPU thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[repr(C)]
 pub struct ExitCounts {
     /// Port reads.
     pub io_in: u64,
@@ -268,8 +269,8 @@ pub struct Vcpu {
     fd: VcpuFd,
     stamps: Option<StampPage>,
     seq: u64,
-    counts: ExitCounts,
     pio: BusView,
+    counts: ExitCounts,
     mmio: BusView,
     run_log: Vec<u64>,
     config: VcpuConfig,
