@@ -288,6 +288,9 @@ impl BusView {
             self.refresh();
         }
         let ranges = &self.snap;
+        if ranges.is_empty() {
+            return None;
+        }
         if let Some(r) = ranges.get(self.mru) {
             if r.contains(addr) {
                 return Some((r, addr - r.base));
