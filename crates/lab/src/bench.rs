@@ -134,7 +134,11 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
-        let r = analysis::analyse(&m, &base, khz, opts.raw);
+        let mut r = analysis::analyse(&m, &base, khz, opts.raw);
+        if m.outcome != Outcome::Completed {
+            // Not run to the end: report what was asked for, not one round's share.
+            r.samples = opts.params.samples;
+        }
         if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
             base.loop_median = r.cycles.as_ref().map(|c| c.median);
             let p = &m.params;
