@@ -138,6 +138,7 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["config"]["ring"], 3);
+    assert_eq!(v["config"]["rounds"], 2);
     let tests = v["tests"].as_array().unwrap();
     assert_eq!(tests.len(), 3, "loop_overhead is always measured first");
     assert_eq!(tests[0]["name"], "loop_overhead");

@@ -193,6 +193,7 @@ pub fn run(
             raw: opts.raw,
             tsc_khz,
             tsc_khz_source,
+            rounds: rounds as u32,
         },
         tests: results,
         vmm_overhead,

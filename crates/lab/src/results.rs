@@ -108,6 +108,13 @@ pub struct BenchConfig {
     pub tsc_khz: u64,
     /// Where the TSC frequency came from (e.g. `KVM_GET_TSC_KHZ`, `cpuid 0x15`).
     pub tsc_khz_source: String,
+    /// Rounds of the whole suite each test's samples were spread over.
+    #[serde(default = "one")]
+    pub rounds: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Where a VM exit was handled.
@@ -750,6 +757,7 @@ pub(crate) mod tests {
                 raw: true,
                 tsc_khz: 3_000_000,
                 tsc_khz_source: "KVM_GET_TSC_KHZ".to_string(),
+                rounds: 4,
             },
             tests: vec![lo, kernel, full, skipped, dnc, failed],
             vmm_overhead: Some(Overhead::new(
