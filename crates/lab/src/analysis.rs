@@ -14,8 +14,6 @@ use crate::stats::{summarize, Summary};
 /// Context from other tests of the same run that one test's analysis needs.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Baseline {
-    /// Median cycles per iteration of `loop_overhead` in the same ring.
-    pub loop_median: Option<f64>,
     /// KVM exits per iteration of `loop_overhead` (what the loop alone costs in
     /// in-kernel exits on this host; 0 on hardware).
     pub loop_kvm_exits_per_iter: Option<f64>,

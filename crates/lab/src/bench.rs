@@ -140,7 +140,6 @@ pub fn run(
             r.samples = opts.params.samples;
         }
         if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
-            base.loop_median = r.cycles.as_ref().map(|c| c.median);
             let p = &m.params;
             let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
             base.loop_kvm_exits_per_iter = m.kvm_exits.map(|k| k as f64 / iterations);
@@ -165,7 +164,7 @@ pub fn run(
         ));
     }
     let vmm_overhead = if opts.overhead {
-        let r = overhead(kvm, image, opts, &measurements, progress)?;
+        let r = overhead(kvm, image, opts, progress)?;
         if let Err(why) = &r {
             notes.push(format!("VMM overhead not measured: {why}"));
         }
@@ -216,7 +215,6 @@ fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    done: &[Measurement],
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Result<Overhead, String>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
@@ -227,7 +225,6 @@ fn overhead(
     if runner::skip_reason(kvm, def, params.ring).is_some() {
         params.ring = 0;
     }
-    let _ = done;
     let mut full = Vec::new();
     let mut bare = Vec::new();
     for _ in 0..OVERHEAD_ROUNDS {

@@ -459,18 +459,15 @@ impl Vcpu {
             match result {
                 Ok(VcpuExit::IoIn(_, data)) => open_bus(data),
                 Ok(VcpuExit::IoOut(port, data)) if Some(port) == doorbell => {
-                    let mut v = [0u8; 4];
-                    let n = data.len().min(4);
-                    v[..n].copy_from_slice(&data[..n]);
-                    self.counts.doorbell += 1;
-                    let ctx = DoorbellCtx {
-                        vcpu_id: self.config.id,
-                        value: u32::from_le_bytes(v),
-                        mem: &self.mem,
-                        counts: &self.counts,
-                        stats: self.stats.as_ref(),
-                    };
-                    if let Flow::Stop(c) = hook.doorbell(&ctx) {
+                    let flow = ring_doorbell(
+                        hook,
+                        self.config.id,
+                        data,
+                        &self.mem,
+                        &mut self.counts,
+                        self.stats.as_ref(),
+                    );
+                    if let Flow::Stop(c) = flow {
                         break VcpuStop::Hook(c);
                     }
                 }
@@ -540,21 +537,18 @@ impl Vcpu {
                     }
                 }
                 Ok(VcpuExit::IoOut(_, data)) => {
-                    self.counts.doorbell += 1;
                     if let Some(last) = self.run_log.last_mut() {
                         *last |= RUN_LOG_DOORBELL;
                     }
-                    let mut v = [0u8; 4];
-                    let n = data.len().min(4);
-                    v[..n].copy_from_slice(&data[..n]);
-                    let ctx = DoorbellCtx {
-                        vcpu_id: self.config.id,
-                        value: u32::from_le_bytes(v),
-                        mem: &self.mem,
-                        counts: &self.counts,
-                        stats: self.stats.as_ref(),
-                    };
-                    match hook.doorbell(&ctx) {
+                    let flow = ring_doorbell(
+                        hook,
+                        self.config.id,
+                        data,
+                        &self.mem,
+                        &mut self.counts,
+                        self.stats.as_ref(),
+                    );
+                    match flow {
                         Flow::Continue => continue,
                         Flow::Stop(c) => Slow::Stop(VcpuStop::Hook(c)),
                     }
@@ -583,6 +577,29 @@ impl Vcpu {
             }
         }
     }
+}
+
+/// Counts a doorbell exit and hands the value written (up to 32 bits, little-endian) to
+/// the hook.
+fn ring_doorbell(
+    hook: &mut dyn ExitHook,
+    vcpu_id: u32,
+    data: &[u8],
+    mem: &GuestMemoryMmap,
+    counts: &mut ExitCounts,
+    stats: Option<&KvmStats>,
+) -> Flow {
+    counts.doorbell += 1;
+    let mut v = [0u8; 4];
+    let n = data.len().min(4);
+    v[..n].copy_from_slice(&data[..n]);
+    hook.doorbell(&DoorbellCtx {
+        vcpu_id,
+        value: u32::from_le_bytes(v),
+        mem,
+        counts,
+        stats,
+    })
 }
 
 /// What the out-of-line exit path decided.
