@@ -1,6 +1,10 @@
 //! The `exitlab` command: a KVM VMM built to make VM exits cheap and to measure them.
 
+mod bench_cmd;
 mod cli;
+mod exit;
+mod host_cmd;
+mod report_cmd;
 mod run;
 
 fn main() {

@@ -9,14 +9,7 @@ use std::time::Duration;
 use exitlab_boot::ImageFormat;
 use exitlab_vmm::machine::{self, MachineConfig, MachineError, RunEnd, SerialOut};
 
-use crate::cli::{usage_error, EXIT_NO_KVM};
-
-/// Exit code when the timeout expired (as `timeout(1)`).
-pub const EXIT_TIMEOUT: i32 = 124;
-/// Exit code for a triple fault.
-pub const EXIT_TRIPLE_FAULT: i32 = 125;
-/// Exit code when KVM could not run the guest (internal error, failed entry).
-pub const EXIT_KVM_FAILURE: i32 = 126;
+use crate::exit::{usage_error, EXIT_KVM_FAILURE, EXIT_NO_KVM, EXIT_TIMEOUT, EXIT_TRIPLE_FAULT};
 
 /// Options of `exitlab run`.
 #[derive(Debug)]
@@ -31,6 +24,56 @@ pub struct RunOptions {
     pub exit_stats: bool,
     pub prefer_pvh: bool,
     pub verbose: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Kernel image.
+    kernel: PathBuf,
+    /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd).
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, visible_alias = "append", default_value = "")]
+    cmdline: String,
+    /// Number of vCPUs.
+    #[arg(long, visible_alias = "smp", default_value_t = 1)]
+    cpus: u32,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 128)]
+    mem: u64,
+    /// Stop the guest after this many seconds (exit code 124); 0 = no limit.
+    #[arg(long, default_value_t = 0.0)]
+    timeout: f64,
+    /// Serial console: stdio, file:PATH or none.
+    #[arg(long, default_value = "stdio")]
+    serial: String,
+    /// Print the exits by reason at the end.
+    #[arg(long)]
+    exit_stats: bool,
+    /// Enter an ELF vmlinux at its 64-bit entry point instead of its PVH entry.
+    #[arg(long)]
+    no_pvh: bool,
+    /// Say what was detected and how long setup took.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+impl From<RunArgs> for RunOptions {
+    fn from(a: RunArgs) -> Self {
+        RunOptions {
+            kernel: a.kernel,
+            initrd: a.initrd,
+            cmdline: a.cmdline,
+            cpus: a.cpus,
+            mem_mib: a.mem,
+            timeout: a.timeout,
+            serial: a.serial,
+            exit_stats: a.exit_stats,
+            prefer_pvh: !a.no_pvh,
+            verbose: a.verbose,
+        }
+    }
 }
 
 fn format_name(f: ImageFormat) -> &'static str {
