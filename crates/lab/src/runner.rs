@@ -8,9 +8,12 @@ use std::time::{Duration, Instant};
 
 use exitlab_devices::{BusDevice, IoAction};
 use exitlab_guest::abi;
-use exitlab_vmm::thread::{self, Loop};
-use exitlab_vmm::vcpu::{DoorbellCtx, ExitCounts, ExitHook, Flow, HltPolicy, VcpuConfig, VcpuStop};
-use exitlab_vmm::vm::{IoSpace, UserMsr, Vm, VmConfig};
+use exitlab_vmm::msr::UserMsr;
+use exitlab_vmm::thread;
+use exitlab_vmm::vcpu::{
+    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
+};
+use exitlab_vmm::vm::{IoSpace, Vm, VmConfig};
 use exitlab_vmm::{cpuid, VmmError};
 use kvm_ioctls::{Cap, Kvm};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -201,9 +204,9 @@ impl LabHook {
             .unwrap_or(u64::MAX)
     }
 
-    fn fail(&mut self, msg: String) -> Flow {
+    fn fail(&mut self, msg: String) -> HookReply {
         self.error = Some(msg);
-        Flow::Stop(1)
+        HookReply::Stop(1)
     }
 
     /// Copies `count` records of the vCPU's ring, after checking `count` against the ring
@@ -257,7 +260,7 @@ const CONTROL_FAULT_ERROR: u64 = 13;
 const CONTROL_FAULT_CR2: u64 = 14;
 
 impl ExitHook for LabHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow {
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
         self.progress.fetch_add(1, Ordering::Relaxed);
         match (ctx.value, self.stage) {
             (abi::DOORBELL_READY, Stage::Booting) => {
@@ -265,12 +268,12 @@ impl ExitHook for LabHook {
                 self.ready_at = Some(Instant::now());
                 self.start_counts = *ctx.counts;
                 self.start_kvm = ctx.kvm_exits();
-                Flow::Continue
+                HookReply::Resume
             }
             (abi::DOORBELL_BATCH, Stage::Running) => {
                 self.doorbells += 1;
                 match self.take_batch(ctx.mem, ctx.vcpu_id) {
-                    Ok(()) => Flow::Continue,
+                    Ok(()) => HookReply::Resume,
                     Err(e) => self.fail(e),
                 }
             }
@@ -289,7 +292,7 @@ impl ExitHook for LabHook {
                     ));
                 }
                 self.stage = Stage::Done;
-                Flow::Stop(0)
+                HookReply::Stop(0)
             }
             (abi::DOORBELL_FAULT, _) => {
                 let v = Self::control(ctx.mem, CONTROL_FAULT_VECTOR);
@@ -497,9 +500,9 @@ pub fn run_test(
     let progress = Arc::new(AtomicU64::new(0));
     let hook = LabHook::new(params.samples, progress.clone());
     let run_loop = if params.bare {
-        Loop::BarePioIn
+        Handler::Bare
     } else {
-        Loop::Full
+        Handler::Devices
     };
     let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
     let mut seen = 0;

@@ -4,12 +4,15 @@
 #![deny(missing_docs)]
 
 pub mod bus;
+pub mod counts;
 pub mod cpuid;
 mod error;
+pub mod exit;
 pub mod host;
 pub mod kvmstats;
 pub mod machine;
 mod memory;
+pub mod msr;
 pub mod regs;
 pub mod sys;
 pub mod thread;

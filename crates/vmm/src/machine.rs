@@ -26,8 +26,8 @@ use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
-use crate::thread::{self, Loop, VcpuThread};
-use crate::vcpu::{ExitCounts, HltPolicy, NoHook, VcpuConfig, VcpuStop};
+use crate::thread::{self, VcpuThread};
+use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, VcpuConfig, VcpuStop};
 use crate::vm::{self, Vm, VmConfig};
 use crate::VmmError;
 
@@ -392,7 +392,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
     let started = Instant::now();
     for vcpu in vcpus {
         let id = vcpu.id();
-        threads.push((id, thread::spawn(vcpu, NoHook, None, Loop::Full)?));
+        threads.push((id, thread::spawn(vcpu, NoHook, None, Handler::Devices)?));
     }
     let deadline = cfg.timeout.map(|t| started + t);
     let mut exits = ExitCounts::default();

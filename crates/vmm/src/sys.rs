@@ -205,6 +205,35 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Read access to the header of a vCPU's kvm_run page, for what kvm-ioctls' decoded exit
+/// leaves out: the element size of a port access (a string access arrives as one buffer
+/// of size × count bytes).
+pub struct RunPage(*const kvm_bindings::kvm_run);
+
+// SAFETY: the pointer refers to the vCPU's own kvm_run mapping, which lives as long as
+// the VcpuFd it belongs to; the RunPage is stored beside that VcpuFd in the same `Vcpu`
+// and moves with it to the thread that runs it. Nothing is shared between threads.
+unsafe impl Send for RunPage {}
+
+impl RunPage {
+    /// The kvm_run page of `fd`. The caller keeps `fd` alive as long as the RunPage.
+    pub fn new(fd: &mut kvm_ioctls::VcpuFd) -> RunPage {
+        RunPage(fd.get_kvm_run() as *const kvm_bindings::kvm_run)
+    }
+
+    /// kvm_run's `io.size`: the bytes of one element of the last port exit. After any
+    /// other exit the value means nothing (the union holds another member).
+    #[inline(always)]
+    pub fn io_size(&self) -> usize {
+        // SAFETY: the mapping is valid for the RunPage's lifetime (see `new`) and at least
+        // one page long; `io` is a plain-old-data member of the exit union at a fixed
+        // offset in the header, so reading its `size` byte is defined whatever member the
+        // kernel last wrote. The data buffer kvm-ioctls hands out for a port exit lies at
+        // `io.data_offset`, past the header, so this read never overlaps it.
+        unsafe { usize::from((*self.0).__bindgen_anon_1.io.size) }
+    }
+}
+
 thread_local! {
     static IMMEDIATE_EXIT: std::cell::Cell<*mut u8> = const { std::cell::Cell::new(std::ptr::null_mut()) };
 }

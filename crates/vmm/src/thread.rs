@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::signal::Killable;
 
 use crate::sys;
-use crate::vcpu::{ExitHook, Vcpu, VcpuStop};
+use crate::vcpu::{ExitHook, Handler, Vcpu, VcpuStop};
 use crate::VmmError;
 
 /// What a finished vCPU thread hands back.
@@ -34,21 +34,13 @@ pub struct VcpuThread<H> {
     done: mpsc::Receiver<Finished<H>>,
 }
 
-/// Which run loop a vCPU thread uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Loop {
-    /// The full loop: bus, devices, accounting ([`Vcpu::run`]).
-    Full,
-    /// The bare port-read loop ([`Vcpu::run_bare_pio_in`]).
-    BarePioIn,
-}
-
-/// Starts `vcpu` on a new thread named `vcpu<N>`, pinned to host CPU `pin` if given.
+/// Starts `vcpu` on a new thread named `vcpu<N>`, pinned to host CPU `pin` if given,
+/// running the exit handler `handler`.
 pub fn spawn<H: ExitHook + Send + 'static>(
     mut vcpu: Vcpu,
     mut hook: H,
     pin: Option<usize>,
-    run_loop: Loop,
+    handler: Handler,
 ) -> Result<VcpuThread<H>, VmmError> {
     sys::install_kick_handler()
         .map_err(|e| VmmError::Os("installing the vCPU kick signal handler", e))?;
@@ -58,10 +50,7 @@ pub fn spawn<H: ExitHook + Send + 'static>(
         .name(format!("vcpu{}", vcpu.id()))
         .spawn(move || {
             let pin_error = pin.and_then(|cpu| sys::pin_current_thread(cpu).err());
-            let stop = match run_loop {
-                Loop::Full => vcpu.run(&mut hook),
-                Loop::BarePioIn => vcpu.run_bare_pio_in(&mut hook),
-            };
+            let stop = vcpu.run_with(handler, &mut hook);
             let _ = tx.send(Finished {
                 vcpu,
                 hook,

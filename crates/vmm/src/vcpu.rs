@@ -1,23 +1,26 @@
 //! A vCPU and its run loop.
 //!
 //! The loop is the hot path of every userspace ("heavyweight") exit: KVM_RUN returns,
-//! the exit is dispatched by reason, the device is found through the vCPU's own bus view
-//! (no lock shared with other vCPUs, no allocation), the device fills the kvm_run data in
-//! place, and KVM_RUN is entered again. The only work added for measurement is two TSC
-//! reads and three stores into the vCPU's stamp page, and one counter increment.
+//! the exit is dispatched by reason to an [`ExitHandler`] (the platform's devices through
+//! the vCPU's own bus views, with no lock shared with other vCPUs and no allocation; or
+//! the bare floor it is measured against), and KVM_RUN is entered again. There is one
+//! loop; the full VMM and the bare floor differ only in the handler (see [`crate::exit`]).
+//! The only work added for measurement is two TSC reads and three stores into the
+//! vCPU's stamp page.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use exitlab_devices::IoAction;
-use kvm_ioctls::{VcpuExit, VcpuFd};
+use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
+pub use crate::counts::ExitCounts;
+use crate::exit::{self, Bare, Devices, DoorbellRoute, ExitHandler, Next};
 use crate::kvmstats::KvmStats;
+use crate::msr::UserMsr;
 use crate::regs;
 use crate::sys::{self, StampPage};
-use crate::vm::UserMsr;
 use crate::VmmError;
 use exitlab_boot::EntryState;
 
@@ -51,101 +54,11 @@ pub enum HltPolicy {
     Stop,
 }
 
-/// Userspace exits of one vCPU by reason. Plain counters owned by the vCPU thread.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[repr(C)]
-pub struct ExitCounts {
-    /// Port reads.
-    pub io_in: u64,
-    /// Port writes (not counting doorbells).
-    pub io_out: u64,
-    /// MMIO reads.
-    pub mmio_read: u64,
-    /// MMIO writes.
-    pub mmio_write: u64,
-    /// HLT.
-    pub hlt: u64,
-    /// RDMSR routed to userspace.
-    pub rdmsr: u64,
-    /// WRMSR routed to userspace.
-    pub wrmsr: u64,
-    /// Doorbell writes handed to the hook.
-    pub doorbell: u64,
-    /// KVM_RUN interrupted by a signal.
-    pub intr: u64,
-    /// Anything else.
-    pub other: u64,
-}
-
-impl ExitCounts {
-    /// Every userspace exit counted.
-    pub fn total(&self) -> u64 {
-        self.io_in
-            + self.io_out
-            + self.mmio_read
-            + self.mmio_write
-            + self.hlt
-            + self.rdmsr
-            + self.wrmsr
-            + self.doorbell
-            + self.intr
-            + self.other
-    }
-
-    /// (name, count) pairs, in a fixed order.
-    pub fn entries(&self) -> [(&'static str, u64); 10] {
-        [
-            ("io_in", self.io_in),
-            ("io_out", self.io_out),
-            ("mmio_read", self.mmio_read),
-            ("mmio_write", self.mmio_write),
-            ("hlt", self.hlt),
-            ("rdmsr", self.rdmsr),
-            ("wrmsr", self.wrmsr),
-            ("doorbell", self.doorbell),
-            ("intr", self.intr),
-            ("other", self.other),
-        ]
-    }
-
-    /// These counts plus `other`.
-    pub fn plus(&self, other: &ExitCounts) -> ExitCounts {
-        ExitCounts {
-            io_in: self.io_in + other.io_in,
-            io_out: self.io_out + other.io_out,
-            mmio_read: self.mmio_read + other.mmio_read,
-            mmio_write: self.mmio_write + other.mmio_write,
-            hlt: self.hlt + other.hlt,
-            rdmsr: self.rdmsr + other.rdmsr,
-            wrmsr: self.wrmsr + other.wrmsr,
-            doorbell: self.doorbell + other.doorbell,
-            intr: self.intr + other.intr,
-            other: self.other + other.other,
-        }
-    }
-
-    /// Counts since `earlier`.
-    pub fn since(&self, earlier: &ExitCounts) -> ExitCounts {
-        ExitCounts {
-            io_in: self.io_in.wrapping_sub(earlier.io_in),
-            io_out: self.io_out.wrapping_sub(earlier.io_out),
-            mmio_read: self.mmio_read.wrapping_sub(earlier.mmio_read),
-            mmio_write: self.mmio_write.wrapping_sub(earlier.mmio_write),
-            hlt: self.hlt.wrapping_sub(earlier.hlt),
-            rdmsr: self.rdmsr.wrapping_sub(earlier.rdmsr),
-            wrmsr: self.wrmsr.wrapping_sub(earlier.wrmsr),
-            doorbell: self.doorbell.wrapping_sub(earlier.doorbell),
-            intr: self.intr.wrapping_sub(earlier.intr),
-            other: self.other.wrapping_sub(earlier.other),
-        }
-    }
-}
-
 /// What the hook tells the run loop after a doorbell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub enum HookReply {
     /// Re-enter the guest.
-    Continue,
+    Resume,
     /// Stop the vCPU; the run ends with [`VcpuStop::Hook`] carrying this code.
     Stop(u32),
 }
@@ -160,7 +73,7 @@ pub struct DoorbellCtx<'a> {
     pub mem: &'a GuestMemoryMmap,
     /// Userspace exits so far (the doorbell being handled is already counted).
     pub counts: &'a ExitCounts,
-    stats: Option<&'a KvmStats>,
+    pub(crate) stats: Option<&'a KvmStats>,
 }
 
 impl DoorbellCtx<'_> {
@@ -173,7 +86,7 @@ impl DoorbellCtx<'_> {
 /// Receives doorbell writes (the guest → host channel of the lab kernel and of tests).
 pub trait ExitHook {
     /// Handles one doorbell write.
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow;
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply;
 }
 
 /// A hook for guests that have no doorbell: every doorbell write stops the vCPU.
@@ -181,8 +94,8 @@ pub trait ExitHook {
 pub struct NoHook;
 
 impl ExitHook for NoHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> Flow {
-        Flow::Stop(ctx.value)
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
+        HookReply::Stop(ctx.value)
     }
 }
 
@@ -267,6 +180,7 @@ impl VcpuStop {
 #[repr(C)]
 pub struct Vcpu {
     fd: VcpuFd,
+    run_page: sys::RunPage,
     stamps: Option<StampPage>,
     seq: u64,
     pio: BusView,
@@ -280,25 +194,9 @@ pub struct Vcpu {
     stop: Arc<AtomicBool>,
 }
 
-/// The value every unclaimed read returns (an open bus).
-const OPEN_BUS: u8 = 0xff;
-
-/// Fills an unclaimed read with all ones. Accesses of 1, 2, 4 or 8 bytes (nearly all) are
-/// one store each, not a call into the C library's memset.
-#[inline(always)]
-fn open_bus(data: &mut [u8]) {
-    match data.len() {
-        1 => data[0] = OPEN_BUS,
-        2 => data.copy_from_slice(&[OPEN_BUS; 2]),
-        4 => data.copy_from_slice(&[OPEN_BUS; 4]),
-        8 => data.copy_from_slice(&[OPEN_BUS; 8]),
-        _ => data.fill(OPEN_BUS),
-    }
-}
-
 impl Vcpu {
     pub(crate) fn new(
-        fd: VcpuFd,
+        mut fd: VcpuFd,
         config: VcpuConfig,
         mem: Arc<GuestMemoryMmap>,
         pio: BusView,
@@ -312,8 +210,10 @@ impl Vcpu {
             None => None,
         };
         let stats = KvmStats::open(&fd);
+        let run_page = sys::RunPage::new(&mut fd);
         Ok(Vcpu {
             fd,
+            run_page,
             config,
             mem,
             pio,
@@ -426,77 +326,100 @@ impl Vcpu {
         Some(b)
     }
 
-    /// Runs the vCPU until something stops it. Every userspace exit is counted by reason;
-    /// doorbell writes go to `hook`.
+    /// Runs the vCPU with the platform's devices until something stops it. Every
+    /// userspace exit is counted by reason; doorbell writes go to `hook`.
     pub fn run(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
+        self.run_with(Handler::Devices, hook)
+    }
+
+    /// Runs the vCPU with the handler `handler` (see [`Handler`]).
+    pub fn run_with(&mut self, handler: Handler, hook: &mut dyn ExitHook) -> VcpuStop {
         sys::set_immediate_exit_target(self.fd.get_kvm_run());
         // Bus changes now kick this thread; the views refresh on the kick's EINTR.
         self.pio.subscribe();
         self.mmio.subscribe();
-        let stop = self.run_loop(hook);
+        let Vcpu {
+            fd,
+            run_page,
+            stamps,
+            seq,
+            pio,
+            counts,
+            mmio,
+            run_log,
+            config,
+            mem,
+            user_msrs,
+            stats,
+            stop,
+        } = self;
+        let mut lp = Loop {
+            fd,
+            run_page,
+            stamps: stamps.as_ref(),
+            seq,
+            run_log,
+            doorbell: config.doorbell_port,
+            stop,
+        };
+        let doorbell = DoorbellRoute {
+            hook,
+            vcpu_id: config.id,
+            mem,
+            stats: stats.as_ref(),
+        };
+        let end = match handler {
+            Handler::Devices => lp.run(&mut Devices {
+                pio,
+                mmio,
+                counts,
+                user_msrs,
+                hlt: config.hlt,
+                doorbell,
+            }),
+            Handler::Bare => lp.run(&mut Bare { counts, doorbell }),
+        };
         self.pio.unsubscribe();
         self.mmio.unsubscribe();
         sys::clear_immediate_exit_target();
-        stop
+        end
     }
+}
 
-    /// The floor of a userspace exit on this host: a bare KVM_RUN loop that answers every
-    /// port read with all ones and hands doorbells to `hook`, with no bus, no device and no
-    /// accounting; only the TSC stamps are kept, because they are what is measured. Any
-    /// other exit stops it.
-    pub fn run_bare_pio_in(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
-        sys::set_immediate_exit_target(self.fd.get_kvm_run());
-        let doorbell = self.config.doorbell_port;
-        let mut prev_return: Option<u64> = None;
-        let stop = loop {
-            if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
-                self.seq += 1;
-                st.publish(self.seq, t, sys::rdtscp());
-            }
-            let result = self.fd.run();
-            let t_return = sys::rdtscp();
-            prev_return = Some(t_return);
-            match result {
-                Ok(VcpuExit::IoIn(_, data)) => open_bus(data),
-                Ok(VcpuExit::IoOut(port, data)) if Some(port) == doorbell => {
-                    let flow = ring_doorbell(
-                        hook,
-                        self.config.id,
-                        data,
-                        &self.mem,
-                        &mut self.counts,
-                        self.stats.as_ref(),
-                    );
-                    if let Flow::Stop(c) = flow {
-                        break VcpuStop::Hook(c);
-                    }
-                }
-                Ok(other) => break VcpuStop::Unexpected(format!("{other:?} in the bare loop")),
-                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                    self.fd.set_kvm_immediate_exit(0);
-                    if self.stop.load(Ordering::Acquire) {
-                        break VcpuStop::Kicked;
-                    }
-                }
-                Err(e) => break VcpuStop::RunError(std::io::Error::from_raw_os_error(e.errno())),
-            }
-        };
-        sys::clear_immediate_exit_target();
-        stop
-    }
+/// Which [`ExitHandler`] a vCPU runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// The platform: bus, devices, accounting ([`Devices`]).
+    Devices,
+    /// The floor a userspace exit is measured against: no device model ([`Bare`]).
+    Bare,
+}
 
-    fn run_loop(&mut self, hook: &mut dyn ExitHook) -> VcpuStop {
-        let doorbell = self.config.doorbell_port;
+/// What the run loop itself owns: the KVM_RUN call, the stamps and the log.
+struct Loop<'a> {
+    fd: &'a mut VcpuFd,
+    run_page: &'a sys::RunPage,
+    stamps: Option<&'a StampPage>,
+    seq: &'a mut u64,
+    run_log: &'a mut Vec<u64>,
+    doorbell: Option<u16>,
+    stop: &'a AtomicBool,
+}
+
+impl Loop<'_> {
+    /// The one run loop.
+    #[inline(always)]
+    fn run<H: ExitHandler>(&mut self, h: &mut H) -> VcpuStop {
         // The first entry has no exit before it: nothing is published for it.
         let mut prev_return: Option<u64> = None;
         let mut t_enter = 0;
         // Decided once, so that a loop without a log reads nothing of it per exit.
         let logging = self.run_log.capacity() > 0;
         loop {
-            if let (Some(st), Some(t)) = (&self.stamps, prev_return) {
-                self.seq += 1;
+            if let (Some(st), Some(t)) = (self.stamps, prev_return) {
+                *self.seq += 1;
                 t_enter = sys::rdtscp();
-                st.publish(self.seq, t, t_enter);
+                st.publish(*self.seq, t, t_enter);
             }
             let result = self.fd.run();
             let t_return = sys::rdtscp();
@@ -505,60 +428,18 @@ impl Vcpu {
                 self.run_log
                     .push(t_return.wrapping_sub(t_enter) & !RUN_LOG_DOORBELL);
             }
-            // The four device exits are handled inline and go straight back to the guest;
-            // everything else takes the out-of-line path.
-            let slow = match result {
-                Ok(VcpuExit::IoIn(port, data)) => {
-                    self.counts.io_in += 1;
-                    if !self.pio.read(u64::from(port), data) {
-                        open_bus(data);
-                    }
-                    continue;
-                }
-                Ok(VcpuExit::MmioRead(addr, data)) => {
-                    self.counts.mmio_read += 1;
-                    if !self.mmio.read(addr, data) {
-                        open_bus(data);
-                    }
-                    continue;
-                }
-                Ok(VcpuExit::IoOut(port, data)) if Some(port) != doorbell => {
-                    self.counts.io_out += 1;
-                    match self.pio.write(u64::from(port), data) {
-                        None | Some(IoAction::Continue) => continue,
-                        Some(a) => Slow::Stop(device_stop(a)),
-                    }
-                }
-                Ok(VcpuExit::MmioWrite(addr, data)) => {
-                    self.counts.mmio_write += 1;
-                    match self.mmio.write(addr, data) {
-                        None | Some(IoAction::Continue) => continue,
-                        Some(a) => Slow::Stop(device_stop(a)),
-                    }
-                }
-                Ok(VcpuExit::IoOut(_, data)) => {
+            match exit::dispatch(h, result, self.run_page.io_size(), self.doorbell) {
+                Next::Resume => {}
+                Next::Doorbell(reply) => {
                     if let Some(last) = self.run_log.last_mut() {
                         *last |= RUN_LOG_DOORBELL;
                     }
-                    let flow = ring_doorbell(
-                        hook,
-                        self.config.id,
-                        data,
-                        &self.mem,
-                        &mut self.counts,
-                        self.stats.as_ref(),
-                    );
-                    match flow {
-                        Flow::Continue => continue,
-                        Flow::Stop(c) => Slow::Stop(VcpuStop::Hook(c)),
+                    if let HookReply::Stop(c) = reply {
+                        return VcpuStop::Hook(c);
                     }
                 }
-                other => slow_exit(other, &mut self.counts, &self.user_msrs, self.config.hlt),
-            };
-            match slow {
-                Slow::Continue => {}
-                Slow::Stop(s) => return s,
-                Slow::InternalError => {
+                Next::Stop(s) => return s,
+                Next::InternalError => {
                     let (suberror, data, insn) = sys::internal_error(self.fd.get_kvm_run());
                     return VcpuStop::InternalError {
                         suberror,
@@ -566,118 +447,14 @@ impl Vcpu {
                         insn,
                     };
                 }
-                Slow::Interrupted => {
+                Next::Interrupted => {
                     self.fd.set_kvm_immediate_exit(0);
-                    self.pio.refresh();
-                    self.mmio.refresh();
+                    h.refresh();
                     if self.stop.load(Ordering::Acquire) {
                         return VcpuStop::Kicked;
                     }
                 }
             }
-        }
-    }
-}
-
-/// Counts a doorbell exit and hands the value written (up to 32 bits, little-endian) to
-/// the hook.
-fn ring_doorbell(
-    hook: &mut dyn ExitHook,
-    vcpu_id: u32,
-    data: &[u8],
-    mem: &GuestMemoryMmap,
-    counts: &mut ExitCounts,
-    stats: Option<&KvmStats>,
-) -> Flow {
-    counts.doorbell += 1;
-    let mut v = [0u8; 4];
-    let n = data.len().min(4);
-    v[..n].copy_from_slice(&data[..n]);
-    hook.doorbell(&DoorbellCtx {
-        vcpu_id,
-        value: u32::from_le_bytes(v),
-        mem,
-        counts,
-        stats,
-    })
-}
-
-/// What the out-of-line exit path decided.
-enum Slow {
-    Continue,
-    Stop(VcpuStop),
-    InternalError,
-    Interrupted,
-}
-
-fn device_stop(a: IoAction) -> VcpuStop {
-    match a {
-        IoAction::Exit(v) => VcpuStop::DebugExit(v),
-        IoAction::Reset => VcpuStop::Reset,
-        IoAction::Continue => VcpuStop::Unexpected("device asked to continue".into()),
-    }
-}
-
-/// The exits that are not device accesses: HLT, MSRs routed to userspace, signals,
-/// shutdown and failures. Kept out of line so the device path stays short.
-#[cold]
-#[inline(never)]
-fn slow_exit(
-    exit: Result<VcpuExit<'_>, kvm_ioctls::Error>,
-    counts: &mut ExitCounts,
-    user_msrs: &[UserMsr],
-    hlt: HltPolicy,
-) -> Slow {
-    let exit = match exit {
-        Ok(e) => e,
-        Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-            counts.intr += 1;
-            return Slow::Interrupted;
-        }
-        Err(e) => {
-            return Slow::Stop(VcpuStop::RunError(std::io::Error::from_raw_os_error(
-                e.errno(),
-            )))
-        }
-    };
-    match exit {
-        VcpuExit::Hlt => {
-            counts.hlt += 1;
-            match hlt {
-                HltPolicy::Resume => Slow::Continue,
-                HltPolicy::Stop => Slow::Stop(VcpuStop::Halted),
-            }
-        }
-        VcpuExit::X86Rdmsr(m) => {
-            counts.rdmsr += 1;
-            match user_msrs.iter().find(|u| u.index == m.index) {
-                Some(u) => *m.data = u.read_value,
-                None => *m.error = 1,
-            }
-            Slow::Continue
-        }
-        VcpuExit::X86Wrmsr(m) => {
-            counts.wrmsr += 1;
-            if !user_msrs.iter().any(|u| u.index == m.index) {
-                *m.error = 1;
-            }
-            Slow::Continue
-        }
-        VcpuExit::Intr => {
-            counts.intr += 1;
-            Slow::Interrupted
-        }
-        VcpuExit::Shutdown => Slow::Stop(VcpuStop::Shutdown),
-        VcpuExit::FailEntry(reason, cpu) => Slow::Stop(VcpuStop::FailEntry { reason, cpu }),
-        VcpuExit::InternalError => Slow::InternalError,
-        VcpuExit::SystemEvent(kind, _) => Slow::Stop(match kind {
-            kvm_bindings::KVM_SYSTEM_EVENT_RESET => VcpuStop::Reset,
-            kvm_bindings::KVM_SYSTEM_EVENT_SHUTDOWN => VcpuStop::Shutdown,
-            other => VcpuStop::Unexpected(format!("system event {other}")),
-        }),
-        other => {
-            counts.other += 1;
-            Slow::Stop(VcpuStop::Unexpected(format!("{other:?}")))
         }
     }
 }

@@ -6,24 +6,14 @@ use std::sync::Arc;
 use exitlab_devices::IoEventSpec;
 pub use exitlab_devices::IoSpace;
 use kvm_bindings::{kvm_enable_cap, kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
-use kvm_ioctls::{
-    Cap, Kvm, MsrExitReason, MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags, VmFd,
-};
+use kvm_ioctls::{Cap, Kvm, VmFd};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
+use crate::msr::{self, UserMsr};
 use crate::vcpu::{Vcpu, VcpuConfig};
 use crate::{cpuid, memory, VmmError};
-
-/// An MSR the VMM answers in userspace (routed there with an MSR filter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserMsr {
-    /// MSR index.
-    pub index: u32,
-    /// What a guest `rdmsr` returns. Writes are accepted and dropped.
-    pub read_value: u64,
-}
 
 /// How to build a VM.
 #[derive(Debug, Clone)]
@@ -147,7 +137,7 @@ impl Vm {
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
         }
         if !config.user_msrs.is_empty() {
-            Self::route_msrs(&fd, &config.user_msrs)?;
+            msr::route_to_userspace(&fd, &config.user_msrs)?;
         }
         let mem = memory::create(&fd, &config.ram)?;
         Ok(Vm {
@@ -160,42 +150,6 @@ impl Vm {
             ioevents: Vec::new(),
             config,
         })
-    }
-
-    fn route_msrs(fd: &VmFd, msrs: &[UserMsr]) -> Result<(), VmmError> {
-        if !fd.check_extension(Cap::X86UserSpaceMsr) || !fd.check_extension(Cap::X86MsrFilter) {
-            return Err(VmmError::MissingCap(
-                "KVM_CAP_X86_USER_SPACE_MSR and KVM_CAP_X86_MSR_FILTER",
-                "MSRs cannot be routed to userspace on this host",
-            ));
-        }
-        let mut cap = kvm_enable_cap {
-            cap: kvm_bindings::KVM_CAP_X86_USER_SPACE_MSR,
-            ..Default::default()
-        };
-        cap.args[0] = MsrExitReason::Filter.bits().into();
-        fd.enable_cap(&cap)
-            .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_USER_SPACE_MSR)", e))?;
-        if msrs.len() > kvm_bindings::KVM_MSR_FILTER_MAX_RANGES as usize {
-            return Err(VmmError::Config(format!(
-                "at most {} MSRs can be routed to userspace",
-                kvm_bindings::KVM_MSR_FILTER_MAX_RANGES
-            )));
-        }
-        // One range per MSR, each denying that single MSR: a denied access exits to
-        // userspace with KVM_MSR_EXIT_REASON_FILTER; everything else stays in the kernel.
-        let deny = [0u8; 1];
-        let ranges: Vec<MsrFilterRange<'_>> = msrs
-            .iter()
-            .map(|m| MsrFilterRange {
-                flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
-                base: m.index,
-                msr_count: 1,
-                bitmap: &deny,
-            })
-            .collect();
-        fd.set_msr_filter(MsrFilterDefaultAction::ALLOW, &ranges)
-            .map_err(|e| VmmError::Kvm("KVM_X86_SET_MSR_FILTER", e))
     }
 
     /// The KVM system handle.
