@@ -27,7 +27,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
 use crate::thread::{self, VcpuThread};
-use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, VcpuConfig, VcpuStop};
+use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
 use crate::vm::{self, Vm, VmConfig};
 use crate::VmmError;
 
@@ -237,48 +237,63 @@ fn insert(bus: &Bus, dev: Arc<dyn BusDevice>, r: pc::IoRange) -> Result<(), VmmE
 /// Most vCPUs `exitlab run` creates.
 pub const MAX_CPUS: u32 = 255;
 
-/// Boots `cfg.kernel` and runs it until the guest ends the run, fails, or times out.
-pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, MachineError> {
-    let t0 = Instant::now();
-    if cfg.cpus == 0 || cfg.cpus > MAX_CPUS {
-        return Err(MachineError::Config(format!(
-            "--cpus {} is out of range: use 1..={MAX_CPUS}",
-            cfg.cpus
-        )));
-    }
-    layout::check_ram(cfg.ram_bytes)?;
-    // Reject what cannot be booted before anything is created.
-    exitlab_boot::detect(&cfg.kernel)?;
-    let ram: Vec<(u64, u64)> = layout::ram_regions(cfg.ram_bytes)
-        .into_iter()
-        .map(|(a, l)| (a.0, l as u64))
-        .collect();
-    let vm = Vm::new(
-        kvm.clone(),
-        VmConfig {
-            ram,
-            irqchip: true,
-            pit: true,
-            user_msrs: Vec::new(),
-            disable_exits: 0,
-            cpus: cfg.cpus,
-        },
-    )?;
-    let opts = BootOptions {
-        kernel_path: cfg.kernel_path.clone(),
-        cmdline: cfg.cmdline.clone(),
-        initrd: cfg.initrd.clone(),
-        cpus: cfg.cpus,
-        ram_bytes: cfg.ram_bytes,
-        acpi: true,
-        pm_timer_32bit: true,
-        prefer_pvh: cfg.prefer_pvh,
-    };
-    let loaded = exitlab_boot::load(vm.memory().as_ref(), &cfg.kernel, &opts)?;
+/// What the PC platform's devices need to know of the machine.
+#[derive(Debug)]
+pub struct PlatformConfig {
+    /// Guest RAM in bytes (CMOS and fw_cfg report it).
+    pub ram_bytes: u64,
+    /// vCPUs (CMOS and fw_cfg report them).
+    pub cpus: u32,
+    /// Kernel command line (fw_cfg serves it).
+    pub cmdline: String,
+    /// Where the 16550A's output goes.
+    pub serial: SerialOut,
+}
 
-    // Devices.
+/// The PC platform's devices, inserted on a VM's buses: what `exitlab run` boots on, and
+/// what the lab's VMM-overhead experiment measures the exit path against.
+pub struct PcPlatform {
+    serial: Arc<Serial>,
+    // Keeps the BAR observer (and through it the pci-testdev) alive with the platform.
+    _remapper: Arc<BarRemapper>,
+    pio_ranges: usize,
+    mmio_ranges: usize,
+}
+
+impl PcPlatform {
+    /// The serial port (for input forwarding).
+    pub fn serial(&self) -> &Arc<Serial> {
+        &self.serial
+    }
+
+    /// How many port and MMIO ranges the platform claimed on the buses.
+    pub fn ranges(&self) -> (usize, usize) {
+        (self.pio_ranges, self.mmio_ranges)
+    }
+}
+
+/// Inserts the PC platform's devices on `vm`'s buses: 16550A, debug-exit, i8042, port 80,
+/// CMOS, pc-testdev ports, IRQ lines and memory, fw_cfg, ACPI PM timer and PM1 blocks,
+/// PCI with the host bridge and pci-testdev (BARs decoding where firmware would leave
+/// them, ioeventfd doorbells in the kernel).
+pub fn build_pc_platform(vm: &Vm, cfg: PlatformConfig) -> Result<PcPlatform, MachineError> {
     let pio = vm.pio_bus().clone();
     let mmio = vm.mmio_bus().clone();
+    let (pio_before, mmio_before) = (pio.len(), mmio.len());
+    let serial = add_serial(vm, cfg.serial)?;
+    add_legacy_devices(vm, cfg.ram_bytes, cfg.cpus)?;
+    add_firmware_interfaces(vm, cfg.ram_bytes, cfg.cpus, &cfg.cmdline)?;
+    let remapper = add_pci(vm)?;
+    Ok(PcPlatform {
+        serial,
+        _remapper: remapper,
+        pio_ranges: pio.len() - pio_before,
+        mmio_ranges: mmio.len() - mmio_before,
+    })
+}
+
+/// The 16550A at COM1, its interrupt through an irqfd.
+fn add_serial(vm: &Vm, out: SerialOut) -> Result<Arc<Serial>, MachineError> {
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e))?;
     vm.fd()
         .register_irqfd(&serial_irq, pc::COM1_IRQ)
@@ -287,39 +302,52 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         serial_irq
             .try_clone()
             .map_err(|e| VmmError::Os("eventfd dup", e))?,
-        serial_sink(cfg.serial)?,
+        serial_sink(out)?,
     ));
-    insert(&pio, serial.clone(), pc::COM1)?;
-    insert(&pio, Arc::new(DebugExit::new()), pc::DEBUG_EXIT)?;
+    insert(vm.pio_bus(), serial.clone(), pc::COM1)?;
+    Ok(serial)
+}
+
+/// Debug-exit, i8042, port 80, CMOS and the pc-testdev ports, IRQ lines and memory.
+fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineError> {
+    let pio = vm.pio_bus();
+    insert(pio, Arc::new(DebugExit::new()), pc::DEBUG_EXIT)?;
     let i8042: Arc<dyn BusDevice> = Arc::new(I8042::new());
-    insert(&pio, i8042.clone(), pc::I8042_DATA)?;
+    insert(pio, i8042.clone(), pc::I8042_DATA)?;
     insert(
-        &pio,
+        pio,
         Arc::new(OffsetDevice::new(i8042, pc::I8042_COMMAND_BIAS)),
         pc::I8042_COMMAND,
     )?;
-    insert(&pio, Arc::new(Sink::new()), pc::PORT80)?;
-    let below = layout::low_ram_end(cfg.ram_bytes);
-    let above = layout::high_ram_bytes(cfg.ram_bytes);
-    insert(&pio, Arc::new(Cmos::new(below, above, cfg.cpus)), pc::CMOS)?;
-    insert(&pio, Arc::new(TestDevPorts::new()), pc::TESTDEV_PORTS)?;
+    insert(pio, Arc::new(Sink::new()), pc::PORT80)?;
+    let below = layout::low_ram_end(ram_bytes);
+    let above = layout::high_ram_bytes(ram_bytes);
+    insert(pio, Arc::new(Cmos::new(below, above, cpus)), pc::CMOS)?;
+    insert(pio, Arc::new(TestDevPorts::new()), pc::TESTDEV_PORTS)?;
     let irq_line: Arc<dyn IrqLine> = Arc::new(KvmIrqLine(vm.fd().clone()));
     insert(
-        &pio,
+        pio,
         Arc::new(TestDevIrqLines::new(irq_line)),
         pc::TESTDEV_IRQ,
     )?;
-    insert(&mmio, Arc::new(TestDevMem::new()), pc::TESTDEV_MEM)?;
-    let mut fw = FwCfg::new(
-        layout::effective_ram(cfg.ram_bytes),
-        cfg.cpus as u16,
-        cfg.cpus as u16,
-    );
-    fw.set_cmdline(0, &cfg.cmdline)
+    insert(vm.mmio_bus(), Arc::new(TestDevMem::new()), pc::TESTDEV_MEM)?;
+    Ok(())
+}
+
+/// fw_cfg, the ACPI PM timer and the PM1a blocks the FADT names.
+fn add_firmware_interfaces(
+    vm: &Vm,
+    ram_bytes: u64,
+    cpus: u32,
+    cmdline: &str,
+) -> Result<(), MachineError> {
+    let pio = vm.pio_bus();
+    let mut fw = FwCfg::new(layout::effective_ram(ram_bytes), cpus as u16, cpus as u16);
+    fw.set_cmdline(0, cmdline)
         .map_err(|e| MachineError::Config(format!("fw_cfg: {e}")))?;
-    insert(&pio, Arc::new(fw), pc::FW_CFG)?;
+    insert(pio, Arc::new(fw), pc::FW_CFG)?;
     insert(
-        &pio,
+        pio,
         Arc::new(PmTimer::new(PmTimerWidth::Bits32)),
         pc::PM_TIMER,
     )?;
@@ -328,8 +356,13 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         .map_err(VmmError::from)?;
     pio.insert(Arc::new(Sink::new()), 0xB004, 2)
         .map_err(VmmError::from)?;
+    Ok(())
+}
 
-    // PCI: host bridge and pci-testdev, BARs decoding where firmware would leave them.
+/// PCI configuration mechanism #1 with the host bridge and the pci-testdev, its BARs
+/// mapped and its ioeventfd doorbells registered; returns the observer that moves them
+/// when the guest reprograms a BAR.
+fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
     let any_length = vm
         .fd()
         .check_extension_raw(kvm_bindings::KVM_CAP_IOEVENTFD_ANY_LENGTH.into())
@@ -344,8 +377,8 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
     );
     let remapper = Arc::new(BarRemapper {
         vm: vm.fd().clone(),
-        pio: pio.clone(),
-        mmio: mmio.clone(),
+        pio: vm.pio_bus().clone(),
+        mmio: vm.mmio_bus().clone(),
         device: Mutex::new(Some(testdev.clone())),
         registered: Mutex::new(Vec::new()),
     });
@@ -364,17 +397,51 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         }
     }
     remapper.sync_ioeventfds(&testdev);
-    insert(&pio, Arc::new(pci), pc::PCI_CONFIG)?;
+    insert(vm.pio_bus(), Arc::new(pci), pc::PCI_CONFIG)?;
+    Ok(remapper)
+}
 
-    if cfg.serial_input {
-        forward_stdin(serial.clone());
+/// Refuses a machine that cannot be built, before anything is created.
+fn validate(cfg: &MachineConfig) -> Result<(), MachineError> {
+    if cfg.cpus == 0 || cfg.cpus > MAX_CPUS {
+        return Err(MachineError::Config(format!(
+            "--cpus {} is out of range: use 1..={MAX_CPUS}",
+            cfg.cpus
+        )));
     }
+    layout::check_ram(cfg.ram_bytes)?;
+    exitlab_boot::detect(&cfg.kernel)?;
+    Ok(())
+}
 
-    // vCPUs: the boot vCPU starts at the loader's entry; the others wait for INIT/SIPI
-    // in the in-kernel LAPIC.
-    let mut threads: Vec<(u32, VcpuThread<NoHook>)> = Vec::new();
+/// The VM: RAM around the PCI hole, in-kernel irqchip and PIT.
+fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, MachineError> {
+    let ram: Vec<(u64, u64)> = layout::ram_regions(cfg.ram_bytes)
+        .into_iter()
+        .map(|(a, l)| (a.0, l as u64))
+        .collect();
+    Ok(Vm::new(
+        kvm,
+        VmConfig {
+            ram,
+            irqchip: true,
+            pit: true,
+            user_msrs: Vec::new(),
+            disable_exits: 0,
+            cpus: cfg.cpus,
+        },
+    )?)
+}
+
+/// The vCPUs: the boot vCPU starts at the loader's entry; the others wait for
+/// INIT/SIPI in the in-kernel LAPIC.
+fn create_vcpus(
+    vm: &Vm,
+    cpus: u32,
+    entry: &exitlab_boot::EntryState,
+) -> Result<Vec<Vcpu>, MachineError> {
     let mut vcpus = Vec::new();
-    for id in 0..cfg.cpus {
+    for id in 0..cpus {
         let vcpu = vm.create_vcpu(VcpuConfig {
             id,
             stamp_gpa: None,
@@ -384,98 +451,169 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         })?;
         vcpu.setup_lapic_lint()?;
         if id == 0 {
-            vcpu.set_entry(&loaded.entry)?;
+            vcpu.set_entry(entry)?;
         }
         vcpus.push(vcpu);
     }
+    Ok(vcpus)
+}
+
+/// Boots `cfg.kernel` and runs it until the guest ends the run, fails, or times out.
+pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, MachineError> {
+    let t0 = Instant::now();
+    validate(&cfg)?;
+    let vm = create_vm(kvm, &cfg)?;
+    let opts = BootOptions {
+        kernel_path: cfg.kernel_path.clone(),
+        cmdline: cfg.cmdline.clone(),
+        initrd: cfg.initrd.clone(),
+        cpus: cfg.cpus,
+        ram_bytes: cfg.ram_bytes,
+        acpi: true,
+        pm_timer_32bit: true,
+        prefer_pvh: cfg.prefer_pvh,
+    };
+    let loaded = exitlab_boot::load(vm.memory().as_ref(), &cfg.kernel, &opts)?;
+    let platform = build_pc_platform(
+        &vm,
+        PlatformConfig {
+            ram_bytes: cfg.ram_bytes,
+            cpus: cfg.cpus,
+            cmdline: cfg.cmdline.clone(),
+            serial: cfg.serial,
+        },
+    )?;
+    if cfg.serial_input {
+        forward_stdin(platform.serial().clone());
+    }
+    let vcpus = create_vcpus(&vm, cfg.cpus, &loaded.entry)?;
     let setup_time = t0.elapsed();
     let started = Instant::now();
+    let mut threads = Vec::new();
     for vcpu in vcpus {
         let id = vcpu.id();
         threads.push((id, thread::spawn(vcpu, NoHook, None, Handler::Devices)?));
     }
-    let deadline = cfg.timeout.map(|t| started + t);
-    let mut exits = ExitCounts::default();
-    let mut kvm_exits: Option<u64> = Some(0);
-    let mut end: Option<RunEnd> = None;
-    let mut last_stop = String::new();
-    let collect =
-        |f: &thread::Finished<NoHook>, exits: &mut ExitCounts, kvm_exits: &mut Option<u64>| {
-            *exits = exits.plus(f.vcpu.counts());
-            *kvm_exits = match (*kvm_exits, f.vcpu.kvm_stats().and_then(|s| s.read("exits"))) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-        };
-    while !threads.is_empty() && end.is_none() {
-        let mut i = 0;
-        while i < threads.len() {
-            let wait = Duration::from_millis(if threads.len() > 1 { 2 } else { 20 });
-            match threads[i].1.wait(wait) {
-                Some(f) => {
-                    let (id, _) = threads.swap_remove(i);
-                    collect(&f, &mut exits, &mut kvm_exits);
-                    last_stop = format!("vCPU {id}: {}", f.stop.describe());
-                    end = match f.stop {
-                        VcpuStop::DebugExit(v) => Some(RunEnd::DebugExit(v)),
-                        VcpuStop::Reset => Some(RunEnd::Reset),
-                        VcpuStop::Shutdown => Some(RunEnd::TripleFault {
-                            vcpu: id,
-                            registers: f.vcpu.dump_registers(),
-                        }),
-                        VcpuStop::Halted | VcpuStop::Kicked | VcpuStop::Hook(_) => None,
-                        other => Some(RunEnd::Failure {
-                            vcpu: id,
-                            what: describe_failure(&other, &f.vcpu),
-                            registers: f.vcpu.dump_registers(),
-                        }),
-                    };
-                    if end.is_some() {
-                        break;
-                    }
-                }
-                None => i += 1,
-            }
-        }
-        if end.is_none()
-            && cfg
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::Acquire))
-        {
-            end = Some(RunEnd::Cancelled);
-        }
-        if end.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
-            let mut registers = Vec::new();
-            for (id, th) in threads.drain(..) {
-                if let Some(f) = th.stop(Duration::from_secs(1)) {
-                    collect(&f, &mut exits, &mut kvm_exits);
-                    registers.push((id, f.vcpu.dump_registers()));
-                }
-            }
-            registers.sort_by_key(|r| r.0);
-            end = Some(RunEnd::Timeout { registers });
-        }
-    }
+    let mut sup = Supervisor {
+        threads,
+        exits: ExitCounts::default(),
+        kvm_exits: Some(0),
+        last_stop: String::new(),
+    };
+    let end = sup.wait_for_end(cfg.timeout.map(|t| started + t), cfg.cancel.as_deref());
     // The guest ended the run: stop the other vCPUs.
-    for (_, th) in threads.drain(..) {
-        if let Some(f) = th.stop(Duration::from_secs(1)) {
-            collect(&f, &mut exits, &mut kvm_exits);
-        }
-    }
+    sup.stop_all();
     let _ = std::io::stdout().flush();
     Ok(RunReport {
-        end: end.unwrap_or(RunEnd::Stopped(last_stop)),
+        end: end.unwrap_or(RunEnd::Stopped(sup.last_stop)),
         format: loaded.format,
-        exits,
-        kvm_exits,
+        exits: sup.exits,
+        kvm_exits: sup.kvm_exits,
         setup_time,
         run_time: started.elapsed(),
         e820: loaded.e820,
     })
 }
 
-fn describe_failure(stop: &VcpuStop, vcpu: &crate::vcpu::Vcpu) -> String {
+/// Watches the vCPU threads of a run and adds up what they hand back.
+struct Supervisor {
+    threads: Vec<(u32, VcpuThread<NoHook>)>,
+    exits: ExitCounts,
+    kvm_exits: Option<u64>,
+    last_stop: String,
+}
+
+impl Supervisor {
+    /// Adds a finished vCPU's counts.
+    fn collect(&mut self, f: &thread::Finished<NoHook>) {
+        self.exits = self.exits.plus(f.vcpu.counts());
+        self.kvm_exits = match (
+            self.kvm_exits,
+            f.vcpu.kvm_stats().and_then(|s| s.read("exits")),
+        ) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+
+    /// Waits until a vCPU ends the run, the deadline passes or the run is cancelled;
+    /// `None` when every vCPU stopped without ending it.
+    fn wait_for_end(
+        &mut self,
+        deadline: Option<Instant>,
+        cancel: Option<&AtomicBool>,
+    ) -> Option<RunEnd> {
+        while !self.threads.is_empty() {
+            if let Some(end) = self.poll_threads() {
+                return Some(end);
+            }
+            if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+                return Some(RunEnd::Cancelled);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Some(self.time_out());
+            }
+        }
+        None
+    }
+
+    /// Waits briefly on each thread; the end of the run if a vCPU decided it.
+    fn poll_threads(&mut self) -> Option<RunEnd> {
+        let mut i = 0;
+        while i < self.threads.len() {
+            let wait = Duration::from_millis(if self.threads.len() > 1 { 2 } else { 20 });
+            let Some(f) = self.threads[i].1.wait(wait) else {
+                i += 1;
+                continue;
+            };
+            let (id, _) = self.threads.swap_remove(i);
+            self.collect(&f);
+            self.last_stop = format!("vCPU {id}: {}", f.stop.describe());
+            let end = match f.stop {
+                VcpuStop::DebugExit(v) => Some(RunEnd::DebugExit(v)),
+                VcpuStop::Reset => Some(RunEnd::Reset),
+                VcpuStop::Shutdown => Some(RunEnd::TripleFault {
+                    vcpu: id,
+                    registers: f.vcpu.dump_registers(),
+                }),
+                VcpuStop::Halted | VcpuStop::Kicked | VcpuStop::Hook(_) => None,
+                other => Some(RunEnd::Failure {
+                    vcpu: id,
+                    what: describe_failure(&other, &f.vcpu),
+                    registers: f.vcpu.dump_registers(),
+                }),
+            };
+            if end.is_some() {
+                return end;
+            }
+        }
+        None
+    }
+
+    /// Stops every vCPU at the deadline and keeps their registers.
+    fn time_out(&mut self) -> RunEnd {
+        let mut registers = Vec::new();
+        for (id, th) in std::mem::take(&mut self.threads) {
+            if let Some(f) = th.stop(Duration::from_secs(1)) {
+                self.collect(&f);
+                registers.push((id, f.vcpu.dump_registers()));
+            }
+        }
+        registers.sort_by_key(|r| r.0);
+        RunEnd::Timeout { registers }
+    }
+
+    /// Stops the vCPUs still running.
+    fn stop_all(&mut self) {
+        for (_, th) in std::mem::take(&mut self.threads) {
+            if let Some(f) = th.stop(Duration::from_secs(1)) {
+                self.collect(&f);
+            }
+        }
+    }
+}
+
+fn describe_failure(stop: &VcpuStop, vcpu: &Vcpu) -> String {
     let mut s = stop.describe();
     if let VcpuStop::InternalError { insn, .. } = stop {
         if insn.is_empty() {
