@@ -21,15 +21,51 @@ pub enum VmmError {
     /// A capability the requested configuration needs is missing.
     #[error("this host's KVM lacks {0}: {1}")]
     MissingCap(&'static str, &'static str),
-    /// Guest memory could not be set up.
-    #[error("guest memory: {0}")]
-    Memory(String),
+    /// A guest RAM region is larger than this host's address space.
+    #[error("a guest RAM region of {0:#x} bytes does not fit this host's address space: ask for less with --mem")]
+    RegionTooLarge(u64),
+    /// Guest RAM could not be allocated.
+    #[error("cannot allocate guest RAM: {0}; ask for less with --mem")]
+    MemoryAlloc(#[source] vm_memory::mmap::FromRangesError),
+    /// A guest RAM region has no host mapping (a bug: regions are mapped when created).
+    #[error("guest RAM region at {0:#x} has no host mapping")]
+    Unmapped(u64),
     /// A device could not be registered.
     #[error("device bus: {0}")]
     Bus(#[from] crate::bus::BusError),
-    /// The configuration is invalid.
-    #[error("invalid VM configuration: {0}")]
-    Config(String),
+    /// A VM was asked for with no vCPU.
+    #[error("invalid VM configuration: a VM needs at least one vCPU")]
+    NoVcpus,
+    /// The in-kernel PIT was asked for without the in-kernel irqchip.
+    #[error("invalid VM configuration: the in-kernel PIT needs the in-kernel irqchip")]
+    PitWithoutIrqchip,
+    /// A vCPU index beyond the VM's vCPU count.
+    #[error("vCPU id {id} is out of range for a VM of {cpus} vCPUs")]
+    VcpuOutOfRange {
+        /// The index asked for.
+        id: u32,
+        /// The VM's vCPUs.
+        cpus: u32,
+    },
+    /// A vCPU's stamp page is not in guest RAM.
+    #[error("vCPU {vcpu}: stamp page {gpa:#x} is not in guest RAM")]
+    StampPageOutsideRam {
+        /// vCPU index.
+        vcpu: u32,
+        /// The page's guest-physical address.
+        gpa: u64,
+    },
+    /// More MSRs routed to userspace than an MSR filter holds.
+    #[error("at most {max} MSRs can be routed to userspace ({asked} asked for)")]
+    TooManyUserMsrs {
+        /// The filter's limit.
+        max: u32,
+        /// How many were asked for.
+        asked: usize,
+    },
+    /// An ioeventfd width KVM does not take.
+    #[error("ioeventfd length {0} is not 1, 2, 4 or 8 (0 = any width is for MMIO without datamatch only)")]
+    IoeventfdLength(u32),
     /// An OS call failed.
     #[error("{0}: {1}")]
     Os(&'static str, std::io::Error),

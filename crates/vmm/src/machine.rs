@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use exitlab_boot::{layout, BootError, BootOptions, ImageFormat};
 use exitlab_devices::cmos::Cmos;
 use exitlab_devices::debug_exit::DebugExit;
-use exitlab_devices::fw_cfg::FwCfg;
+use exitlab_devices::fw_cfg::{FwCfg, FwCfgError};
 use exitlab_devices::i8042::I8042;
 use exitlab_devices::pc;
-use exitlab_devices::pci::{PciAddress, PciBarChange, PciBarObserver, PciConfigIo, PciDevice};
+use exitlab_devices::pci::{
+    PciAddress, PciBarChange, PciBarObserver, PciConfigIo, PciDevice, PciError,
+};
 use exitlab_devices::pci_testdev::PciTestDev;
 use exitlab_devices::pm_timer::{PmTimer, PmTimerWidth};
 use exitlab_devices::serial::Serial;
@@ -142,9 +144,23 @@ pub enum MachineError {
     /// The kernel image could not be loaded.
     #[error("cannot boot the kernel: {0}")]
     Boot(#[from] BootError),
-    /// The configuration is invalid.
-    #[error("{0}")]
-    Config(String),
+    /// A vCPU count outside what `exitlab run` supports.
+    #[error("--cpus {0} is out of range: use 1..={MAX_CPUS}")]
+    Cpus(u32),
+    /// The serial output file cannot be created.
+    #[error("cannot create the serial output file {path}: {source}; choose a writable path")]
+    SerialFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// fw_cfg refused an item.
+    #[error("fw_cfg: {0}")]
+    FwCfg(#[from] FwCfgError),
+    /// The PCI setup failed.
+    #[error("pci: {0}")]
+    Pci(#[from] PciError),
     /// KVM or VM setup failed.
     #[error(transparent)]
     Vmm(#[from] VmmError),
@@ -219,12 +235,10 @@ impl PciBarObserver for BarRemapper {
 fn serial_sink(out: SerialOut) -> Result<Box<dyn Write + Send>, MachineError> {
     Ok(match out {
         SerialOut::Stdio => Box::new(std::io::stdout()),
-        SerialOut::File(p) => Box::new(std::fs::File::create(&p).map_err(|e| {
-            MachineError::Config(format!(
-                "cannot create the serial output file {}: {e}; choose a writable path",
-                p.display()
-            ))
-        })?),
+        SerialOut::File(p) => match std::fs::File::create(&p) {
+            Ok(f) => Box::new(f),
+            Err(source) => return Err(MachineError::SerialFile { path: p, source }),
+        },
         SerialOut::None => Box::new(std::io::sink()),
         SerialOut::Writer(w) => w,
     })
@@ -343,8 +357,7 @@ fn add_firmware_interfaces(
 ) -> Result<(), MachineError> {
     let pio = vm.pio_bus();
     let mut fw = FwCfg::new(layout::effective_ram(ram_bytes), cpus as u16, cpus as u16);
-    fw.set_cmdline(0, cmdline)
-        .map_err(|e| MachineError::Config(format!("fw_cfg: {e}")))?;
+    fw.set_cmdline(0, cmdline)?;
     insert(pio, Arc::new(fw), pc::FW_CFG)?;
     insert(
         pio,
@@ -367,14 +380,11 @@ fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
         .fd()
         .check_extension_raw(kvm_bindings::KVM_CAP_IOEVENTFD_ANY_LENGTH.into())
         > 0;
-    let testdev: Arc<dyn PciDevice> = Arc::new(
-        PciTestDev::new(
-            pc::PCI_TESTDEV_MMIO_BASE,
-            pc::PCI_TESTDEV_PIO_BASE,
-            any_length,
-        )
-        .map_err(|e| MachineError::Config(format!("pci-testdev: {e}")))?,
-    );
+    let testdev: Arc<dyn PciDevice> = Arc::new(PciTestDev::new(
+        pc::PCI_TESTDEV_MMIO_BASE,
+        pc::PCI_TESTDEV_PIO_BASE,
+        any_length,
+    )?);
     let remapper = Arc::new(BarRemapper {
         vm: vm.fd().clone(),
         pio: vm.pio_bus().clone(),
@@ -383,10 +393,8 @@ fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
         registered: Mutex::new(Vec::new()),
     });
     let mut pci = PciConfigIo::new();
-    let slot = PciAddress::new(0, pc::PCI_TESTDEV_SLOT, 0)
-        .map_err(|e| MachineError::Config(format!("pci: {e}")))?;
-    pci.add_device(slot, testdev.clone())
-        .map_err(|e| MachineError::Config(format!("pci: {e}")))?;
+    let slot = PciAddress::new(0, pc::PCI_TESTDEV_SLOT, 0)?;
+    pci.add_device(slot, testdev.clone())?;
     pci.set_bar_observer(remapper.clone());
     for bar in testdev.bars() {
         if let Some(dev) = testdev.bar_device(bar.index) {
@@ -404,10 +412,7 @@ fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
 /// Refuses a machine that cannot be built, before anything is created.
 fn validate(cfg: &MachineConfig) -> Result<(), MachineError> {
     if cfg.cpus == 0 || cfg.cpus > MAX_CPUS {
-        return Err(MachineError::Config(format!(
-            "--cpus {} is out of range: use 1..={MAX_CPUS}",
-            cfg.cpus
-        )));
+        return Err(MachineError::Cpus(cfg.cpus));
     }
     layout::check_ram(cfg.ram_bytes)?;
     exitlab_boot::detect(&cfg.kernel)?;

@@ -16,20 +16,14 @@ pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>,
         .map(|&(base, len)| {
             usize::try_from(len)
                 .map(|l| (GuestAddress(base), l))
-                .map_err(|_| {
-                    VmmError::Memory(format!("region of {len:#x} bytes does not fit this host"))
-                })
+                .map_err(|_| VmmError::RegionTooLarge(len))
         })
         .collect::<Result<_, _>>()?;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(|e| {
-        VmmError::Memory(format!(
-            "cannot allocate guest RAM: {e}; ask for less with --mem"
-        ))
-    })?;
+    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(VmmError::MemoryAlloc)?;
     for (slot, region) in mem.iter().enumerate() {
         let host = mem
             .get_host_address(region.start_addr())
-            .map_err(|e| VmmError::Memory(format!("guest RAM region has no host mapping: {e}")))?;
+            .map_err(|_| VmmError::Unmapped(region.start_addr().raw_value()))?;
         let slot_region = kvm_userspace_memory_region {
             slot: slot as u32,
             flags: 0,

@@ -45,10 +45,10 @@ pub(crate) fn route_to_userspace(fd: &VmFd, msrs: &[UserMsr]) -> Result<(), VmmE
     fd.enable_cap(&cap)
         .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_USER_SPACE_MSR)", e))?;
     if msrs.len() > kvm_bindings::KVM_MSR_FILTER_MAX_RANGES as usize {
-        return Err(VmmError::Config(format!(
-            "at most {} MSRs can be routed to userspace",
-            kvm_bindings::KVM_MSR_FILTER_MAX_RANGES
-        )));
+        return Err(VmmError::TooManyUserMsrs {
+            max: kvm_bindings::KVM_MSR_FILTER_MAX_RANGES,
+            asked: msrs.len(),
+        });
     }
     // One range per MSR, each denying that single MSR: a denied access exits to
     // userspace with KVM_MSR_EXIT_REASON_FILTER; everything else stays in the kernel.

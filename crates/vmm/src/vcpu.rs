@@ -204,9 +204,12 @@ impl Vcpu {
         user_msrs: Arc<[UserMsr]>,
     ) -> Result<Vcpu, VmmError> {
         let stamps = match config.stamp_gpa {
-            Some(gpa) => Some(StampPage::new(mem.clone(), gpa).ok_or_else(|| {
-                VmmError::Config(format!("stamp page {gpa:#x} is not in guest RAM"))
-            })?),
+            Some(gpa) => Some(StampPage::new(mem.clone(), gpa).ok_or(
+                VmmError::StampPageOutsideRam {
+                    vcpu: config.id,
+                    gpa,
+                },
+            )?),
             None => None,
         };
         let stats = KvmStats::open(&fd);

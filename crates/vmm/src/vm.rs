@@ -93,12 +93,10 @@ impl Vm {
     /// Creates a VM as `config` says.
     pub fn new(kvm: Arc<Kvm>, config: VmConfig) -> Result<Vm, VmmError> {
         if config.cpus == 0 {
-            return Err(VmmError::Config("a VM needs at least one vCPU".into()));
+            return Err(VmmError::NoVcpus);
         }
         if config.pit && !config.irqchip {
-            return Err(VmmError::Config(
-                "the in-kernel PIT needs the in-kernel irqchip".into(),
-            ));
+            return Err(VmmError::PitWithoutIrqchip);
         }
         let fd = kvm
             .create_vm()
@@ -216,10 +214,10 @@ impl Vm {
     /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id.
     pub fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
         if config.id >= self.config.cpus {
-            return Err(VmmError::Config(format!(
-                "vCPU id {} is out of range for a VM of {} vCPUs",
-                config.id, self.config.cpus
-            )));
+            return Err(VmmError::VcpuOutOfRange {
+                id: config.id,
+                cpus: self.config.cpus,
+            });
         }
         let fd = self
             .fd
@@ -257,9 +255,7 @@ pub fn register_ioeventfd(
     if !matches!(len, 0 | 1 | 2 | 4 | 8)
         || (len == 0 && (space == IoSpace::Pio || datamatch.is_some()))
     {
-        return Err(VmmError::Config(format!(
-            "ioeventfd length {len} is not 1, 2, 4 or 8 (0 = any width is for MMIO without datamatch only)"
-        )));
+        return Err(VmmError::IoeventfdLength(len));
     }
     crate::sys::ioeventfd(fd, evt, space == IoSpace::Pio, addr, len, datamatch, false)
         .map_err(|e| VmmError::Os("KVM_IOEVENTFD", e))
