@@ -30,7 +30,10 @@ pub struct RunOptions {
 pub struct RunArgs {
     /// Kernel image.
     kernel: PathBuf,
-    /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd).
+    /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd), or
+    /// `builtin:hackbench` for exitlab's Linux workload (a hackbench-style messaging load
+    /// run as /init; set it with `HB_GROUPS=`, `HB_FDS=`, `HB_LOOPS=`, `HB_MODE=socket|pipe`
+    /// on the command line; it ends the VM through the debug-exit port).
     #[arg(long)]
     initrd: Option<PathBuf>,
     /// Kernel command line.
@@ -76,6 +79,47 @@ impl From<RunArgs> for RunOptions {
     }
 }
 
+/// The `--initrd` value that selects exitlab's built-in Linux workload.
+const BUILTIN_HACKBENCH: &str = "builtin:hackbench";
+
+/// Userspace exits by reason, in all and per vCPU, then KVM's own count of all exits;
+/// every row starts with its name and the total.
+fn exit_table(report: &machine::RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!(
+        "exits by reason (userspace), guest ran {:.3} s:\n  {:<12} {:>10}",
+        report.run_time.as_secs_f64(),
+        "reason",
+        "total"
+    );
+    for v in &report.per_vcpu {
+        let _ = write!(s, " {:>10}", format!("vCPU {}", v.vcpu));
+    }
+    s.push('\n');
+    let totals = std::iter::once(("total", report.exits.total()));
+    for (i, (name, n)) in report.exits.entries().into_iter().chain(totals).enumerate() {
+        let _ = write!(s, "  {name:<12} {n:>10}");
+        for v in &report.per_vcpu {
+            let e = v.exits.entries();
+            let own = e.get(i).map_or(v.exits.total(), |x| x.1);
+            let _ = write!(s, " {own:>10}");
+        }
+        s.push('\n');
+    }
+    match report.kvm_exits {
+        Some(k) => {
+            let _ = write!(s, "  {:<12} {k:>10}", "kvm_exits");
+            for v in &report.per_vcpu {
+                let own = v.kvm_exits.map_or("-".to_string(), |n| n.to_string());
+                let _ = write!(s, " {own:>10}");
+            }
+            s.push_str("  (KVM's count of all exits, in-kernel ones included)\n");
+        }
+        None => s.push_str("  kvm_exits    unavailable (no KVM binary stats on this host)\n"),
+    }
+    s
+}
+
 fn format_name(f: ImageFormat) -> &'static str {
     match f {
         ImageFormat::Multiboot => "multiboot",
@@ -109,6 +153,9 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         }
     };
     let initrd = match &o.initrd {
+        Some(p) if p.as_os_str() == BUILTIN_HACKBENCH => {
+            Some(exitlab_guest::hackbench::INITRD.to_vec())
+        }
         Some(p) => match std::fs::read(p) {
             Ok(b) => Some(b),
             Err(e) => return usage_error(format!("cannot read the initrd {}: {e}", p.display())),
@@ -181,18 +228,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         );
     }
     if o.exit_stats {
-        eprintln!("exits by reason (userspace, all vCPUs):");
-        for (name, n) in report.exits.entries() {
-            eprintln!("  {name:<12} {n}");
-        }
-        eprintln!("  {:<12} {}", "total", report.exits.total());
-        match report.kvm_exits {
-            Some(k) => eprintln!(
-                "  {:<12} {k} (KVM's count of all exits, in-kernel ones included)",
-                "kvm_exits"
-            ),
-            None => eprintln!("  kvm_exits    unavailable (no KVM binary stats on this host)"),
-        }
+        eprint!("{}", exit_table(&report));
     }
     match report.end {
         RunEnd::DebugExit(v) => {

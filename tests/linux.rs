@@ -162,18 +162,23 @@ impl Write for Watch {
     }
 }
 
-fn boot(
-    kernel: &Path,
-    cmdline: &str,
+/// What to boot besides the kernel.
+struct Boot<'a> {
+    cmdline: &'a str,
+    cpus: u32,
+    initrd: Option<Vec<u8>>,
     timeout: Duration,
+    /// Ends the run (cancels it) once the console output satisfies it.
     done: fn(&str) -> bool,
-) -> (String, RunEnd, Option<Duration>, Vec<E820Entry>) {
+}
+
+fn boot(kernel: &Path, b: Boot<'_>) -> (String, machine::RunReport, Option<Duration>) {
     let kvm = Arc::new(exitlab_vmm::open_kvm().expect("these tests need a usable /dev/kvm"));
     let watch = Watch {
         buf: Arc::default(),
         banner_at: Arc::default(),
         cancel: Arc::new(AtomicBool::new(false)),
-        done,
+        done: b.done,
     };
     let start = Instant::now();
     let report = machine::run(
@@ -181,11 +186,11 @@ fn boot(
         MachineConfig {
             kernel: std::fs::read(kernel).unwrap(),
             kernel_path: kernel.display().to_string(),
-            cmdline: cmdline.to_string(),
-            initrd: None,
-            cpus: 1,
+            cmdline: b.cmdline.to_string(),
+            initrd: b.initrd,
+            cpus: b.cpus,
             ram_bytes: RAM_BYTES,
-            timeout: Some(timeout),
+            timeout: Some(b.timeout),
             serial: SerialOut::Writer(Box::new(watch.clone())),
             serial_input: false,
             prefer_pvh: true,
@@ -199,7 +204,7 @@ fn boot(
         .lock()
         .unwrap()
         .map(|t| t.duration_since(start));
-    (text, report.end, banner, report.e820)
+    (text, report, banner)
 }
 
 /// The map Linux prints: exitlab's map (for a PVH boot plus the ISA hole 640K–1M that
@@ -263,7 +268,17 @@ fn check_boot(kernel: &Path, pvh: bool) {
             t.contains("Freeing unused kernel image")
         })
     };
-    let (text, end, banner, e820) = boot(kernel, &cmdline, timeout, done);
+    let (text, report, banner) = boot(
+        kernel,
+        Boot {
+            cmdline: &cmdline,
+            cpus: 1,
+            initrd: None,
+            timeout,
+            done,
+        },
+    );
+    let (end, e820) = (report.end, report.e820);
     eprintln!(
         "linux {} boot on {} host ({summary}): banner after {:.2} s; run ended: {end:?}",
         if pvh { "PVH vmlinux" } else { "bzImage" },
@@ -301,4 +316,78 @@ fn linux_pvh_vmlinux_prints_banner_cmdline_and_our_e820() {
 fn linux_bzimage_decompresses_and_prints_banner_cmdline_and_our_e820() {
     let (bz, _) = kernel();
     check_boot(&bz, false);
+}
+
+/// The Linux workload: the PVH vmlinux with exitlab's hackbench initrd on two vCPUs.
+/// Where KVM runs Linux (hardware virtualization, or the l1kvm guest), the load must run
+/// to completion on both vCPUs, report every message moved, end the VM through the
+/// debug-exit port with 0, and both vCPUs must have exited to userspace. Where the host
+/// emulates guest ring 0, Linux cannot get to init: the run must end by itself with the
+/// emulation failure named, never hang, and the workload must be reported as not started.
+#[test]
+fn linux_runs_the_hackbench_initrd_on_two_vcpus() {
+    let (_, vmlinux) = kernel();
+    let (emulated, summary) = host_kind();
+    let params = exitlab_guest::hackbench::Params {
+        groups: 2,
+        fds: 4,
+        loops: 20,
+        ..Default::default()
+    };
+    let cmdline = format!("earlyprintk=ttyS0 console=ttyS0 {params}");
+    let (text, report, _) = boot(
+        &vmlinux,
+        Boot {
+            cmdline: &cmdline,
+            cpus: 2,
+            initrd: Some(exitlab_guest::hackbench::INITRD.to_vec()),
+            timeout: Duration::from_secs(if emulated { 300 } else { 900 }),
+            done: |_| false,
+        },
+    );
+    let outcome = exitlab_guest::hackbench::parse(&text);
+    eprintln!(
+        "hackbench on {summary}: {outcome:?}; run ended {:?} after {:.1} s; exits per vCPU: {:?}",
+        report.end,
+        report.run_time.as_secs_f64(),
+        report
+            .per_vcpu
+            .iter()
+            .map(|v| (v.vcpu, v.exits.total(), v.kvm_exits))
+            .collect::<Vec<_>>()
+    );
+    if emulated {
+        assert_eq!(
+            outcome,
+            Err(exitlab_guest::hackbench::ParseError::NotStarted),
+            "{text}"
+        );
+        match &report.end {
+            RunEnd::Failure { what, .. } => assert!(
+                what.contains("emulation failure"),
+                "the failure must name the emulation failure: {what}"
+            ),
+            other => panic!("Linux should stop on an emulation failure here, not {other:?}"),
+        }
+        return;
+    }
+    let o = outcome.unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    assert_eq!(o.cpus, 2, "both vCPUs came up in Linux:\n{text}");
+    assert_eq!(o.messages, params.messages());
+    assert_eq!(o.failed, 0, "{text}");
+    assert!(o.seconds > 0.0);
+    assert!(
+        matches!(report.end, RunEnd::DebugExit(0)),
+        "the workload ends the VM through the debug-exit port with 0: {:?}",
+        report.end
+    );
+    assert_eq!(report.per_vcpu.len(), 2);
+    for v in &report.per_vcpu {
+        assert!(
+            v.exits.total() > 0,
+            "vCPU {} never exited to userspace: {:?}",
+            v.vcpu,
+            v.exits
+        );
+    }
 }

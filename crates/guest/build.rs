@@ -53,6 +53,9 @@ const CONFORMANCE_SOURCES: &[&str] = &[
     "conformance.ld",
 ];
 
+#[path = "initrd/build_initrd.rs"]
+mod build_initrd;
+
 fn main() {
     if let Err(msg) = run() {
         eprintln!("error: building the exitlab guest kernel failed: {msg}");
@@ -128,6 +131,7 @@ fn run() -> Result<(), String> {
     )?;
 
     build_conformance(&manifest, &out)?;
+    build_initrd::build(&manifest, &out)?;
     Ok(())
 }
 

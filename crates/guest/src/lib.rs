@@ -14,6 +14,8 @@ pub mod abi {
     include!("abi.rs");
 }
 
+pub mod hackbench;
+
 /// The addresses in the image's multiboot header, as the build checked them.
 pub mod image_info {
     include!(concat!(env!("OUT_DIR"), "/image_info.rs"));

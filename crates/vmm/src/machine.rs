@@ -128,6 +128,8 @@ pub struct RunReport {
     pub format: ImageFormat,
     /// Userspace exits by reason, summed over vCPUs.
     pub exits: ExitCounts,
+    /// The same per vCPU (those that could be stopped), by vCPU index.
+    pub per_vcpu: Vec<VcpuExits>,
     /// KVM's count of all exits, summed over vCPUs (when the host has binary stats).
     pub kvm_exits: Option<u64>,
     /// Time from `MachineConfig` to the first KVM_RUN of the boot vCPU.
@@ -136,6 +138,17 @@ pub struct RunReport {
     pub run_time: Duration,
     /// The e820 map the guest was given.
     pub e820: Vec<exitlab_boot::E820Entry>,
+}
+
+/// The exits of one vCPU of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VcpuExits {
+    /// vCPU index.
+    pub vcpu: u32,
+    /// Userspace exits by reason.
+    pub exits: ExitCounts,
+    /// KVM's count of all its exits (when the host has binary stats).
+    pub kvm_exits: Option<u64>,
 }
 
 /// Errors that stop a run before the guest starts.
@@ -503,16 +516,19 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         threads,
         exits: ExitCounts::default(),
         kvm_exits: Some(0),
+        per_vcpu: Vec::new(),
         last_stop: String::new(),
     };
     let end = sup.wait_for_end(cfg.timeout.map(|t| started + t), cfg.cancel.as_deref());
     // The guest ended the run: stop the other vCPUs.
     sup.stop_all();
     let _ = std::io::stdout().flush();
+    sup.per_vcpu.sort_by_key(|v| v.vcpu);
     Ok(RunReport {
         end: end.unwrap_or(RunEnd::Stopped(sup.last_stop)),
         format: loaded.format,
         exits: sup.exits,
+        per_vcpu: sup.per_vcpu,
         kvm_exits: sup.kvm_exits,
         setup_time,
         run_time: started.elapsed(),
@@ -525,20 +541,24 @@ struct Supervisor {
     threads: Vec<(u32, VcpuThread<NoHook>)>,
     exits: ExitCounts,
     kvm_exits: Option<u64>,
+    per_vcpu: Vec<VcpuExits>,
     last_stop: String,
 }
 
 impl Supervisor {
     /// Adds a finished vCPU's counts.
     fn collect(&mut self, f: &thread::Finished<NoHook>) {
+        let kvm = f.vcpu.kvm_stats().and_then(|s| s.read("exits"));
         self.exits = self.exits.plus(f.vcpu.counts());
-        self.kvm_exits = match (
-            self.kvm_exits,
-            f.vcpu.kvm_stats().and_then(|s| s.read("exits")),
-        ) {
+        self.kvm_exits = match (self.kvm_exits, kvm) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
+        self.per_vcpu.push(VcpuExits {
+            vcpu: f.vcpu.id(),
+            exits: *f.vcpu.counts(),
+            kvm_exits: kvm,
+        });
     }
 
     /// Waits until a vCPU ends the run, the deadline passes or the run is cancelled;
