@@ -132,6 +132,7 @@ fn run() -> Result<(), String> {
 
     build_conformance(&manifest, &out)?;
     build_initrd::build(&manifest, &out)?;
+    build_harness(&manifest, &out)?;
     Ok(())
 }
 
@@ -697,4 +698,51 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+// ---- The second harness (harness/): an independent multiboot kernel ----------------
+
+/// Sources of the second harness in `harness/`.
+const HARNESS_SOURCES: &[&str] = &["entry.S", "harness.c", "harness.ld"];
+
+/// Builds `$OUT_DIR/exitlab-harness.elf`: the second harness, a multiboot v1 ELF32 of
+/// its own (32-bit protected mode, no paging), compiled with gcc -m32 and linked with
+/// `harness/harness.ld`.
+fn build_harness(manifest: &Path, out: &Path) -> Result<(), String> {
+    let src = manifest.join("harness");
+    for f in HARNESS_SOURCES {
+        println!("cargo:rerun-if-changed=harness/{f}");
+    }
+    let obj_dir = out.join("harness");
+    fs::create_dir_all(&obj_dir)
+        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
+    let objects = cc::Build::new()
+        .compiler("gcc")
+        .cargo_metadata(false)
+        .out_dir(&obj_dir)
+        .pic(false)
+        .opt_level(2)
+        .debug(false)
+        .warnings(true)
+        .flag("-m32")
+        .flag("-ffreestanding")
+        .flag("-fno-pie")
+        .flag("-mgeneral-regs-only")
+        .flag("-fno-stack-protector")
+        .flag("-fno-asynchronous-unwind-tables")
+        .flag("-fcf-protection=none")
+        .flag("-nostdlib")
+        .file(src.join("entry.S"))
+        .file(src.join("harness.c"))
+        .try_compile_intermediates()
+        .map_err(|e| format!("compiling the second harness with gcc -m32 failed: {e}"))?;
+    let mut ld = Command::new("ld");
+    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+        .arg("-T")
+        .arg(src.join("harness.ld"))
+        .arg("-o")
+        .arg(out.join("exitlab-harness.elf"))
+        .args(&objects);
+    run_tool(&mut ld, "ld (second harness)")
 }

@@ -59,6 +59,14 @@ pub static CONFORMANCE_MULTIBOOT_FLAT: &[u8] =
 pub static CONFORMANCE_PVH: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/conformance-pvh.elf"));
 
+/// exitlab's second harness: a multiboot v1 ELF32 kernel of its own (sources in
+/// `harness/`, independent of the lab kernel) that times blocks of 2^k iterations of the
+/// lab's instructions with one rdtsc pair and prints the raw totals on COM1; it also
+/// has an exits mode (`outs=N ins=N port=P marker=M`) that does exactly N port
+/// accesses. `harness/harness.c` documents its command line and output. It runs under
+/// any VMM with a 16550 at 0x3F8 and an isa-debug-exit at 0xF4 (`exitlab run`, QEMU).
+pub static HARNESS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitlab-harness.elf"));
+
 /// What the conformance kernel's `serial` test writes to COM1, byte for byte.
 pub const CONFORMANCE_SERIAL_PATTERN: &[u8] = b"SERIAL-PATTERN-BEGIN\n \
     !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\r\n\
