@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::bench_cmd::BenchArgs;
 use crate::exit::EXIT_USAGE;
 use crate::run::RunArgs;
+use crate::trace_cmd::TraceArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +41,9 @@ enum Command {
         /// Results file of the run to compare with it.
         after: PathBuf,
     },
+    /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
+    /// (tracefs; needs root).
+    Trace(TraceArgs),
     /// Print a results file as a table (or Markdown).
     Report {
         /// Results file written by `exitlab bench --json`.
@@ -65,6 +69,7 @@ pub fn main() -> i32 {
         Command::Host { json } => crate::host_cmd::host_cmd(json),
         Command::Run(a) => crate::run::run_cmd(a.into()),
         Command::Compare { before, after } => crate::report_cmd::compare_cmd(&before, &after),
+        Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
         Command::Report { file, markdown } => crate::report_cmd::report_cmd(&file, markdown),
     }
 }

@@ -6,6 +6,7 @@ mod exit;
 mod host_cmd;
 mod report_cmd;
 mod run;
+mod trace_cmd;
 
 fn main() {
     std::process::exit(cli::main());

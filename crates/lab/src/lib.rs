@@ -10,3 +10,4 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod trace_report;

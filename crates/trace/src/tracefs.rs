@@ -1,0 +1,362 @@
+//! A private tracefs instance: set up, stream, tear down.
+
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::parse::{parse_line, Line, Record};
+
+/// Where tracefs is mounted, or is mounted by [`Session::start`] when it is not.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+/// The older path under debugfs, used when it already exists.
+pub const TRACEFS_DEBUGFS: &str = "/sys/kernel/debug/tracing";
+/// The trace clock every session uses: the TSC, so that timestamps are cycles.
+pub const CLOCK: &str = "x86-tsc";
+
+/// The tracepoints a session enables, as `system/event`, and whether a session cannot
+/// do without them.
+pub const EVENTS: &[(&str, bool)] = &[
+    ("kvm/kvm_userspace_exit", true),
+    ("kvm/kvm_exit", false),
+    ("kvm/kvm_entry", false),
+    ("kvm/kvm_pio", false),
+    ("kvm/kvm_mmio", false),
+    ("kvm/kvm_msr", false),
+    ("raw_syscalls/sys_enter", false),
+];
+
+/// Why tracing could not be set up or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// No tracefs, and mounting one failed.
+    #[error("tracefs is not available: {0}; mount it with `mount -t tracefs nodev {TRACEFS}` (as root) on a kernel built with CONFIG_FTRACE")]
+    NoTracefs(String),
+    /// Not allowed to create an instance.
+    #[error("cannot create a tracefs instance in {path}: {source}; exitlab trace needs root (CAP_SYS_ADMIN): run it as root")]
+    Permission {
+        /// The instance directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The x86-tsc trace clock is missing.
+    #[error("the trace clock {CLOCK} is not offered by this kernel (it offers: {0}); exitlab trace reports cycles and needs it (x86 only)")]
+    NoClock(String),
+    /// A required event is missing.
+    #[error("the tracepoint {0} is absent; load the kvm module (modprobe kvm) or use a kernel with KVM tracepoints")]
+    MissingEvent(String),
+    /// Reading or writing a tracefs file failed.
+    #[error("tracefs: cannot {what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// One event of [`EVENTS`] and whether this kernel has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventStatus {
+    /// `system/event`.
+    pub name: &'static str,
+    /// Whether a session needs it.
+    pub required: bool,
+    /// Whether the kernel offers it.
+    pub available: bool,
+}
+
+/// What to trace.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Threads to trace (empty: every task).
+    pub pids: Vec<u32>,
+    /// Also trace the children the listed threads fork from now on (and theirs).
+    pub follow_forks: bool,
+    /// Ring-buffer size per CPU, KiB.
+    pub buffer_kb: u32,
+    /// Keep only `sys_enter` events of this system call number (16: ioctl on x86-64).
+    pub syscall: Option<i64>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            pids: Vec::new(),
+            follow_forks: true,
+            buffer_kb: 16 << 10,
+            syscall: Some(SYS_IOCTL),
+        }
+    }
+}
+
+/// The ioctl system call number on x86-64.
+pub const SYS_IOCTL: i64 = 16;
+
+/// What a finished session collected.
+#[derive(Debug, Default)]
+pub struct Capture {
+    /// The events, in the order `trace_pipe` gave them (time order across CPUs).
+    pub records: Vec<Record>,
+    /// Events the kernel dropped (LOST notices and the buffers' overrun counters).
+    pub lost: u64,
+    /// Lines that could not be parsed, and the first few of them.
+    pub unparsed: u64,
+    /// Examples of unparsed lines (at most 5).
+    pub unparsed_examples: Vec<String>,
+    /// Which events were available.
+    pub events: Vec<EventStatus>,
+}
+
+/// A running tracefs instance. Dropping it (or [`Session::finish`]) removes the instance.
+pub struct Session {
+    dir: PathBuf,
+    events: Vec<EventStatus>,
+    stop: Arc<AtomicBool>,
+    reader: Option<JoinHandle<Capture>>,
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> TraceError + 'a {
+    move |source| TraceError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), TraceError> {
+    fs::write(path, text).map_err(io("write", path))
+}
+
+/// Finds tracefs, mounting it at [`TRACEFS`] when it is nowhere.
+pub fn tracefs_root() -> Result<PathBuf, TraceError> {
+    for p in [TRACEFS, TRACEFS_DEBUGFS] {
+        if Path::new(p).join("instances").is_dir() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    let out = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", TRACEFS])
+        .output()
+        .map_err(|e| TraceError::NoTracefs(format!("running mount failed: {e}")))?;
+    if Path::new(TRACEFS).join("instances").is_dir() {
+        return Ok(PathBuf::from(TRACEFS));
+    }
+    Err(TraceError::NoTracefs(format!(
+        "{TRACEFS} is not mounted and `mount -t tracefs` failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+/// Which of [`EVENTS`] this kernel offers, under tracefs root `root`.
+pub fn probe_events(root: &Path) -> Vec<EventStatus> {
+    EVENTS
+        .iter()
+        .map(|&(name, required)| EventStatus {
+            name,
+            required,
+            available: root.join("events").join(name).is_dir(),
+        })
+        .collect()
+}
+
+static INSTANCE_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Session {
+    /// Creates the instance, enables the events and starts streaming.
+    pub fn start(cfg: &SessionConfig) -> Result<Session, TraceError> {
+        let root = tracefs_root()?;
+        let events = probe_events(&root);
+        if let Some(e) = events.iter().find(|e| e.required && !e.available) {
+            return Err(TraceError::MissingEvent(e.name.replace('/', ":")));
+        }
+        let name = format!(
+            "exitlab-{}-{}",
+            std::process::id(),
+            INSTANCE_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = root.join("instances").join(name);
+        fs::create_dir(&dir).map_err(|source| TraceError::Permission {
+            path: dir.clone(),
+            source,
+        })?;
+        // From here on, dropping the session removes the instance.
+        let mut s = Session {
+            dir,
+            events,
+            stop: Arc::new(AtomicBool::new(false)),
+            reader: None,
+        };
+        s.configure(cfg)?;
+        let pipe_path = s.dir.join("trace_pipe");
+        let pipe = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&pipe_path)
+            .map_err(io("open", &pipe_path))?;
+        let stop = s.stop.clone();
+        let events = s.events.clone();
+        s.reader = Some(
+            std::thread::Builder::new()
+                .name("trace-reader".into())
+                .spawn(move || read_pipe(pipe, &stop, events))
+                .map_err(io("start a reader thread for", &pipe_path))?,
+        );
+        write_file(&s.dir.join("tracing_on"), "1")?;
+        Ok(s)
+    }
+
+    fn configure(&self, cfg: &SessionConfig) -> Result<(), TraceError> {
+        let d = &self.dir;
+        write_file(&d.join("tracing_on"), "0")?;
+        let clocks_path = d.join("trace_clock");
+        let clocks = fs::read_to_string(&clocks_path).map_err(io("read", &clocks_path))?;
+        if !clocks
+            .split_whitespace()
+            .any(|c| c.trim_matches(|x| x == '[' || x == ']') == CLOCK)
+        {
+            return Err(TraceError::NoClock(clocks.trim().to_string()));
+        }
+        write_file(&clocks_path, CLOCK)?;
+        write_file(
+            &d.join("buffer_size_kb"),
+            &cfg.buffer_kb.max(64).to_string(),
+        )?;
+        write_file(&d.join("options/record-tgid"), "1")?;
+        write_file(
+            &d.join("options/event-fork"),
+            if cfg.follow_forks { "1" } else { "0" },
+        )?;
+        if !cfg.pids.is_empty() {
+            let list: Vec<String> = cfg.pids.iter().map(|p| p.to_string()).collect();
+            write_file(&d.join("set_event_pid"), &list.join(" "))?;
+        }
+        for e in self.events.iter().filter(|e| e.available) {
+            let ev = d.join("events").join(e.name);
+            if e.name == "raw_syscalls/sys_enter" {
+                if let Some(nr) = cfg.syscall {
+                    write_file(&ev.join("filter"), &format!("id == {nr}"))?;
+                }
+            }
+            write_file(&ev.join("enable"), "1")?;
+        }
+        Ok(())
+    }
+
+    /// The events and whether this kernel has them.
+    pub fn events(&self) -> &[EventStatus] {
+        &self.events
+    }
+
+    /// The instance directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops tracing, reads what is left, removes the instance and returns the capture.
+    pub fn finish(mut self) -> Result<Capture, TraceError> {
+        let _ = write_file(&self.dir.join("tracing_on"), "0");
+        self.stop.store(true, Ordering::Release);
+        let mut cap = match self.reader.take().map(|h| h.join()) {
+            Some(Ok(c)) => c,
+            _ => Capture::default(),
+        };
+        cap.lost += overruns(&self.dir);
+        cap.events = self.events.clone();
+        Ok(cap)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("tracing_on"), "0");
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.reader.take() {
+            let _ = h.join();
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Events the per-CPU buffers overwrote or dropped.
+fn overruns(dir: &Path) -> u64 {
+    let Ok(cpus) = fs::read_dir(dir.join("per_cpu")) else {
+        return 0;
+    };
+    let mut n = 0;
+    for c in cpus.flatten() {
+        if let Ok(s) = fs::read_to_string(c.path().join("stats")) {
+            for line in s.lines() {
+                if let Some(v) = line
+                    .strip_prefix("overrun:")
+                    .or_else(|| line.strip_prefix("dropped events:"))
+                {
+                    n += v.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    n
+}
+
+/// Streams `trace_pipe` into records until `stop` is set and the pipe is empty.
+fn read_pipe(mut pipe: fs::File, stop: &AtomicBool, events: Vec<EventStatus>) -> Capture {
+    let mut cap = Capture {
+        events,
+        ..Capture::default()
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let mut pending: Vec<u8> = Vec::new();
+    let take = |pending: &mut Vec<u8>, cap: &mut Capture, flush: bool| {
+        let end = if flush {
+            pending.len()
+        } else {
+            match pending.iter().rposition(|&b| b == b'\n') {
+                Some(i) => i + 1,
+                None => return,
+            }
+        };
+        for line in String::from_utf8_lossy(&pending[..end]).lines() {
+            match parse_line(line) {
+                Ok(Line::Record(r)) => cap.records.push(r),
+                Ok(Line::Lost(n)) => cap.lost += n,
+                Ok(Line::Blank) => {}
+                Err(e) => {
+                    cap.unparsed += 1;
+                    if cap.unparsed_examples.len() < 5 {
+                        cap.unparsed_examples.push(e.line);
+                    }
+                }
+            }
+        }
+        pending.drain(..end);
+    };
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        match pipe.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                pending.extend_from_slice(&buf[..n]);
+                take(&mut pending, &mut cap, false);
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+        // Empty: the stop flag was read before this read, so nothing is left behind.
+        if stopping {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    take(&mut pending, &mut cap, true);
+    cap
+}

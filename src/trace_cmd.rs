@@ -1,0 +1,174 @@
+//! `exitlab trace`: profile the exits of any KVM process (QEMU, exitlab, ...) from the
+//! kernel's side, through tracefs.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use exitlab_lab::trace_report::{PhaseSplit, TraceReport};
+use exitlab_trace::{Session, SessionConfig};
+
+use crate::exit::{usage_error, EXIT_TEST_FAILED};
+
+#[derive(clap::Args, Debug)]
+pub struct TraceArgs {
+    /// Trace this running process (all its threads, and children it forks).
+    #[arg(long, conflicts_with = "command")]
+    pid: Option<u32>,
+    /// Stop tracing after this many seconds (default: when the process or command ends).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Start a new phase every so many seconds.
+    #[arg(long, conflicts_with = "marker_port")]
+    phase_seconds: Option<f64>,
+    /// Start a new phase at every guest write to this port (e.g. 0x80).
+    #[arg(long, value_parser = parse_port)]
+    marker_port: Option<u16>,
+    /// Trace buffer per CPU, KiB.
+    #[arg(long, default_value_t = 16384)]
+    buffer_kb: u32,
+    /// Also write the profile as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The command to run and trace (after `--`).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    let v = match s.strip_prefix("0x") {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| format!("{s} is not a port number (0..=0xffff)"))
+}
+
+/// The thread ids of process `pid`.
+fn threads_of(pid: u32) -> Result<Vec<u32>, String> {
+    let dir = format!("/proc/{pid}/task");
+    let rd = std::fs::read_dir(&dir).map_err(|e| format!("no process {pid} ({dir}: {e})"))?;
+    Ok(rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect())
+}
+
+/// Runs `exitlab trace`; returns the process exit code.
+pub fn trace_cmd(a: TraceArgs) -> i32 {
+    if a.pid.is_none() && a.command.is_empty() {
+        return usage_error("exitlab trace needs --pid PID or a command after `--`");
+    }
+    if let Some(s) = a.seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        return usage_error(format!("--seconds {s} must be a positive number"));
+    }
+    let split = match (a.phase_seconds, a.marker_port) {
+        (Some(s), _) if !(s.is_finite() && s > 0.0) => {
+            return usage_error(format!("--phase-seconds {s} must be a positive number"))
+        }
+        (Some(s), _) => match exitlab_vmm::host::probe().tsc.khz {
+            Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
+            None => {
+                return usage_error(
+                    "--phase-seconds needs the TSC frequency, which this host does not report; use --marker-port",
+                )
+            }
+        },
+        (None, Some(p)) => PhaseSplit::MarkerPort(p),
+        (None, None) => PhaseSplit::None,
+    };
+    let pids = match a.pid {
+        Some(p) => match threads_of(p) {
+            Ok(t) => t,
+            Err(e) => return usage_error(e),
+        },
+        // Our own process: the command is forked from it and followed.
+        None => vec![std::process::id()],
+    };
+    let cfg = SessionConfig {
+        pids,
+        follow_forks: true,
+        buffer_kb: a.buffer_kb,
+        ..SessionConfig::default()
+    };
+    let session = match Session::start(&cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("exitlab trace: {e}");
+            return EXIT_TEST_FAILED;
+        }
+    };
+    let missing: Vec<String> = session
+        .events()
+        .iter()
+        .filter(|e| !e.available)
+        .map(|e| e.name.replace('/', ":"))
+        .collect();
+    eprintln!(
+        "exitlab trace: tracing through {} (clock x86-tsc){}",
+        session.dir().display(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!("; absent on this kernel: {}", missing.join(", "))
+        }
+    );
+    let deadline = a
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut command_status = None;
+    if let Some(pid) = a.pid {
+        let alive = PathBuf::from(format!("/proc/{pid}"));
+        while alive.exists() && deadline.map_or(true, |d| Instant::now() < d) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } else {
+        let mut child = match Command::new(&a.command[0]).args(&a.command[1..]).spawn() {
+            Ok(c) => c,
+            Err(e) => return usage_error(format!("cannot run {}: {e}", a.command[0])),
+        };
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    command_status = Some(s);
+                    break;
+                }
+                Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => break,
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => {
+                    eprintln!("exitlab trace: waiting for the command failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    let cap = match session.finish() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("exitlab trace: {e}");
+            return EXIT_TEST_FAILED;
+        }
+    };
+    let report = TraceReport::from_capture(&cap, split, None);
+    print!("{}", report.render());
+    if let Some(s) = command_status {
+        println!("command: {} ({s})", a.command.join(" "));
+    } else if a.pid.is_none() {
+        println!(
+            "command: {} (still running when tracing stopped after --seconds)",
+            a.command.join(" ")
+        );
+    }
+    if let Some(path) = &a.json {
+        let text = match serde_json::to_string_pretty(&report) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("exitlab trace: cannot encode the profile: {e}");
+                return EXIT_TEST_FAILED;
+            }
+        };
+        if let Err(e) = std::fs::write(path, text) {
+            return usage_error(format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    0
+}
