@@ -1,0 +1,121 @@
+//! `exitlab trace` on exitlab's own VMM, with exit counts known in advance: the second
+//! harness kernel (`exitlab_guest::HARNESS`) in its exits mode does exactly N OUTs and
+//! M INs to port 0x1234 (which nothing claims, so each one is a userspace exit),
+//! separated by writes to the marker port 0x80. The trace must count exactly those, in
+//! the phases the markers delimit, and remove the tracefs instance it created.
+//!
+//! These tests need root, tracefs (the command mounts it if needed) and /dev/kvm; they
+//! fail, saying which is missing, without them.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const EXITLAB: &str = env!("CARGO_BIN_EXE_exitlab");
+const OUTS: u64 = 1234;
+const INS: u64 = 567;
+
+fn harness_path() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let p = dir.join(format!("harness-trace-{}.elf", std::process::id()));
+    std::fs::write(&p, exitlab_guest::HARNESS).expect("writing the harness kernel");
+    p
+}
+
+fn require_host() {
+    assert!(
+        std::path::Path::new("/dev/kvm").exists(),
+        "this test needs /dev/kvm (KVM), which this host lacks"
+    );
+}
+
+/// The counts of userspace exits of `what` to `port`, per phase, in thread `t`.
+fn counts_per_phase(t: &Value, what: &str, port: u64) -> Vec<u64> {
+    t["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|p| {
+            p["classes"]
+                .as_array()
+                .expect("classes")
+                .iter()
+                .filter(|c| {
+                    c["key"]["handled"] == "user"
+                        && c["key"]["what"] == what
+                        && c["key"]["target"]["port"].as_u64() == Some(port)
+                })
+                .map(|c| c["count"].as_u64().expect("count"))
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
+    require_host();
+    let kernel = harness_path();
+    let json = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("trace-{}.json", std::process::id()));
+    let out = Command::new(EXITLAB)
+        .args(["trace", "--marker-port", "0x80", "--json"])
+        .arg(&json)
+        .args(["--", EXITLAB, "run", "--serial", "none", "--timeout", "60"])
+        .arg(&kernel)
+        .arg("--cmdline")
+        .arg(format!("outs={OUTS} ins={INS} marker=0x80"))
+        .output()
+        .expect("running exitlab trace");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let all = format!("--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "exitlab trace failed (it needs root and tracefs):\n{all}"
+    );
+    // The traced run ended as the harness asked: debug-exit 0 -> exit status 1.
+    assert!(stdout.contains("(exit status: 1)"), "{all}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON profile"))
+            .expect("valid JSON");
+    assert_eq!(report["lost"], 0, "the kernel dropped events:\n{all}");
+    let threads = report["threads"].as_array().expect("threads");
+    assert_eq!(threads.len(), 1, "one vCPU thread expected:\n{all}");
+    let t = &threads[0];
+    // Phases: boot (banner on COM1), the OUTs after marker 1, the INs after marker 2,
+    // the end after marker 3.
+    let outs = counts_per_phase(t, "out", 0x1234);
+    let ins = counts_per_phase(t, "in", 0x1234);
+    let markers = counts_per_phase(t, "out", 0x80);
+    assert_eq!(outs, vec![0, OUTS, 0, 0], "{all}");
+    assert_eq!(ins, vec![0, 0, INS, 0], "{all}");
+    assert_eq!(markers, vec![0, 1, 1, 1], "{all}");
+    // Every OUT and IN but the last of its phase is followed by a KVM_RUN entry, so
+    // each has a userspace time.
+    let phase1 = &t["phases"][1]["classes"];
+    let out_class = phase1
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["key"]["what"] == "out"))
+        .expect("the OUT class");
+    assert_eq!(out_class["user"]["n"], OUTS, "{all}");
+    // The instance it named is gone.
+    let dir = stderr
+        .split_whitespace()
+        .find(|w| w.contains("/instances/exitlab-"))
+        .expect("the instance path on stderr");
+    assert!(!std::path::Path::new(dir).exists(), "{dir} was left behind");
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(&kernel);
+}
+
+#[test]
+fn trace_refuses_to_run_without_a_target() {
+    let out = Command::new(EXITLAB)
+        .arg("trace")
+        .output()
+        .expect("running exitlab trace");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pid PID or a command"));
+}
