@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::agree_cmd::AgreeArgs;
 use crate::bench_cmd::BenchArgs;
 use crate::exit::EXIT_USAGE;
 use crate::run::RunArgs;
@@ -44,6 +45,8 @@ enum Command {
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
     /// (tracefs; needs root).
     Trace(TraceArgs),
+    /// Compare exitlab's bench figures with the second, independent harness kernel.
+    Agree(AgreeArgs),
     /// Print a results file as a table (or Markdown).
     Report {
         /// Results file written by `exitlab bench --json`.
@@ -69,6 +72,7 @@ pub fn main() -> i32 {
         Command::Host { json } => crate::host_cmd::host_cmd(json),
         Command::Run(a) => crate::run::run_cmd(a.into()),
         Command::Compare { before, after } => crate::report_cmd::compare_cmd(&before, &after),
+        Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
         Command::Report { file, markdown } => crate::report_cmd::report_cmd(&file, markdown),
     }

@@ -1,5 +1,6 @@
 //! The `exitlab` command: a KVM VMM built to make VM exits cheap and to measure them.
 
+mod agree_cmd;
 mod bench_cmd;
 mod cli;
 mod exit;

@@ -1,6 +1,7 @@
 //! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.
 #![deny(missing_docs)]
 
+pub mod agreement;
 pub mod analysis;
 pub mod bench;
 pub mod catalogue;

@@ -1,0 +1,572 @@
+//! Agreement with an independent harness: exitlab's bench figures against the second
+//! harness kernel (`exitlab_guest::HARNESS`), which times the same instructions another
+//! way, on the same host, in interleaved rounds.
+//!
+//! The two methods differ on purpose:
+//! - exitlab's lab kernel (64-bit) times every iteration on its own between
+//!   `lfence; rdtsc; lfence` stamps; its figure is the median over samples minus the
+//!   median of its empty loop (`net median`);
+//! - the harness (32-bit protected mode, no paging, its own code) times a block of
+//!   2^k iterations with one unfenced `rdtsc` pair and prints the total on COM1; its
+//!   figure per block is (block − the median empty `dec; jnz` block) / 2^k, a **mean**
+//!   over the block, and the table shows the median over blocks.
+//!
+//! A test agrees when the harness figure is within ±[`TOLERANCE`] of exitlab's net
+//! median. Otherwise the table says which known difference accounts for it: when the
+//! harness figure agrees with exitlab's net **mean** instead (the test mean minus the
+//! loop mean), the gap is the batch (a mean over 2^k iterations, rare slow iterations
+//! included, against a median of single iterations); when neither agrees it says so
+//! and reports the two empty loops side by side (fenced stamps in a 64-bit paged
+//! kernel against a bare `dec; jnz` with paging off), the remaining known difference.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use exitlab_vmm::machine::{self, MachineConfig, RunEnd, SerialOut};
+use kvm_ioctls::Kvm;
+use serde::Serialize;
+
+use crate::bench::{self, BenchOptions, Progress};
+use crate::catalogue;
+use crate::report::{fmt_cycles, layout, Align};
+use crate::results::{Results, TestStatus};
+use crate::runner::{RunError, RunParams};
+use crate::stats::{summarize, Summary};
+
+/// Largest relative difference that counts as agreement.
+pub const TOLERANCE: f64 = 0.10;
+
+/// The harness tests, named as exitlab's tests of the same instruction.
+pub const HARNESS_TESTS: &[&str] = &[
+    "cpuid",
+    "inl_from_kernel",
+    "outl_to_kernel",
+    "inl_from_user",
+    "outl_to_user",
+    "rd_tsc_adjust_msr",
+    "wr_tsc_adjust_msr",
+];
+
+/// The harness's empty-loop test.
+pub const HARNESS_LOOP: &str = "loop";
+
+/// What one harness run printed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HarnessRun {
+    /// log2 of the iterations per block.
+    pub k: u32,
+    /// Blocks per test.
+    pub reps: u32,
+    /// Cycles of each block, by test, in rep order.
+    pub blocks: BTreeMap<String, Vec<u64>>,
+    /// Tests the harness skipped, with its reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Parses the harness's serial output (see `crates/guest/harness/harness.c`), checking
+/// that every test has one block per rep, in order.
+pub fn parse_harness_output(text: &str) -> Result<HarnessRun, String> {
+    let mut head = None;
+    let mut blocks: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    let mut ended = false;
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["EXITLAB-HARNESS", "1", k, reps] => {
+                let k = k.strip_prefix("k=").and_then(|v| v.parse().ok());
+                let r = reps.strip_prefix("reps=").and_then(|v| v.parse().ok());
+                match (k, r) {
+                    (Some(k), Some(r)) if k <= 20 => head = Some((k, r)),
+                    _ => return Err(format!("bad harness banner: {line}")),
+                }
+            }
+            ["EXITLAB-HARNESS", ..] => return Err(format!("the harness refused: {line}")),
+            ["T", name, rep, cycles] => {
+                let rep: usize = rep.parse().map_err(|_| format!("bad rep in: {line}"))?;
+                let c = cycles
+                    .strip_prefix("0x")
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("bad cycle count in: {line}"))?;
+                let v = blocks.entry(name.to_string()).or_default();
+                if v.len() != rep {
+                    return Err(format!(
+                        "block {rep} of {name} out of order (expected {})",
+                        v.len()
+                    ));
+                }
+                v.push(c);
+            }
+            ["SKIP", name, why] => skipped.push((name.to_string(), why.replace('-', " "))),
+            ["END"] => ended = true,
+            _ => {}
+        }
+    }
+    let (k, reps) = head.ok_or("no harness banner in the output")?;
+    if !ended {
+        return Err("the harness output has no END line (it stopped early)".into());
+    }
+    if let Some((name, v)) = blocks.iter().find(|(_, v)| v.len() != reps as usize) {
+        return Err(format!("{name}: {} blocks, {reps} expected", v.len()));
+    }
+    if !blocks.contains_key(HARNESS_LOOP) {
+        return Err("the harness output has no empty-loop blocks".into());
+    }
+    Ok(HarnessRun {
+        k,
+        reps,
+        blocks,
+        skipped,
+    })
+}
+
+impl HarnessRun {
+    /// Per-iteration cycles of `test` net of the empty loop, one value per block: the
+    /// block minus the median empty-loop block of the same run (a median, so that a
+    /// loop block the host interrupted does not drag the figures of its rep with it).
+    pub fn net(&self, test: &str) -> Vec<f64> {
+        let (Some(t), Some(l)) = (self.blocks.get(test), self.blocks.get(HARNESS_LOOP)) else {
+            return Vec::new();
+        };
+        let loops: Vec<f64> = l.iter().map(|&c| c as f64).collect();
+        let Ok(lm) = summarize(&loops) else {
+            return Vec::new();
+        };
+        let n = (1u64 << self.k) as f64;
+        t.iter().map(|&t| (t as f64 - lm.median) / n).collect()
+    }
+
+    /// Per-iteration cycles of the empty loop, one value per block.
+    pub fn loop_cycles(&self) -> Vec<f64> {
+        let n = (1u64 << self.k) as f64;
+        self.blocks
+            .get(HARNESS_LOOP)
+            .map(|v| v.iter().map(|&c| c as f64 / n).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Output sink shared with the serial device.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.0.lock() {
+            Ok(mut v) => v.extend_from_slice(b),
+            Err(p) => p.into_inner().extend_from_slice(b),
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Boots the harness on exitlab's PC platform (as `exitlab run` does) with `cmdline`
+/// and returns what it printed on COM1.
+pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<String, String> {
+    let out = Captured::default();
+    let cfg = MachineConfig {
+        kernel: exitlab_guest::HARNESS.to_vec(),
+        kernel_path: "exitlab-harness".into(),
+        cmdline: cmdline.into(),
+        initrd: None,
+        cpus: 1,
+        ram_bytes: 64 << 20,
+        timeout: Some(std::time::Duration::from_secs(timeout_s)),
+        serial: SerialOut::Writer(Box::new(out.clone())),
+        serial_input: false,
+        prefer_pvh: false,
+        cancel: None,
+    };
+    let report = machine::run(kvm.clone(), cfg).map_err(|e| format!("the harness: {e}"))?;
+    let text = match out.0.lock() {
+        Ok(v) => String::from_utf8_lossy(&v).into_owned(),
+        Err(p) => String::from_utf8_lossy(&p.into_inner()).into_owned(),
+    };
+    match report.end {
+        RunEnd::DebugExit(0) => Ok(text),
+        other => Err(format!(
+            "the harness did not end cleanly ({other:?}); it printed:\n{text}"
+        )),
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct AgreeOptions {
+    /// Interleaved rounds (harness, then exitlab's bench, per round).
+    pub rounds: u32,
+    /// log2 of the harness's iterations per block.
+    pub k: u32,
+    /// Harness blocks per test per round.
+    pub reps: u32,
+    /// exitlab bench parameters per round (samples per test per round, ...).
+    pub params: RunParams,
+    /// Stop a harness run after this many seconds.
+    pub harness_timeout_s: u64,
+}
+
+/// One row of the agreement table.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgreementRow {
+    /// The test.
+    pub test: String,
+    /// Harness: net cycles per iteration, over all blocks of all rounds.
+    pub harness: Option<Summary>,
+    /// exitlab: the median over rounds of each round's net median.
+    pub exitlab_net_median: Option<f64>,
+    /// exitlab: the median over rounds of (test mean − loop mean).
+    pub exitlab_net_mean: Option<f64>,
+    /// harness median / exitlab net median.
+    pub ratio: Option<f64>,
+    /// harness median / exitlab net mean.
+    pub ratio_mean: Option<f64>,
+    /// "agrees", "differs: ..." with the reason, or why there is no figure.
+    pub verdict: String,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Agreement {
+    /// One row per test.
+    pub rows: Vec<AgreementRow>,
+    /// The harness's empty loop, cycles per iteration.
+    pub harness_loop: Option<Summary>,
+    /// exitlab's loop_overhead median, over rounds.
+    pub exitlab_loop: Option<f64>,
+    /// Rounds, k, reps, samples.
+    pub rounds: u32,
+    /// log2 of the harness iterations per block.
+    pub k: u32,
+    /// Harness blocks per test per round.
+    pub reps: u32,
+    /// exitlab samples per test per round.
+    pub samples: u64,
+    /// Anything the reader must know.
+    pub notes: Vec<String>,
+}
+
+fn within(ratio: Option<f64>) -> bool {
+    // The epsilon keeps an exact 10 % (1.1 in binary is slightly above) inside.
+    ratio.is_some_and(|r| (r - 1.0).abs() <= TOLERANCE + 1e-9)
+}
+
+/// Decides a row from the figures.
+pub fn verdict(
+    harness: Option<f64>,
+    net_median: Option<f64>,
+    net_mean: Option<f64>,
+    harness_loop: Option<f64>,
+    exitlab_loop: Option<f64>,
+) -> (Option<f64>, Option<f64>, String) {
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let r = ratio(harness, net_median);
+    let rm = ratio(harness, net_mean);
+    let v = if harness.is_none() {
+        "no harness figure".to_string()
+    } else if net_median.is_none() {
+        "no exitlab figure".to_string()
+    } else if within(r) {
+        "agrees".to_string()
+    } else if within(rm) {
+        "differs: batch (the harness's mean over 2^k iterations agrees with exitlab's net mean; exitlab's median of single iterations leaves out the slow ones)".to_string()
+    } else {
+        format!(
+            "differs, not by the batch: the empty loops each side subtracts differ ({} cycles per iteration in the harness: unfenced dec/jnz, 32-bit, paging off; {} in exitlab: fenced rdtsc pairs, 64-bit, paging on), and so does what an exit costs around them",
+            harness_loop.map_or("-".into(), fmt_cycles),
+            exitlab_loop.map_or("-".into(), fmt_cycles)
+        )
+    };
+    (r, rm, v)
+}
+
+fn net_mean(res: &Results, test: &str) -> Option<f64> {
+    let mean = |name: &str| {
+        res.tests
+            .iter()
+            .find(|t| t.name == name && t.status == TestStatus::Ok)
+            .and_then(|t| t.cycles.as_ref())
+            .map(|s| s.mean)
+    };
+    Some(mean(test)? - mean("loop_overhead")?)
+}
+
+/// Runs the comparison: per round, the harness once (all tests interleaved inside it),
+/// then exitlab's bench on the same tests (one round each).
+pub fn run(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &AgreeOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Agreement, RunError> {
+    let mut harness_runs = Vec::new();
+    let mut bench_runs = Vec::new();
+    let mut notes = Vec::new();
+    let tests: Vec<_> = std::iter::once("loop_overhead")
+        .chain(HARNESS_TESTS.iter().copied())
+        .filter_map(catalogue::find)
+        .collect();
+    let cmdline = format!("k={} reps={}", opts.k, opts.reps);
+    for round in 0..opts.rounds.max(1) {
+        progress(Progress::Round(round + 1, opts.rounds.max(1)));
+        progress(Progress::Start("second harness"));
+        match run_harness(kvm, &cmdline, opts.harness_timeout_s)
+            .and_then(|t| parse_harness_output(&t))
+        {
+            Ok(h) => {
+                progress(Progress::Done("second harness", &TestStatus::Ok));
+                harness_runs.push(h);
+            }
+            Err(e) => {
+                let st = TestStatus::Failed { reason: e.clone() };
+                progress(Progress::Done("second harness", &st));
+                notes.push(format!("round {}: {e}", round + 1));
+            }
+        }
+        let b = bench::run(
+            kvm,
+            image,
+            &BenchOptions {
+                tests: tests.clone(),
+                params: opts.params,
+                raw: false,
+                overhead: false,
+                rounds: 1,
+            },
+            serde_json::Value::Null,
+            Vec::new(),
+            progress,
+        )?;
+        bench_runs.push(b);
+    }
+    let pooled = |f: &dyn Fn(&HarnessRun) -> Vec<f64>| -> Vec<f64> {
+        harness_runs.iter().flat_map(f).collect()
+    };
+    let over_rounds = |f: &dyn Fn(&Results) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = bench_runs.iter().filter_map(f).collect();
+        summarize(&v).ok().map(|s| s.median)
+    };
+    let harness_loop = summarize(&pooled(&|h| h.loop_cycles())).ok();
+    let exitlab_loop = over_rounds(&|r| {
+        r.tests
+            .iter()
+            .find(|t| t.name == "loop_overhead")
+            .and_then(|t| t.cycles.as_ref())
+            .map(|s| s.median)
+    });
+    let mut rows = Vec::new();
+    for &test in HARNESS_TESTS {
+        let harness = summarize(&pooled(&|h| h.net(test))).ok();
+        let net_median = over_rounds(&|r| {
+            r.tests
+                .iter()
+                .find(|t| t.name == test && t.status == TestStatus::Ok)
+                .and_then(|t| t.net_median_cycles)
+        });
+        let nm = over_rounds(&|r| net_mean(r, test));
+        let (ratio, ratio_mean, mut v) = verdict(
+            harness.as_ref().map(|s| s.median),
+            net_median,
+            nm,
+            harness_loop.as_ref().map(|s| s.median),
+            exitlab_loop,
+        );
+        if let Some((_, why)) = harness_runs
+            .iter()
+            .flat_map(|h| &h.skipped)
+            .find(|(n, _)| n == test)
+        {
+            v = format!("{v} (harness skipped it: {why})");
+        }
+        if let Some(t) = bench_runs
+            .iter()
+            .flat_map(|r| &r.tests)
+            .find(|t| t.name == test && !matches!(t.status, TestStatus::Ok))
+        {
+            v = format!("{v} (exitlab: {})", t.status.word());
+        }
+        rows.push(AgreementRow {
+            test: test.into(),
+            harness,
+            exitlab_net_median: net_median,
+            exitlab_net_mean: nm,
+            ratio,
+            ratio_mean,
+            verdict: v,
+        });
+    }
+    Ok(Agreement {
+        rows,
+        harness_loop,
+        exitlab_loop,
+        rounds: opts.rounds.max(1),
+        k: opts.k,
+        reps: opts.reps,
+        samples: opts.params.samples,
+        notes,
+    })
+}
+
+impl Agreement {
+    /// Renders the agreement table.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "agreement with the second harness: {} interleaved rounds; harness 2^{} iterations x {} blocks per test per round, exitlab {} samples per test per round; net cycles per iteration",
+            self.rounds, self.k, self.reps, self.samples
+        );
+        let fmt = |v: Option<f64>| v.map_or("-".into(), fmt_cycles);
+        let ratio = |v: Option<f64>| v.map_or("-".into(), |r| format!("{r:.2}"));
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.test.clone(),
+                    fmt(r.harness.as_ref().map(|h| h.median)),
+                    fmt(r.harness.as_ref().map(|h| h.p10)),
+                    fmt(r.harness.as_ref().map(|h| h.p90)),
+                    fmt(r.exitlab_net_median),
+                    fmt(r.exitlab_net_mean),
+                    ratio(r.ratio),
+                    ratio(r.ratio_mean),
+                    r.verdict.clone(),
+                ]
+            })
+            .collect();
+        s.push_str(&layout(
+            &[
+                "test",
+                "harness med",
+                "harness p10",
+                "harness p90",
+                "exitlab net med",
+                "exitlab net mean",
+                "ratio",
+                "ratio (mean)",
+                "verdict",
+            ],
+            &[
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Left,
+            ],
+            &rows,
+        ));
+        let _ = writeln!(
+            s,
+            "empty loop per iteration: harness {} (median over blocks), exitlab loop_overhead {} (median)",
+            fmt(self.harness_loop.as_ref().map(|h| h.median)),
+            fmt(self.exitlab_loop)
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+
+    /// Whether every test with figures on both sides agrees within the tolerance.
+    pub fn all_agree(&self) -> bool {
+        self.rows.iter().all(|r| r.verdict == "agrees")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUTPUT: &str = "EXITLAB-HARNESS 1 k=2 reps=2
+SKIP wr_tsc_adjust_msr no-IA32_TSC_ADJUST-in-CPUID
+T loop 0 0x10
+T cpuid 0 0x50
+T loop 1 0x14
+T cpuid 1 0x64
+END
+";
+
+    #[test]
+    fn parses_harness_output_and_nets_per_rep() {
+        let h = parse_harness_output(OUTPUT).expect("parses");
+        assert_eq!((h.k, h.reps), (2, 2));
+        assert_eq!(h.blocks["cpuid"], vec![0x50, 0x64]);
+        // The median loop block is 0x12: (0x50 - 0x12) / 4 = 15.5, (0x64 - 0x12) / 4 = 20.5.
+        assert_eq!(h.net("cpuid"), vec![15.5, 20.5]);
+        assert_eq!(h.loop_cycles(), vec![4.0, 5.0]);
+        assert!(h.net("inl_from_user").is_empty());
+        assert_eq!(
+            h.skipped,
+            vec![(
+                "wr_tsc_adjust_msr".to_string(),
+                "no IA32_TSC_ADJUST in CPUID".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn refuses_truncated_or_disordered_output() {
+        let no_end = OUTPUT.replace("END\n", "");
+        assert!(parse_harness_output(&no_end)
+            .unwrap_err()
+            .contains("no END"));
+        let missing = OUTPUT.replace("T cpuid 1 0x64\n", "");
+        assert!(parse_harness_output(&missing)
+            .unwrap_err()
+            .contains("1 blocks, 2 expected"));
+        let swapped = OUTPUT.replace("T cpuid 0", "T cpuid 1");
+        assert!(parse_harness_output(&swapped)
+            .unwrap_err()
+            .contains("out of order"));
+        assert!(
+            parse_harness_output("EXITLAB-HARNESS error: k must be 0..20\nEND\n")
+                .unwrap_err()
+                .contains("refused")
+        );
+        assert!(parse_harness_output("T loop 0 zz\n").is_err());
+    }
+
+    #[test]
+    fn verdicts_follow_the_tolerance_and_name_the_difference() {
+        let (r, _, v) = verdict(Some(105.0), Some(100.0), Some(130.0), None, None);
+        assert_eq!(v, "agrees");
+        assert!((r.unwrap_or(0.0) - 1.05).abs() < 1e-12);
+        // 10 % exactly still agrees; just above does not.
+        assert_eq!(
+            verdict(Some(110.0), Some(100.0), None, None, None).2,
+            "agrees"
+        );
+        let (_, rm, v) = verdict(Some(125.0), Some(100.0), Some(120.0), None, None);
+        assert!(v.starts_with("differs: batch"), "{v}");
+        assert!((rm.unwrap_or(0.0) - 125.0 / 120.0).abs() < 1e-12);
+        let v = verdict(Some(300.0), Some(100.0), Some(110.0), Some(2.0), Some(39.0)).2;
+        assert!(v.starts_with("differs, not by the batch"), "{v}");
+        assert!(
+            v.contains("(2 cycles") && v.contains("; 39 in exitlab"),
+            "{v}"
+        );
+        assert_eq!(
+            verdict(None, Some(1.0), None, None, None).2,
+            "no harness figure"
+        );
+        assert_eq!(
+            verdict(Some(1.0), None, None, None, None).2,
+            "no exitlab figure"
+        );
+        // A non-positive exitlab figure gives no ratio rather than a wrong sign.
+        let (r, _, v) = verdict(Some(5.0), Some(-3.0), None, None, None);
+        assert!(r.is_none() && v.starts_with("differs"));
+    }
+}
