@@ -118,7 +118,7 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
     let mut command_status = None;
     if let Some(pid) = a.pid {
         let alive = PathBuf::from(format!("/proc/{pid}"));
-        while alive.exists() && deadline.map_or(true, |d| Instant::now() < d) {
+        while alive.exists() && deadline.is_none_or(|d| Instant::now() < d) {
             std::thread::sleep(Duration::from_millis(50));
         }
     } else {
