@@ -164,9 +164,12 @@ pub fn run(
         ));
     }
     let vmm_overhead = if opts.overhead {
-        let r = overhead(kvm, image, opts, progress)?;
+        let mut kernel_view = crate::trace_report::OverheadView::new();
+        let r = overhead(kvm, image, opts, &mut kernel_view, progress)?;
         if let Err(why) = &r {
             notes.push(format!("VMM overhead not measured: {why}"));
+        } else {
+            notes.push(kernel_view.note());
         }
         r.ok()
     } else {
@@ -215,6 +218,7 @@ fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
+    kernel_view: &mut crate::trace_report::OverheadView,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Result<Overhead, String>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
@@ -235,6 +239,7 @@ fn overhead(
                 "inl_from_user (full VMM loop)"
             };
             progress(Progress::Start(label));
+            let traced = kernel_view.start();
             let m = runner::run_test(
                 kvm,
                 image,
@@ -244,6 +249,7 @@ fn overhead(
                     ..params
                 },
             )?;
+            kernel_view.finish(traced, is_bare, exitlab_guest::abi::USER_PORT);
             let status = status_of(&m.outcome);
             progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
