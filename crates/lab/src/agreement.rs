@@ -15,9 +15,11 @@
 //! median. Otherwise the table says which known difference accounts for it: when the
 //! harness figure agrees with exitlab's net **mean** instead (the test mean minus the
 //! loop mean), the gap is the batch (a mean over 2^k iterations, rare slow iterations
-//! included, against a median of single iterations); when neither agrees it says so
-//! and reports the two empty loops side by side (fenced stamps in a 64-bit paged
-//! kernel against a bare `dec; jnz` with paging off), the remaining known difference.
+//! included, against a median of single iterations); when neither agrees it names the
+//! remaining known differences: exitlab's timed loop reloads the operands its `rdtsc`
+//! clobbers (one `mov` per operand and iteration, hoisted out of the harness's loop),
+//! and the two empty loops (fenced stamps in a 64-bit paged kernel against a bare
+//! `dec; jnz` with paging off) are reported side by side.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -279,7 +281,7 @@ pub fn verdict(
         "differs: batch (the harness's mean over 2^k iterations agrees with exitlab's net mean; exitlab's median of single iterations leaves out the slow ones)".to_string()
     } else {
         format!(
-            "differs, not by the batch: the empty loops each side subtracts differ ({} cycles per iteration in the harness: unfenced dec/jnz, 32-bit, paging off; {} in exitlab: fenced rdtsc pairs, 64-bit, paging on), and so does what an exit costs around them",
+            "differs, not by the batch: exitlab's timed loop reloads the instruction's operands (eax/ecx/edx, clobbered by its rdtsc) on every iteration, the harness's does not, which adds one instruction each (emulated, thousands of cycles, where the host emulates guest ring 0); and the empty loops each side subtracts differ ({} cycles per iteration in the harness: unfenced dec/jnz, 32-bit, paging off; {} in exitlab: fenced rdtsc pairs, 64-bit, paging on)",
             harness_loop.map_or("-".into(), fmt_cycles),
             exitlab_loop.map_or("-".into(), fmt_cycles)
         )
