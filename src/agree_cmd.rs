@@ -29,6 +29,10 @@ pub struct AgreeArgs {
     /// Also write the table as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only boot the harness once with this command line under the bare KVM_RUN loop
+    /// (no devices), for `exitlab trace` to measure the floor on the same guest.
+    #[arg(long, value_name = "CMDLINE")]
+    bare_run: Option<String>,
 }
 
 /// Runs `exitlab agree`; returns the process exit code.
@@ -46,6 +50,15 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
             return EXIT_NO_KVM;
         }
     };
+    if let Some(cmdline) = &a.bare_run {
+        return match agreement::run_harness_bare(&kvm, cmdline, 120) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("exitlab: {e}");
+                EXIT_TEST_FAILED
+            }
+        };
+    }
     let opts = AgreeOptions {
         rounds: a.rounds,
         k: a.k,

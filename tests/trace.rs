@@ -119,3 +119,35 @@ fn trace_refuses_to_run_without_a_target() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--pid PID or a command"));
 }
+
+#[test]
+fn trace_counts_the_harness_exits_under_the_bare_loop_too() {
+    require_host();
+    let json = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("trace-bare-{}.json", std::process::id()));
+    let out = Command::new(EXITLAB)
+        .args(["trace", "--json"])
+        .arg(&json)
+        .args(["--", EXITLAB, "agree", "--bare-run", "outs=321 ins=123"])
+        .output()
+        .expect("running exitlab trace");
+    let all = format!(
+        "--- stdout ---\n{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("(exit status: 0)"),
+        "the bare run failed:\n{all}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON profile"))
+            .expect("valid JSON");
+    assert_eq!(report["lost"], 0, "{all}");
+    let t = &report["threads"][0];
+    let sum = |v: Vec<u64>| v.into_iter().sum::<u64>();
+    assert_eq!(sum(counts_per_phase(t, "out", 0x1234)), 321, "{all}");
+    assert_eq!(sum(counts_per_phase(t, "in", 0x1234)), 123, "{all}");
+    let _ = std::fs::remove_file(&json);
+}

@@ -197,6 +197,65 @@ pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<Stri
     }
 }
 
+/// Boots the harness with `cmdline` under the bare KVM_RUN loop (the floor of a
+/// userspace exit: no bus and no device; port reads answer all ones, writes, the
+/// harness's serial output included, are dropped) and waits until it halts after its
+/// last write. For `exitlab trace` to measure the floor on the same guest as
+/// `exitlab run` and other VMMs. The VM has no in-kernel irqchip, so that the final
+/// HLT comes to userspace and ends the run (ports the in-kernel PIC would answer, such
+/// as 0x4D0, come to userspace too).
+pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<(), String> {
+    use exitlab_vmm::thread;
+    use exitlab_vmm::vcpu::{Handler, HltPolicy, NoHook, VcpuConfig, VcpuStop};
+    use exitlab_vmm::vm::{Vm, VmConfig};
+    const RAM: u64 = 64 << 20;
+    let vm = Vm::new(
+        kvm.clone(),
+        VmConfig {
+            ram: exitlab_boot::layout::ram_regions(RAM)
+                .into_iter()
+                .map(|(a, l)| (a.0, l as u64))
+                .collect(),
+            irqchip: false,
+            pit: false,
+            ..VmConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let opts = exitlab_boot::BootOptions {
+        kernel_path: "exitlab-harness".into(),
+        cmdline: cmdline.into(),
+        initrd: None,
+        cpus: 1,
+        ram_bytes: RAM,
+        acpi: false,
+        pm_timer_32bit: true,
+        prefer_pvh: false,
+    };
+    let loaded = exitlab_boot::load(vm.memory().as_ref(), exitlab_guest::HARNESS, &opts)
+        .map_err(|e| format!("cannot load the harness: {e}"))?;
+    let vcpu = vm
+        .create_vcpu(VcpuConfig {
+            id: 0,
+            stamp_gpa: None,
+            run_log: 0,
+            doorbell_port: None,
+            hlt: HltPolicy::Stop,
+        })
+        .map_err(|e| e.to_string())?;
+    vcpu.set_entry(&loaded.entry).map_err(|e| e.to_string())?;
+    let th = thread::spawn(vcpu, NoHook, None, Handler::Bare).map_err(|e| e.to_string())?;
+    match th.wait(std::time::Duration::from_secs(timeout_s)) {
+        // The bare loop stops on any exit but port and MMIO accesses: here, the HLT.
+        Some(f) if matches!(&f.stop, VcpuStop::Unexpected(w) if w.starts_with("Hlt")) => Ok(()),
+        Some(f) => Err(format!("the harness stopped: {}", f.stop.describe())),
+        None => {
+            let _ = th.stop(std::time::Duration::from_secs(1));
+            Err(format!("the harness did not halt within {timeout_s} s"))
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct AgreeOptions {
