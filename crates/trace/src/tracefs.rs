@@ -1,4 +1,5 @@
-//! A private tracefs instance: set up, stream, tear down.
+//! A private tracefs instance: set up, stream, tear down. An instance a killed process
+//! could not remove is removed by the next session.
 
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read};
@@ -170,10 +171,36 @@ pub fn probe_events(root: &Path) -> Vec<EventStatus> {
 
 static INSTANCE_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// Removes the instances earlier exitlab processes left behind (killed before they
+/// could clean up: `exitlab-<pid>-<n>` of a process that no longer exists); returns
+/// how many were removed.
+pub fn remove_stale_instances(root: &Path) -> usize {
+    let Ok(dir) = fs::read_dir(root.join("instances")) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|s| s.strip_prefix("exitlab-"))
+            .and_then(|s| s.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() && fs::remove_dir(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 impl Session {
     /// Creates the instance, enables the events and starts streaming.
     pub fn start(cfg: &SessionConfig) -> Result<Session, TraceError> {
         let root = tracefs_root()?;
+        remove_stale_instances(&root);
         let events = probe_events(&root);
         if let Some(e) = events.iter().find(|e| e.required && !e.available) {
             return Err(TraceError::MissingEvent(e.name.replace('/', ":")));
