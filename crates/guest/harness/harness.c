@@ -13,7 +13,10 @@
  *   k=K        2^K iterations per block (default 10, 0..20)
  *   reps=R     blocks per test (default 9, 1..1000)
  *   tests=...  comma-separated subset of: loop, cpuid, inl_from_kernel, outl_to_kernel,
- *              inl_from_user, outl_to_user, rd_tsc_adjust_msr, wr_tsc_adjust_msr
+ *              inl_from_user, outl_to_user, rd_tsc_adjust_msr, wr_tsc_adjust_msr, and
+ *              outl_to_kernel_reload, inl_from_user_reload, wr_tsc_adjust_msr_reload
+ *              (the same with the operands loaded in every iteration, as a loop
+ *              whose rdtsc clobbers them must)
  *   outs=N     instead of timing: N 32-bit OUTs of 0..N-1 to port=P,
  *   ins=N      then N 32-bit INs from port=P (default 0x1234),
  *   marker=M   each preceded by an 8-bit OUT to port M (1 before the OUTs, 2 before the
@@ -150,6 +153,9 @@ enum test {
     T_OUTL_USER,
     T_RD_TSC_ADJUST,
     T_WR_TSC_ADJUST,
+    T_OUTL_KERNEL_RELOAD,
+    T_INL_USER_RELOAD,
+    T_WR_TSC_ADJUST_RELOAD,
     T_COUNT
 };
 
@@ -162,6 +168,9 @@ static const char *const test_names[T_COUNT] = {
     "outl_to_user",
     "rd_tsc_adjust_msr",
     "wr_tsc_adjust_msr",
+    "outl_to_kernel_reload",
+    "inl_from_user_reload",
+    "wr_tsc_adjust_msr_reload",
 };
 
 /*
@@ -217,6 +226,28 @@ static uint64_t block(enum test t, uint32_t n, uint32_t tsc_adjust_lo, uint32_t 
         __asm__ volatile("1: wrmsr; dec %0; jnz 1b"
                          : "+S"(i)
                          : "c"(MSR_TSC_ADJUST), "a"(tsc_adjust_lo), "d"(tsc_adjust_hi));
+        break;
+    /*
+     * The same, with the operands loaded again in every iteration from other registers,
+     * as a loop whose rdtsc clobbers eax/edx must do (exitlab's lab kernel does).
+     */
+    case T_OUTL_KERNEL_RELOAD:
+        __asm__ volatile("1: movl %1, %%eax; movl %2, %%edx; outb %%al, %%dx; dec %0; jnz 1b"
+                         : "+r"(i)
+                         : "r"(0), "r"((uint32_t)KERNEL_PORT)
+                         : "eax", "edx");
+        break;
+    case T_INL_USER_RELOAD:
+        __asm__ volatile("1: movl %1, %%edx; inl %%dx, %%eax; dec %0; jnz 1b"
+                         : "+r"(i)
+                         : "r"((uint32_t)USER_PORT)
+                         : "eax", "edx");
+        break;
+    case T_WR_TSC_ADJUST_RELOAD:
+        __asm__ volatile("1: movl %1, %%ecx; movl %2, %%eax; movl %3, %%edx; wrmsr; dec %0; jnz 1b"
+                         : "+S"(i)
+                         : "r"(MSR_TSC_ADJUST), "r"(tsc_adjust_lo), "D"(tsc_adjust_hi)
+                         : "eax", "ecx", "edx");
         break;
     default:
         break;
@@ -323,14 +354,16 @@ void harness_main(uint32_t magic, uint32_t info)
 
     uint32_t adj_lo = 0, adj_hi = 0;
     if (!has_tsc_adjust()) {
-        for (int t = T_RD_TSC_ADJUST; t <= T_WR_TSC_ADJUST; t++) {
-            if (selected & (1u << t)) {
+        uint32_t msr_tests = (1u << T_RD_TSC_ADJUST) | (1u << T_WR_TSC_ADJUST) |
+                             (1u << T_WR_TSC_ADJUST_RELOAD);
+        for (int t = 0; t < T_COUNT; t++) {
+            if (selected & msr_tests & (1u << t)) {
                 puts("SKIP ");
                 puts(test_names[t]);
                 puts(" no-IA32_TSC_ADJUST-in-CPUID\n");
             }
         }
-        selected &= ~((1u << T_RD_TSC_ADJUST) | (1u << T_WR_TSC_ADJUST));
+        selected &= ~msr_tests;
     } else {
         __asm__ volatile("rdmsr" : "=a"(adj_lo), "=d"(adj_hi) : "c"(MSR_TSC_ADJUST));
     }
