@@ -72,7 +72,13 @@ pub fn run(
             }
             let mut o = sides[side].clone();
             o.params.samples = share;
-            let r = bench::run(kvm, image, &o, host.clone(), Vec::new(), progress)?;
+            // Each side is a one-round run of its own; only the A/B rounds are shown.
+            let mut inner = |p: Progress<'_>| {
+                if !matches!(p, Progress::Round(..)) {
+                    progress(p)
+                }
+            };
+            let r = bench::run(kvm, image, &o, host.clone(), Vec::new(), &mut inner)?;
             if r.incomplete.is_some() {
                 interrupted = Some(round + 1);
                 break 'rounds;
