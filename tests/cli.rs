@@ -398,7 +398,7 @@ fn report_formats_csv_openmetrics_and_html() {
 fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     let dir = tempdir_named("sigint");
     let p = dir.join("int.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
+    let child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
         .args([
             "bench",
             "--ring",
