@@ -13,7 +13,7 @@ use kvm_ioctls::Kvm;
 
 use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
-use crate::results::{AbRun, ExitCheck, Results, TestResult};
+use crate::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
 use crate::runner::RunError;
 use crate::stats::{percentile, summarize};
 
@@ -52,7 +52,7 @@ pub fn run(
         o.raw = true;
         o
     };
-    let sides = [side_opts(&spec.a), side_opts(&spec.b)];
+    let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
     let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
     let mut order = Vec::new();
     let mut interrupted = None;
@@ -83,6 +83,16 @@ pub fn run(
                 interrupted = Some(round + 1);
                 break 'rounds;
             }
+            // A test that did not complete on a side is not run again there (as in a
+            // plain run): a hypercall that never completes would cost its timeout in
+            // every round.
+            let stuck: Vec<&str> = r
+                .tests
+                .iter()
+                .filter(|t| matches!(t.status, TestStatus::DidNotComplete { .. }))
+                .map(|t| t.name.as_str())
+                .collect();
+            sides[side].tests.retain(|d| !stuck.contains(&d.name));
             runs[side].push(r);
         }
     }

@@ -105,7 +105,7 @@ pub fn render(files: &[(String, Results)]) -> String {
     for s in &series {
         summary_table(&mut page, s);
     }
-    page.push_str("<h2>Distributions</h2><p>CDF of the paired net cycles per iteration (sample minus the empty loop measured just before it in the same VM; raw cycles for <code>loop_overhead</code>), all rounds; the x axis spans the 1st to the 95th percentile, the tail beyond is drawn at the right edge.</p>\n<div class=\"plots\">");
+    page.push_str("<h2>Distributions</h2><p>CDF of the paired net cycles per iteration (sample minus the empty loop measured just before it in the same VM; raw cycles for <code>loop_overhead</code>), all rounds; the x axis spans the 5th to the 95th percentile, the tails beyond are drawn at the edges.</p>\n<div class=\"plots\">");
     for name in test_names(&series) {
         if let Some(svg) = cdf_svg(&name, &series) {
             let _ = writeln!(
@@ -297,10 +297,15 @@ fn cdf_svg(test: &str, series: &[Series]) -> Option<String> {
     if lines.is_empty() {
         return None;
     }
-    // The 1st to 95th percentiles set the axis, so the long tail of rare slow exits
-    // (host interrupts, preemption) does not squash the body of the distribution.
-    let top = |p: &Vec<f64>| p[(p.len() - 1) * 95 / 100];
-    let lo = lines.iter().map(|l| l.2[1]).fold(f64::INFINITY, f64::min);
+    // The 5th to 95th percentiles set the axis, so the tails (rare slow exits from host
+    // interrupts or preemption, and negative net figures when the paired empty loop
+    // itself was interrupted) do not squash the body of the distribution.
+    let at = |p: &Vec<f64>, pct: usize| p[(p.len() - 1) * pct / 100];
+    let top = |p: &Vec<f64>| at(p, 95);
+    let lo = lines
+        .iter()
+        .map(|l| at(l.2, 5))
+        .fold(f64::INFINITY, f64::min);
     let hi = lines
         .iter()
         .map(|l| top(l.2))
