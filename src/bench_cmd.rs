@@ -1,17 +1,24 @@
-//! `exitlab bench`: run the exit test suite and print (and optionally save) its results.
+//! `exitlab bench`: run the exit test suite (or an A/B experiment) and print (and
+//! optionally save) its results.
+//!
+//! [`bench_cmd`] reads like the procedure: check the options, open KVM, survey the
+//! host, arm the signal handlers, run with a progress display, print, save, and map
+//! the outcome to an exit code.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
+use exitlab_lab::knobs::{self, AbSpec};
 use exitlab_lab::report;
-use exitlab_lab::results::{self, TestStatus};
+use exitlab_lab::results::{self, Results, TestStatus};
 use exitlab_lab::runner::RunParams;
 
-use crate::exit::{usage_error, EXIT_NO_KVM, EXIT_TEST_FAILED};
+use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -50,8 +57,20 @@ pub struct BenchArgs {
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
     /// a fresh VM every round), so that host drift affects all tests alike.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: u32,
+    /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
+    /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
+    /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin.
+    #[arg(long, value_name = "KNOB=A,B")]
+    ab: Option<String>,
+    /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
+    /// %Reduction, as patch cover letters show them).
+    #[arg(long, default_value = "table", value_parser = ["table", "seed"])]
+    format: String,
+    /// No progress display.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 fn list_tests() {
@@ -100,60 +119,36 @@ fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
     Ok(out)
 }
 
-pub fn bench_cmd(a: BenchArgs) -> i32 {
-    if a.list {
-        list_tests();
-        return 0;
-    }
-    let tests = match select_tests(&a.tests) {
-        Ok(t) => t,
-        Err(e) => return usage_error(e),
-    };
+/// Checks the options and turns them into what the lab runs.
+fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
+    let tests = select_tests(&a.tests)?;
     if a.ring != 0 && a.ring != 3 {
-        return usage_error(format!("--ring {} is not supported: use 0 or 3", a.ring));
+        return Err(format!("--ring {} is not supported: use 0 or 3", a.ring));
     }
     if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
-        return usage_error(format!(
+        return Err(format!(
             "--timeout {} must be a number of seconds in (0, 3600]",
             a.timeout
         ));
     }
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
-        return usage_error("--samples times --batch must not exceed 2^32 iterations");
+        return Err("--samples times --batch must not exceed 2^32 iterations".into());
     }
     if let Some(cpu) = a.pin {
         let n = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
         if cpu >= n {
-            return usage_error(format!(
+            return Err(format!(
                 "--pin {cpu}: this host has only {n} CPU(s) available (0..{}); choose one of them",
                 n - 1
             ));
         }
     }
     if let Some(p) = &a.json {
-        if let Err(e) = results::check_writable(p) {
-            return usage_error(e);
-        }
+        results::check_writable(p).map_err(|e| e.to_string())?;
     }
-    let kvm = match exitlab_vmm::open_kvm() {
-        Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return EXIT_NO_KVM;
-        }
-    };
-    let host = exitlab_vmm::host::probe();
-    let mut notes = Vec::new();
-    if host.is_nested_or_paravirtual() {
-        notes.push(format!(
-            "This host is itself virtualized: {}. Its figures are not hardware figures.",
-            host.virtualization.summary
-        ));
-    }
-    let host_json = serde_json::to_value(&host).unwrap_or(serde_json::Value::Null);
-    let opts = BenchOptions {
+    let mut opts = BenchOptions {
         tests,
         params: RunParams {
             ring: a.ring,
@@ -167,29 +162,105 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         raw: a.raw,
         overhead: !a.no_overhead,
         rounds: a.rounds,
+        cancel: None,
+        knobs: Default::default(),
     };
-    let mut stderr = std::io::stderr();
-    // One line per round with a mark per test, then one line per overhead step.
-    let mut in_rounds = false;
-    let mut progress = |p: Progress<'_>| {
+    opts.knobs = knobs::values(&opts);
+    let ab =
+        a.ab.as_deref()
+            .map(|spec| knobs::parse_ab(spec, &opts))
+            .transpose()?;
+    if a.format == "seed" && ab.is_none() {
+        return Err("--format seed needs --ab (it prints the two sides run by run)".into());
+    }
+    Ok((opts, ab))
+}
+
+/// Surveys the host; returns it as JSON and the notes every report carries.
+fn host_context() -> (serde_json::Value, Vec<String>) {
+    let host = exitlab_vmm::host::probe();
+    let mut notes = Vec::new();
+    if host.is_nested_or_paravirtual() {
+        notes.push(format!(
+            "This host is itself virtualized: {}. Its figures are not hardware figures.",
+            host.virtualization.summary
+        ));
+    }
+    let json = serde_json::to_value(&host).unwrap_or(serde_json::Value::Null);
+    (json, notes)
+}
+
+/// SIGINT and SIGTERM set the returned flag, which the run checks between tests (the VM
+/// running then finishes or times out, and is torn down normally); a second signal ends
+/// the process at once with 128 + the signal number.
+fn arm_signals() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // The conditional shutdown is registered first, so it sees the flag as the
+        // previous signal left it.
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, flag.clone());
+        let _ = signal_hook::flag::register(sig, flag.clone());
+    }
+    flag
+}
+
+/// How progress is shown: a bar on a terminal, plain lines otherwise, nothing with --quiet.
+enum Display {
+    Quiet,
+    Bar(indicatif::ProgressBar),
+    Lines { in_rounds: bool },
+}
+
+impl Display {
+    fn new(quiet: bool, steps: u64) -> Self {
+        if quiet {
+            Display::Quiet
+        } else if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(steps);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} {prefix} [{bar:30}] {pos}/{len} {msg}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            Display::Bar(bar)
+        } else {
+            Display::Lines { in_rounds: false }
+        }
+    }
+
+    fn event(&mut self, p: Progress<'_>) {
+        match self {
+            Display::Quiet => {}
+            Display::Bar(bar) => match p {
+                Progress::Round(r, n) => bar.set_prefix(format!("round {r}/{n}")),
+                Progress::Start(name) => bar.set_message(name.to_string()),
+                Progress::Done(_, _) => bar.inc(1),
+            },
+            Display::Lines { in_rounds } => Self::line(in_rounds, p),
+        }
+    }
+
+    /// One line per round with a mark per test, then one line per overhead step.
+    fn line(in_rounds: &mut bool, p: Progress<'_>) {
+        let mut stderr = std::io::stderr();
         match p {
             Progress::Round(r, n) => {
                 let _ = write!(
                     stderr,
                     "{}  round {r}/{n} ",
-                    if in_rounds { "\n" } else { "" }
+                    if *in_rounds { "\n" } else { "" }
                 );
-                in_rounds = true;
+                *in_rounds = true;
             }
-            Progress::Start(name) if !in_rounds || name.contains('(') => {
-                if in_rounds {
+            Progress::Start(name) if !*in_rounds || name.contains('(') => {
+                if *in_rounds {
                     let _ = writeln!(stderr);
-                    in_rounds = false;
+                    *in_rounds = false;
                 }
                 let _ = write!(stderr, "  {name:<40} ");
             }
             Progress::Start(_) => {}
-            Progress::Done(name, status) if !in_rounds || name.contains('(') => {
+            Progress::Done(name, status) if !*in_rounds || name.contains('(') => {
                 let _ = writeln!(stderr, "{}", status.word());
             }
             Progress::Done(_, status) => {
@@ -203,47 +274,151 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             }
         }
         let _ = stderr.flush();
-    };
-    eprintln!(
-        "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s)",
-        opts.tests.len(),
-        a.ring,
-        a.samples,
-        a.batch
-    );
-    let res = match bench::run(
-        &kvm,
-        exitlab_guest::IMAGE,
-        &opts,
-        host_json,
-        notes,
-        &mut progress,
-    ) {
-        Ok(r) => r,
+    }
+
+    fn finish(self) {
+        match self {
+            Display::Bar(bar) => bar.finish_and_clear(),
+            Display::Lines { in_rounds: true } => eprintln!(),
+            _ => {}
+        }
+    }
+}
+
+/// Steps the progress display counts: a test per round (and side), plus the overhead
+/// experiment's six runs.
+fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
+    // loop_overhead is always run, first.
+    let tests =
+        opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.name == "loop_overhead"));
+    let rounds = u64::from(opts.rounds);
+    match ab {
+        Some(_) => 2 * tests * rounds,
+        None => tests * rounds + if opts.overhead { 6 } else { 0 },
+    }
+}
+
+/// Runs the suite or the A/B experiment.
+fn run(
+    opts: &BenchOptions,
+    ab: Option<&AbSpec>,
+    host: serde_json::Value,
+    notes: Vec<String>,
+    display: &mut Display,
+) -> Result<Results, i32> {
+    let kvm = match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
         Err(e) => {
             eprintln!("exitlab: {e}");
-            return 1;
+            return Err(EXIT_NO_KVM);
         }
     };
-    print!("{}", report::render_table(&res));
-    if let Some(p) = &a.json {
-        if let Err(e) = results::write_atomic(p, &res) {
-            eprintln!("exitlab: {e}");
-            return 1;
+    let mut progress = |p: Progress<'_>| display.event(p);
+    let image = exitlab_guest::IMAGE;
+    let outcome = match ab {
+        Some(spec) => exitlab_lab::ab::run(
+            &kvm,
+            image,
+            opts,
+            spec,
+            opts.rounds,
+            host,
+            notes,
+            &mut progress,
+        )
+        .map_err(|e| e.to_string()),
+        None => {
+            bench::run(&kvm, image, opts, host, notes, &mut progress).map_err(|e| e.to_string())
         }
-        eprintln!("results written to {}", p.display());
+    };
+    outcome.map_err(|e| {
+        eprintln!("exitlab: {e}");
+        EXIT_TEST_FAILED
+    })
+}
+
+/// Prints the results: the A/B table (or the seeds' table), else the suite's table.
+fn print_results(res: &Results, format: &str) {
+    let ab_text = match format {
+        "seed" => report::render_seed(res),
+        _ => report::render_ab(res),
+    };
+    match ab_text {
+        Some(text) => print!("{text}"),
+        None => print!("{}", report::render_table(res)),
     }
-    let failed = res
+    if let Some(why) = &res.incomplete {
+        println!("incomplete: {why}");
+    }
+}
+
+/// The exit code: interrupted, a failed test or exit check, or success.
+fn exit_code(res: &Results) -> i32 {
+    let all_tests = res
         .tests
         .iter()
+        .chain(res.ab.iter().flat_map(|ab| ab.b_tests.iter()));
+    let failed = all_tests
+        .clone()
         .any(|t| matches!(t.status, TestStatus::Failed { .. }))
-        || res
-            .tests
-            .iter()
+        || all_tests
+            .clone()
             .any(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed));
-    if failed {
+    if res.incomplete.is_some() {
+        EXIT_INTERRUPTED
+    } else if failed {
         EXIT_TEST_FAILED
     } else {
         0
     }
+}
+
+pub fn bench_cmd(a: BenchArgs) -> i32 {
+    if a.list {
+        list_tests();
+        return 0;
+    }
+    let (mut opts, ab) = match options(&a) {
+        Ok(o) => o,
+        Err(e) => return usage_error(e),
+    };
+    let (host, notes) = host_context();
+    opts.cancel = Some(arm_signals());
+    let mut display = Display::new(a.quiet, progress_steps(&opts, ab.as_ref()));
+    if !a.quiet {
+        eprintln!(
+            "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s), {} round(s){}",
+            opts.tests.len(),
+            a.ring,
+            a.samples,
+            a.batch,
+            a.rounds,
+            ab.as_ref()
+                .map(|s| format!(", A/B {}={} vs {}", s.knob.name, s.a, s.b))
+                .unwrap_or_default()
+        );
+    }
+    let res = run(&opts, ab.as_ref(), host, notes, &mut display);
+    display.finish();
+    let res = match res {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    print_results(&res, &a.format);
+    if let Some(p) = &a.json {
+        if let Err(e) = results::write_atomic(p, &res) {
+            eprintln!("exitlab: {e}");
+            return EXIT_TEST_FAILED;
+        }
+        eprintln!(
+            "results written to {}{}",
+            p.display(),
+            if res.incomplete.is_some() {
+                " (marked incomplete)"
+            } else {
+                ""
+            }
+        );
+    }
+    exit_code(&res)
 }

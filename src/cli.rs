@@ -35,26 +35,34 @@ enum Command {
     },
     /// Boot a kernel (multiboot, PVH ELF, Linux bzImage or vmlinux) on exitlab's PC platform.
     Run(RunArgs),
-    /// Compare two results files (before, after).
+    /// Compare two results files (before, after): per test, the change of the net
+    /// figures with a 95% interval from a bootstrap over rounds, and a verdict.
+    #[command(after_help = "\
+Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
+±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
+side has fewer rounds than needed. Differences of host (CPU model, microcode, kernel,
+KVM module parameters), exitlab revision and configuration are printed as warnings.
+
+Exit status: 0 when no test is slower beyond the threshold with confidence; 1 when some
+test is (the tests are named on the last line); 2 when a file cannot be read.")]
     Compare {
         /// Results file of the baseline run.
         before: PathBuf,
         /// Results file of the run to compare with it.
         after: PathBuf,
+        /// Smallest change, in percent, that counts as slower or faster (the whole 95%
+        /// interval must lie beyond it).
+        #[arg(long, default_value_t = exitlab_lab::compare::DEFAULT_THRESHOLD_PCT)]
+        threshold: f64,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
     /// (tracefs; needs root).
     Trace(TraceArgs),
     /// Compare exitlab's bench figures with the second, independent harness kernel.
     Agree(AgreeArgs),
-    /// Print a results file as a table (or Markdown).
-    Report {
-        /// Results file written by `exitlab bench --json`.
-        file: PathBuf,
-        /// Print a Markdown table for a patch cover letter.
-        #[arg(long)]
-        markdown: bool,
-    },
+    /// Render one or more results files: terminal table, Markdown, CSV, OpenMetrics, or
+    /// one self-contained HTML page with CDF plots.
+    Report(crate::report_cmd::ReportArgs),
 }
 
 /// Runs the command line; returns the process exit code.
@@ -71,9 +79,13 @@ pub fn main() -> i32 {
         Command::Bench(a) => crate::bench_cmd::bench_cmd(a),
         Command::Host { json } => crate::host_cmd::host_cmd(json),
         Command::Run(a) => crate::run::run_cmd(a.into()),
-        Command::Compare { before, after } => crate::report_cmd::compare_cmd(&before, &after),
+        Command::Compare {
+            before,
+            after,
+            threshold,
+        } => crate::report_cmd::compare_cmd(&before, &after, threshold),
         Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
-        Command::Report { file, markdown } => crate::report_cmd::report_cmd(&file, markdown),
+        Command::Report(a) => crate::report_cmd::report_cmd(a),
     }
 }

@@ -10,6 +10,12 @@ pub const EXIT_NO_KVM: i32 = 3;
 /// Exit code when a test failed or an exit-count check did not hold.
 pub const EXIT_TEST_FAILED: i32 = 1;
 
+/// Exit code when `bench` was interrupted by SIGINT or SIGTERM (128 + SIGINT, as a
+/// shell reports it); the results of the completed rounds were still written.
+pub const EXIT_INTERRUPTED: i32 = 130;
+/// Exit code of `compare` when a test got slower beyond the threshold with confidence.
+pub const EXIT_REGRESSION: i32 = 1;
+
 /// Exit code when the timeout expired (as `timeout(1)`).
 pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit code for a triple fault.

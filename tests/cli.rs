@@ -136,7 +136,13 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         assert!(out.contains("exit check: all"), "{out}");
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["tests"][1]["rounds"].as_array().unwrap().len(), 2);
+    assert!(v["provenance"]["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--raw"));
     assert_eq!(v["config"]["ring"], 3);
     assert_eq!(v["config"]["rounds"], 2);
     let tests = v["tests"].as_array().unwrap();
@@ -161,8 +167,283 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("exitlab-cli-{}-{}", std::process::id(), line!()));
+fn tempdir_named(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("exitlab-cli-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+fn tempdir() -> std::path::PathBuf {
+    tempdir_named("json")
+}
+
+/// A small real run with enough rounds for a conclusion; returns its file.
+fn small_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    let mut args = vec![
+        "bench",
+        "--tests",
+        "cpuid,outl_to_user",
+        "--samples",
+        "150",
+        "--ring",
+        "3",
+        "--no-overhead",
+        "--rounds",
+        "5",
+        "--quiet",
+        "--json",
+        p.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = exitlab(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    p
+}
+
+fn edit_json(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    edit: impl FnOnce(&mut serde_json::Value),
+) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(from).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(to, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
+    let dir = tempdir_named("compare");
+    let a = small_run(&dir, "a.json", &[]);
+    let a_s = a.to_str().unwrap();
+    // A file against itself: no change anywhere, exit 0.
+    let same = exitlab(&["compare", a_s, a_s]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    let out = stdout(&same);
+    for t in ["cpuid", "outl_to_user"] {
+        let row = out.lines().find(|l| l.starts_with(t)).unwrap();
+        assert!(
+            row.contains("+0.0%") && row.ends_with("no detectable change"),
+            "{row}"
+        );
+    }
+    assert!(!out.contains("warning"), "{out}");
+    // Known figures: outl_to_user's rounds made tight around their median in `tight`
+    // (this host's round-to-round noise is too large for 5 rounds to resolve 30 %), and
+    // 30 % slower in every round in `slow`: exit 1, named.
+    let tight = dir.join("tight.json");
+    let scaled = |factor: f64| {
+        move |v: &mut serde_json::Value| {
+            for t in v["tests"].as_array_mut().unwrap() {
+                if t["name"] == "outl_to_user" {
+                    let rounds = t["rounds"].as_array_mut().unwrap();
+                    let mid = rounds[2]["net_median"].as_f64().unwrap();
+                    for (i, r) in rounds.iter_mut().enumerate() {
+                        let wobble = 1.0 + 0.01 * (i as f64 - 2.0);
+                        r["net_median"] = serde_json::json!(mid * wobble * factor);
+                    }
+                }
+            }
+        }
+    };
+    edit_json(&a, &tight, scaled(1.0));
+    let slow = dir.join("slow.json");
+    edit_json(&a, &slow, scaled(1.3));
+    let a_s = tight.to_str().unwrap();
+    let c = exitlab(&["compare", a_s, slow.to_str().unwrap()]);
+    assert_eq!(c.status.code(), Some(1), "{}", stdout(&c));
+    let out = stdout(&c);
+    assert!(
+        out.contains("slower beyond 10.0% with 95% confidence: outl_to_user"),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();
+    assert!(row.contains("+30.0%") && row.ends_with("slower"), "{row}");
+    // The other direction is faster, not a regression.
+    let back = exitlab(&["compare", slow.to_str().unwrap(), a_s]);
+    assert_eq!(back.status.code(), Some(0), "{}", stdout(&back));
+    // A threshold above the change lets it pass.
+    let lax = exitlab(&["compare", a_s, slow.to_str().unwrap(), "--threshold", "40"]);
+    assert_eq!(lax.status.code(), Some(0), "{}", stdout(&lax));
+    // Another host: warnings name the fields.
+    let other = dir.join("other.json");
+    edit_json(&a, &other, |v| {
+        v["host"]["cpu"]["model_name"] = "Some Other CPU".into();
+        v["host"]["cpu"]["microcode"] = "0xdead".into();
+    });
+    let w = exitlab(&["compare", a_s, other.to_str().unwrap()]);
+    assert_eq!(w.status.code(), Some(0));
+    let out = stdout(&w);
+    assert!(out.contains("warning: host CPU model differs:"), "{out}");
+    assert!(out.contains("\"Some Other CPU\" after"), "{out}");
+    assert!(out.contains("warning: host microcode differs:"), "{out}");
+    // Too few rounds: no conclusion, and why.
+    let few = dir.join("few.json");
+    edit_json(&slow, &few, |v| {
+        for t in v["tests"].as_array_mut().unwrap() {
+            t["rounds"].as_array_mut().unwrap().truncate(3);
+        }
+    });
+    let f = exitlab(&["compare", a_s, few.to_str().unwrap()]);
+    assert_eq!(f.status.code(), Some(0), "{}", stdout(&f));
+    assert!(
+        stdout(&f).contains("5 round(s) before and 3 after; at least 5 on each side"),
+        "{}",
+        stdout(&f)
+    );
+    let help = exitlab(&["compare", "--help"]);
+    assert!(
+        stdout(&help).contains("Exit status: 0 when no test is slower"),
+        "{}",
+        stdout(&help)
+    );
+}
+
+#[test]
+fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
+    let dir = tempdir_named("ab");
+    let p = dir.join("ab.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "outl_to_user",
+        "--samples",
+        "150",
+        "--ring",
+        "3",
+        "--ab",
+        "batch=1,4",
+        "--rounds",
+        "6",
+        "--format",
+        "seed",
+        "--json",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("outl_to_user batch=1"), "{out}");
+    assert!(out.contains("Average cycles"), "{out}");
+    assert!(out.contains("%Reduction"), "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(char::is_numeric))
+            .count(),
+        6,
+        "{out}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    assert_eq!(v["ab"]["knob"], "batch");
+    assert_eq!(v["ab"]["order"][0], serde_json::json!(["a", "b"]));
+    assert_eq!(v["ab"]["order"][1], serde_json::json!(["b", "a"]));
+    let b = v["ab"]["b_tests"].as_array().unwrap();
+    let outl = b.iter().find(|t| t["name"] == "outl_to_user").unwrap();
+    assert_eq!(outl["rounds"].as_array().unwrap().len(), 6);
+    assert_eq!(outl["batch"], 4);
+    assert_eq!(outl["exit_check"]["passed"], true);
+    // The report prints the A/B table with a verdict per test.
+    let r = exitlab(&["report", p.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let out = stdout(&r);
+    let ab_part = &out[out.find("A/B: batch = 1 (A) vs 4 (B)").expect("A/B table")..];
+    let row = ab_part
+        .lines()
+        .find(|l| l.starts_with("outl_to_user"))
+        .unwrap();
+    assert!(
+        ["faster", "slower", "no detectable change"]
+            .iter()
+            .any(|v| row.ends_with(v)),
+        "{row}"
+    );
+    assert!(row.contains("6/6") && row.contains('%'), "{row}");
+    // Unknown knobs and bad values are refused before anything runs.
+    let bad = exitlab(&["bench", "--ab", "nosuchknob=1,2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("unknown knob 'nosuchknob'"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = exitlab(&["bench", "--format", "seed"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn report_formats_csv_openmetrics_and_html() {
+    let dir = tempdir_named("formats");
+    let a = small_run(&dir, "a.json", &[]);
+    let a_s = a.to_str().unwrap();
+    let csv = exitlab(&["report", "--format", "csv", a_s]);
+    assert_eq!(csv.status.code(), Some(0), "{}", stderr(&csv));
+    let text = stdout(&csv);
+    assert!(text.starts_with("file,side,test,ring,status"), "{text}");
+    assert_eq!(text.lines().count(), 4, "header and three tests: {text}");
+    let om = exitlab(&["report", "--format", "openmetrics", a_s]);
+    let text = stdout(&om);
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains("exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"default\",host=\""),
+        "{text}"
+    );
+    let html = dir.join("r.html");
+    let h = exitlab(&["report", a_s, a_s, "-o", html.to_str().unwrap()]);
+    assert_eq!(h.status.code(), Some(0), "{}", stderr(&h));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<figure class=\"cdf\"").count(), 3);
+    assert!(!page.contains("<script"));
+}
+
+#[test]
+fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
+    let dir = tempdir_named("sigint");
+    let p = dir.join("int.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
+        .args([
+            "bench",
+            "--ring",
+            "3",
+            "--samples",
+            "20000",
+            "--rounds",
+            "40",
+            "--json",
+            p.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let a few rounds complete, then interrupt.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    // kill(1) rather than libc::kill, which would need an unsafe block here.
+    let k = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("incomplete: interrupted during round"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("(marked incomplete)"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    assert!(
+        v["incomplete"].as_str().unwrap().contains("interrupted"),
+        "{v}"
+    );
+    let tests = v["tests"].as_array().unwrap();
+    assert!(tests.len() > 1, "more than one test kept: {}", tests.len());
+    let rounds = tests[0]["rounds"].as_array().unwrap().len();
+    assert!((1..40).contains(&rounds), "{rounds} rounds kept");
+    let r = exitlab(&["report", p.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert!(
+        stdout(&r).contains("incomplete: interrupted"),
+        "{}",
+        stdout(&r)
+    );
 }

@@ -413,6 +413,8 @@ pub fn run(
                 raw: false,
                 overhead: false,
                 rounds: 1,
+                cancel: None,
+                knobs: Default::default(),
             },
             serde_json::Value::Null,
             Vec::new(),

@@ -231,6 +231,8 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         kvm_run_cycles: None,
         userspace_share: None,
         raw_samples: None,
+        rounds: Vec::new(),
+        net_percentiles: None,
     };
     match &m.outcome {
         Outcome::Completed => {}

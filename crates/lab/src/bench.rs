@@ -2,6 +2,8 @@
 //! results: statistics, exit-count checks, the loop-subtracted figures, and the VMM
 //! overhead experiment (the full exit loop against a bare KVM_RUN loop).
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +35,11 @@ pub struct BenchOptions {
     /// suite once, each test in a fresh VM, so that slow drifts of the host spread over
     /// all tests alike instead of favouring the ones that ran at a good moment.
     pub rounds: u32,
+    /// Set (by a signal handler) to stop after the test that is running: the results
+    /// then hold the rounds that completed and say that the run is incomplete.
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// Knobs to record in the results besides the run parameters (name, value).
+    pub knobs: BTreeMap<String, String>,
 }
 
 /// Progress events for the caller to show.
@@ -95,7 +102,13 @@ pub fn run(
     let mut uncounted = Vec::new();
     let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
     let mut per_test: Vec<Vec<Measurement>> = tests.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
+    let cancelled = || {
+        opts.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
+    };
+    let mut interrupted = None;
+    'rounds: for round in 0..rounds {
         progress(Progress::Round(round as u32 + 1, rounds as u32));
         let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
         for (i, def) in tests.iter().enumerate() {
@@ -105,6 +118,10 @@ pub fn run(
                 .is_some_and(|m| m.outcome != Outcome::Completed)
             {
                 continue;
+            }
+            if cancelled() {
+                interrupted = Some(round as u32 + 1);
+                break 'rounds;
             }
             progress(Progress::Start(def.name));
             let m = runner::run_test(
@@ -121,6 +138,7 @@ pub fn run(
         }
     }
     for (def, rounds) in tests.iter().zip(per_test) {
+        let figures = crate::figures::round_figures(&rounds);
         let Some(m) = Measurement::merge(rounds) else {
             continue;
         };
@@ -135,6 +153,8 @@ pub fn run(
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
+        r.rounds = figures;
+        r.net_percentiles = crate::figures::net_percentiles(&m);
         if m.outcome != Outcome::Completed {
             // Not run to the end: report what was asked for, not one round's share.
             r.samples = opts.params.samples;
@@ -163,7 +183,13 @@ pub fn run(
             if opts.params.ring == 0 { "ring 0" } else { "ring 3" }
         ));
     }
-    let vmm_overhead = if opts.overhead {
+    let incomplete = interrupted.map(|round| {
+        format!(
+            "interrupted during round {round} of {rounds}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
+            results.len()
+        )
+    });
+    let vmm_overhead = if opts.overhead && incomplete.is_none() {
         let mut kernel_view = crate::trace_report::OverheadView::new();
         let r = overhead(kvm, image, opts, &mut kernel_view, progress)?;
         if let Err(why) = &r {
@@ -196,6 +222,7 @@ pub fn run(
             tsc_khz,
             tsc_khz_source,
             rounds: rounds as u32,
+            knobs: opts.knobs.clone(),
         },
         tests: results,
         vmm_overhead,
@@ -208,6 +235,9 @@ pub fn run(
                 vmm_rss_outside_guest_bytes: outside,
                 peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
             }),
+        provenance: Some(crate::results::Provenance::current()),
+        incomplete,
+        ab: None,
     })
 }
 

@@ -1,77 +1,38 @@
-//! Comparison of two results files (`exitlab compare BEFORE AFTER`).
+//! Comparison of two results files (`exitlab compare BEFORE AFTER`) and of the two sides
+//! of an A/B run.
 //!
-//! Tests are matched by name. For tests that completed in both files the
-//! per-iteration cycle medians, p10 and p90 are compared. A change is called
-//! *significant* when the 95 % confidence intervals of the two medians
-//! ([`Summary::median_ci95`]) do not overlap. This is a simple, conservative
-//! criterion: non-overlap of two 95 % intervals implies a difference at a
-//! level well below 5 %, while overlapping intervals do not prove that
-//! nothing changed.
+//! Tests are matched by name. Each test is compared on its per-round figures (the median
+//! of the paired net cycles of each fresh VM; the raw median for `loop_overhead`, which
+//! is the empty loop itself) with [`crate::verdict`]: a bootstrap over rounds, a 95 %
+//! interval of the change in percent, and a verdict of faster, slower or no detectable
+//! change beyond a threshold. Differences of host or configuration are listed as
+//! warnings, field by field.
+
+use std::collections::BTreeSet;
 
 use crate::report::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
 use crate::results::{Results, TestResult};
-use crate::stats::Summary;
+use crate::verdict::{self, Change, Pairing, Verdict};
 
-/// Direction of a significant change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// Fewer cycles after than before, significantly.
-    Faster,
-    /// More cycles after than before, significantly.
-    Slower,
-    /// The median confidence intervals overlap.
-    NotSignificant,
-}
+/// Default `--threshold` of `exitlab compare` in percent: a test is called slower only
+/// when the whole 95 % interval of its change lies above this. Chosen from the
+/// false-alarm rate measured on this project's development host (a nested, paravirtual
+/// KVM whose figures drift between runs), see the README.
+pub const DEFAULT_THRESHOLD_PCT: f64 = 10.0;
 
-impl Change {
-    /// The word used in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Change::Faster => "faster",
-            Change::Slower => "slower",
-            Change::NotSignificant => "~",
-        }
-    }
-}
-
-/// One test present and completed in both files.
+/// One test compared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestComparison {
     /// Test name.
     pub name: String,
-    /// Cycles per iteration before.
-    pub before: Summary,
-    /// Cycles per iteration after.
-    pub after: Summary,
-    /// Net (loop-subtracted) median before, when recorded.
-    pub net_median_before: Option<f64>,
-    /// Net (loop-subtracted) median after, when recorded.
-    pub net_median_after: Option<f64>,
-    /// Relative change of the median in percent (`None` if the median before is 0).
-    pub median_delta_pct: Option<f64>,
-    /// Relative change of the 10th percentile in percent.
-    pub p10_delta_pct: Option<f64>,
-    /// Relative change of the 90th percentile in percent.
-    pub p90_delta_pct: Option<f64>,
-    /// Whether the two medians' 95 % confidence intervals do not overlap.
-    pub significant: bool,
-}
-
-impl TestComparison {
-    /// Direction of the change, if significant.
-    pub fn change(&self) -> Change {
-        if !self.significant {
-            Change::NotSignificant
-        } else if self.after.median < self.before.median {
-            Change::Faster
-        } else {
-            Change::Slower
-        }
-    }
+    /// Which figure was compared: `net` (paired net cycles) or `raw`.
+    pub figure: &'static str,
+    /// The change and its verdict.
+    pub change: Change,
 }
 
 /// A test present in both files that could not be compared, because it did
-/// not complete in at least one of them or has no cycle summary.
+/// not complete in at least one of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotCompared {
     /// Test name.
@@ -95,12 +56,35 @@ pub struct Comparison {
     pub only_after: Vec<String>,
     /// Reasons the two runs may not be comparable (different host or configuration).
     pub warnings: Vec<String>,
+    /// The threshold the verdicts used, in percent.
+    pub threshold_pct: f64,
+    /// Paired (A/B) or independent (two files).
+    pub pairing: Pairing,
 }
 
-/// Relative change from `before` to `after` in percent.
-fn delta_pct(before: f64, after: f64) -> Option<f64> {
-    let d = (after - before) / before * 100.0;
-    (before != 0.0 && d.is_finite()).then_some(d)
+impl Comparison {
+    /// The tests that got slower beyond the threshold with confidence.
+    pub fn regressions(&self) -> Vec<&str> {
+        self.tests
+            .iter()
+            .filter(|t| t.change.is_regression())
+            .map(|t| t.name.as_str())
+            .collect()
+    }
+}
+
+/// The round figures of a test that completed: net medians, or raw medians for a test
+/// without a net figure. `None` when the test did not complete.
+fn round_figures(t: &TestResult) -> Option<(Vec<f64>, &'static str)> {
+    if !t.status.is_ok() || t.cycles.is_none() {
+        return None;
+    }
+    let net: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
+    if t.name == "loop_overhead" || (net.is_empty() && t.net_median_cycles.is_none()) {
+        Some((t.rounds.iter().map(|r| r.median).collect(), "raw"))
+    } else {
+        Some((net, "net"))
+    }
 }
 
 /// Status word of a test, noting a missing cycle summary.
@@ -112,35 +96,54 @@ fn status_word(t: &TestResult) -> String {
     }
 }
 
-/// Compares the run `before` with the run `after`.
-pub fn compare(before: &Results, after: &Results) -> Comparison {
+/// Compares the run `before` with the run `after` (two separate runs).
+pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Comparison {
+    compare_with(before, after, Pairing::Independent, threshold_pct)
+}
+
+/// Compares the two sides of an A/B run (round `i` of each ran back to back).
+pub fn compare_ab(a: &Results, b: &Results, threshold_pct: f64) -> Comparison {
+    compare_with(a, b, Pairing::Paired, threshold_pct)
+}
+
+fn compare_with(
+    before: &Results,
+    after: &Results,
+    pairing: Pairing,
+    threshold_pct: f64,
+) -> Comparison {
     let mut tests = Vec::new();
     let mut not_compared = Vec::new();
     let mut only_before = Vec::new();
-    let mut warnings = host_and_config_warnings(before, after);
+    let mut warnings = if pairing == Pairing::Independent {
+        host_and_config_warnings(before, after)
+    } else {
+        Vec::new()
+    };
     for b in &before.tests {
         let Some(a) = after.test(&b.name) else {
             only_before.push(b.name.clone());
             continue;
         };
-        if b.ring != a.ring {
+        if b.ring != a.ring && pairing == Pairing::Independent {
             warnings.push(format!(
                 "{} ran in ring {} before and ring {} after",
                 b.name, b.ring, a.ring
             ));
         }
-        match (&b.cycles, &a.cycles) {
-            (Some(bc), Some(ac)) if b.status.is_ok() && a.status.is_ok() => {
+        match (round_figures(b), round_figures(a)) {
+            (Some((fb, figure)), Some((fa, _))) => {
+                let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
+                if b.rounds.is_empty() || a.rounds.is_empty() {
+                    change.verdict = Verdict::NoConclusion(
+                        "the file has no per-round figures (written by an older exitlab, results schema 1); re-run bench with this exitlab"
+                            .into(),
+                    );
+                }
                 tests.push(TestComparison {
                     name: b.name.clone(),
-                    before: bc.clone(),
-                    after: ac.clone(),
-                    net_median_before: b.net_median_cycles,
-                    net_median_after: a.net_median_cycles,
-                    median_delta_pct: delta_pct(bc.median, ac.median),
-                    p10_delta_pct: delta_pct(bc.p10, ac.p10),
-                    p90_delta_pct: delta_pct(bc.p90, ac.p90),
-                    significant: !bc.median_ci_overlaps(ac),
+                    figure,
+                    change,
                 });
             }
             _ => not_compared.push(NotCompared {
@@ -162,56 +165,119 @@ pub fn compare(before: &Results, after: &Results) -> Comparison {
         only_before,
         only_after,
         warnings,
+        threshold_pct,
+        pairing,
     }
 }
 
-/// Warnings for host facts and configuration that differ between the runs.
-/// Host keys missing from either file are not compared.
+/// Host facts compared between two runs: JSON pointer into the host block, and name.
+const HOST_FIELDS: [(&str, &str); 5] = [
+    ("/cpu/model_name", "CPU model"),
+    ("/cpu/microcode", "microcode"),
+    ("/kernel/release", "kernel"),
+    ("/kernel/version", "kernel build"),
+    ("/virtualization/summary", "virtualization"),
+];
+
+/// Warnings for host facts, program and configuration that differ between the runs.
+/// Keys missing from either file are not compared.
 fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
     let mut warnings = Vec::new();
-    for (pointer, what) in [("/cpu/model_name", "CPU"), ("/kernel/release", "kernel")] {
+    let mut differ = |what: &str, b: &str, a: &str| {
+        if a != b {
+            warnings.push(format!("{what} differs: \"{b}\" before, \"{a}\" after"));
+        }
+    };
+    for (pointer, what) in HOST_FIELDS {
         if let (Some(b), Some(a)) = (
             host_str(&before.host, pointer),
             host_str(&after.host, pointer),
         ) {
-            if a != b {
-                warnings.push(format!(
-                    "hosts differ: {what} \"{b}\" before, \"{a}\" after"
-                ));
-            }
+            differ(&format!("host {what}"), b, a);
         }
     }
-    let (b, a) = (&before.config, &after.config);
-    if b.ring != a.ring {
-        warnings.push(format!(
-            "configs differ: ring {} before, ring {} after",
-            b.ring, a.ring
-        ));
+    let module_params = |r: &Results| {
+        r.host
+            .get("module_params")
+            .and_then(|m| m.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter(|(module, _)| module.starts_with("kvm"))
+                    .flat_map(|(module, params)| {
+                        params.as_object().into_iter().flatten().map(move |(k, v)| {
+                            (
+                                format!("{module}.{k}"),
+                                v.as_str().unwrap_or("").to_string(),
+                            )
+                        })
+                    })
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            })
+    };
+    if let (Some(b), Some(a)) = (module_params(before), module_params(after)) {
+        let keys: BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+        for k in keys {
+            let none = String::from("(absent)");
+            differ(
+                &format!("KVM module parameter {k}"),
+                b.get(k).unwrap_or(&none),
+                a.get(k).unwrap_or(&none),
+            );
+        }
     }
-    if b.batch != a.batch {
-        warnings.push(format!(
-            "configs differ: batch {} before, batch {} after",
-            b.batch, a.batch
-        ));
+    if let (Some(b), Some(a)) = (&before.provenance, &after.provenance) {
+        if let (Some(hb), Some(ha)) = (&b.hostname, &a.hostname) {
+            differ("host name", hb, ha);
+        }
+        differ("exitlab revision", &b.git_revision, &a.git_revision);
+    }
+    differ("exitlab version", &before.tool.version, &after.tool.version);
+    let (b, a) = (&before.config, &after.config);
+    let config = [
+        ("ring", b.ring.to_string(), a.ring.to_string()),
+        ("batch", b.batch.to_string(), a.batch.to_string()),
+        ("samples", b.samples.to_string(), a.samples.to_string()),
+        ("warmup", b.warmup.to_string(), a.warmup.to_string()),
+        ("rounds", b.rounds.to_string(), a.rounds.to_string()),
+        ("pin", format!("{:?}", b.pin), format!("{:?}", a.pin)),
+    ];
+    for (name, vb, va) in config {
+        differ(&format!("config {name}"), &vb, &va);
+    }
+    let keys: BTreeSet<&String> = b.knobs.keys().chain(a.knobs.keys()).collect();
+    for k in keys {
+        let none = String::from("(absent)");
+        differ(
+            &format!("knob {k}"),
+            b.knobs.get(k).unwrap_or(&none),
+            a.knobs.get(k).unwrap_or(&none),
+        );
+    }
+    for (r, when) in [(before, "before"), (after, "after")] {
+        if let Some(why) = &r.incomplete {
+            warnings.push(format!("the run {when} is incomplete: {why}"));
+        }
     }
     warnings
 }
 
-fn opt_pct(v: Option<f64>) -> String {
-    v.map(fmt_pct_signed).unwrap_or_else(|| "-".to_string())
+/// `lo..hi` of an interval in percent.
+pub fn fmt_ci_pct(ci: Option<[f64; 2]>) -> String {
+    ci.map(|[lo, hi]| format!("{}..{}", fmt_pct_signed(lo), fmt_pct_signed(hi)))
+        .unwrap_or_else(|| "-".into())
 }
 
-fn fmt_ci(s: &Summary) -> String {
-    format!(
-        "{}..{}",
-        fmt_cycles(s.median_ci95[0]),
-        fmt_cycles(s.median_ci95[1])
-    )
+/// The minimum detectable change as `±x.x%`.
+pub fn fmt_mdc(mdc: Option<f64>) -> String {
+    mdc.filter(|m| m.is_finite())
+        .map(|m| format!("±{m:.1}%"))
+        .unwrap_or_else(|| "-".into())
 }
 
-/// Renders a comparison as a fixed-width terminal table with warnings first
-/// and the unmatched tests last.
-pub fn render_comparison(cmp: &Comparison) -> String {
+/// Renders a comparison as a fixed-width terminal table with warnings first, the
+/// reasons for missing conclusions and the unmatched tests last. `labels` names the two
+/// sides (e.g. `before`/`after`, or the A/B knob values).
+pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     let mut out = String::new();
     for w in &cmp.warnings {
         out.push_str("warning: ");
@@ -224,55 +290,90 @@ pub fn render_comparison(cmp: &Comparison) -> String {
     if cmp.tests.is_empty() {
         out.push_str("no test completed in both files\n");
     } else {
-        out.push_str("cycles per iteration (medians; loop overhead not subtracted)\n");
+        out.push_str(&format!(
+            "cycles per iteration: median over rounds of each round's net median (paired with the empty loop){}\n",
+            if cmp.pairing == Pairing::Paired {
+                "; rounds paired A/B"
+            } else {
+                ""
+            }
+        ));
         let headers = [
             "test",
-            "before",
-            "after",
-            "delta",
-            "p10 delta",
-            "p90 delta",
-            "before 95% CI",
-            "after 95% CI",
+            labels[0],
+            labels[1],
             "change",
+            "95% CI",
+            "min detectable",
+            "rounds",
+            "verdict",
         ];
         let mut aligns = vec![Align::Right; headers.len()];
         aligns[0] = Align::Left;
-        aligns[8] = Align::Left;
+        aligns[7] = Align::Left;
         let rows: Vec<Vec<String>> = cmp
             .tests
             .iter()
             .map(|t| {
+                let c = &t.change;
                 vec![
-                    t.name.clone(),
-                    fmt_cycles(t.before.median),
-                    fmt_cycles(t.after.median),
-                    opt_pct(t.median_delta_pct),
-                    opt_pct(t.p10_delta_pct),
-                    opt_pct(t.p90_delta_pct),
-                    fmt_ci(&t.before),
-                    fmt_ci(&t.after),
-                    t.change().as_str().to_string(),
+                    if t.figure == "raw" {
+                        format!("{} (raw)", t.name)
+                    } else {
+                        t.name.clone()
+                    },
+                    fmt_cycles(c.median_before),
+                    fmt_cycles(c.median_after),
+                    c.pct.map(fmt_pct_signed).unwrap_or_else(|| "-".into()),
+                    fmt_ci_pct(c.ci95_pct),
+                    fmt_mdc(c.min_detectable_pct),
+                    format!("{}/{}", c.rounds_before, c.rounds_after),
+                    c.verdict.as_str().to_string(),
                 ]
             })
             .collect();
         out.push_str(&layout(&headers, &aligns, &rows));
-        out.push_str(
-            "change: faster/slower when the medians' 95% confidence intervals do not overlap, ~ otherwise\n",
-        );
+        out.push_str(&format!(
+            "verdict: slower/faster when the whole 95% interval of the change (bootstrap over rounds) lies beyond ±{:.1}%; min detectable: the change this run would catch 80% of the time\n",
+            cmp.threshold_pct
+        ));
     }
     let mut tail = Vec::new();
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for t in &cmp.tests {
+        if let Verdict::NoConclusion(why) = &t.change.verdict {
+            match reasons.iter_mut().find(|(w, _)| w == why) {
+                Some((_, names)) => names.push(&t.name),
+                None => reasons.push((why.clone(), vec![&t.name])),
+            }
+        }
+    }
+    for (why, names) in reasons {
+        tail.push(format!("no conclusion for {}: {why}", names.join(", ")));
+    }
     for n in &cmp.not_compared {
         tail.push(format!(
-            "not compared: {} ({} before, {} after)",
-            n.name, n.before, n.after
+            "not compared: {} ({} {}, {} {})",
+            n.name, n.before, labels[0], n.after, labels[1]
         ));
     }
     if !cmp.only_before.is_empty() {
-        tail.push(format!("only before: {}", cmp.only_before.join(", ")));
+        tail.push(format!(
+            "only {}: {}",
+            labels[0],
+            cmp.only_before.join(", ")
+        ));
     }
     if !cmp.only_after.is_empty() {
-        tail.push(format!("only after: {}", cmp.only_after.join(", ")));
+        tail.push(format!("only {}: {}", labels[1], cmp.only_after.join(", ")));
+    }
+    let regressions = cmp.regressions();
+    if !regressions.is_empty() {
+        tail.push(format!(
+            "slower beyond {:.1}% with 95% confidence: {}",
+            cmp.threshold_pct,
+            regressions.join(", ")
+        ));
     }
     if !tail.is_empty() {
         out.push('\n');
@@ -289,82 +390,85 @@ mod tests {
     use super::*;
     use crate::results::tests::{ok_test, sample_results};
     use crate::results::TestStatus;
-    use crate::stats::summarize;
 
-    fn with_ci(base: f64, ci: [f64; 2]) -> Summary {
-        let v: Vec<f64> = (0..101).map(|i| base + f64::from(i)).collect();
-        let mut s = summarize(&v).unwrap();
-        s.median_ci95 = ci;
-        s
+    /// Scales a test's figures by `factor` (every round, every summary).
+    fn scale(t: &mut TestResult, factor: f64) {
+        for r in &mut t.rounds {
+            r.median *= factor;
+            r.net_median = r.net_median.map(|n| n * factor);
+        }
+        t.net_median_cycles = t.net_median_cycles.map(|n| n * factor);
     }
 
     #[test]
     fn identical_files_show_no_change() {
         let r = sample_results();
-        let c = compare(&r, &r);
-        assert!(c.warnings.is_empty());
+        let c = compare(&r, &r, DEFAULT_THRESHOLD_PCT);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         assert!(c.only_before.is_empty() && c.only_after.is_empty());
         assert_eq!(c.tests.len(), 3);
         assert_eq!(c.not_compared.len(), 3);
         for t in &c.tests {
-            assert_eq!(t.median_delta_pct, Some(0.0));
-            assert!(!t.significant);
-            assert_eq!(t.change(), Change::NotSignificant);
+            assert_eq!(t.change.pct, Some(0.0), "{t:?}");
+            assert_eq!(t.change.verdict, Verdict::NoDetectableChange);
         }
-        let text = render_comparison(&c);
+        assert!(c.regressions().is_empty());
+        let text = render_comparison(&c, ["before", "after"]);
         assert!(!text.contains("warning"));
         assert!(
             text.contains("not compared: vmcall (skipped before, skipped after)"),
             "{text}"
         );
+        assert!(text.contains("loop_overhead (raw)"), "{text}");
     }
 
     #[test]
-    fn significant_and_insignificant_changes() {
-        let mut before = sample_results();
+    fn one_test_30_percent_slower_is_a_regression_named() {
+        let before = sample_results();
         let mut after = sample_results();
-        // cpuid: 1250 -> 1000, disjoint intervals: faster.
-        before.tests[1].cycles = Some(with_ci(1200.0, [1240.0, 1260.0]));
-        after.tests[1].cycles = Some(with_ci(950.0, [990.0, 1010.0]));
-        // inl_from_qemu: 5050 -> 5100 with overlapping intervals.
-        before.tests[2].cycles = Some(with_ci(5000.0, [5000.0, 5100.0]));
-        after.tests[2].cycles = Some(with_ci(5050.0, [5090.0, 5150.0]));
-        // loop_overhead: 60 -> 70, disjoint: slower.
-        before.tests[0].cycles = Some(with_ci(10.0, [59.0, 61.0]));
-        after.tests[0].cycles = Some(with_ci(20.0, [69.0, 71.0]));
-        let c = compare(&before, &after);
-        let cpuid = c.tests.iter().find(|t| t.name == "cpuid").unwrap();
-        assert!(cpuid.significant);
-        assert_eq!(cpuid.change(), Change::Faster);
-        assert!((cpuid.median_delta_pct.unwrap() + 20.0).abs() < 1e-9);
-        assert!((cpuid.p10_delta_pct.unwrap() - (960.0 / 1210.0 - 1.0) * 100.0).abs() < 1e-9);
-        assert!((cpuid.p90_delta_pct.unwrap() - (1040.0 / 1290.0 - 1.0) * 100.0).abs() < 1e-9);
-        let inl = c.tests.iter().find(|t| t.name == "inl_from_qemu").unwrap();
-        assert!(!inl.significant);
-        let lo = c.tests.iter().find(|t| t.name == "loop_overhead").unwrap();
-        assert_eq!(lo.change(), Change::Slower);
-        let text = render_comparison(&c);
-        let row = text.lines().find(|l| l.starts_with("cpuid")).unwrap();
-        for needle in [
-            "1,250",
-            "1,000",
-            "-20.0%",
-            "1,240..1,260",
-            "990..1,010",
-            "faster",
-        ] {
-            assert!(row.contains(needle), "{needle} missing in {row}");
-        }
-        let row = text
-            .lines()
-            .find(|l| l.starts_with("inl_from_qemu"))
-            .unwrap();
-        assert!(row.trim_end().ends_with('~'), "{row}");
-        let row = text
-            .lines()
-            .find(|l| l.starts_with("loop_overhead"))
-            .unwrap();
-        assert!(row.contains("+16.7%") && row.contains("slower"), "{row}");
+        scale(&mut after.tests[1], 1.3);
+        let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        assert_eq!(c.regressions(), vec!["cpuid"]);
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cpuid.verdict, Verdict::Slower);
+        assert!((cpuid.pct.unwrap() - 30.0).abs() < 1e-6);
+        let text = render_comparison(&c, ["before", "after"]);
+        assert!(
+            text.contains("slower beyond 10.0% with 95% confidence: cpuid"),
+            "{text}"
+        );
+        // 30 % faster is not a regression.
+        let c = compare(&after, &before, DEFAULT_THRESHOLD_PCT);
+        assert!(c.regressions().is_empty());
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cpuid.verdict, Verdict::Faster);
+        // 5 % slower stays below the threshold.
+        let mut after = sample_results();
+        scale(&mut after.tests[1], 1.05);
+        assert!(compare(&before, &after, DEFAULT_THRESHOLD_PCT)
+            .regressions()
+            .is_empty());
+        assert_eq!(compare(&before, &after, 1.0).regressions(), vec!["cpuid"]);
+    }
+
+    #[test]
+    fn old_files_and_few_rounds_give_no_conclusion() {
+        let before = sample_results();
+        let mut after = sample_results();
+        after.tests[1].rounds.truncate(3);
+        after.tests[2].rounds.clear();
+        scale(&mut after.tests[1], 2.0);
+        let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        assert!(c.regressions().is_empty());
+        let text = render_comparison(&c, ["before", "after"]);
+        assert!(
+            text.contains("no conclusion for cpuid: 6 round(s) before and 3 after"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no conclusion for inl_from_qemu: the file has no per-round figures"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -374,13 +478,11 @@ mod tests {
         before.tests.push(ok_test("only_in_before", 100.0));
         after.tests.push(ok_test("only_in_after", 100.0));
         after.tests.push(ok_test("also_after", 100.0));
-        // cpuid failed after.
         after.tests[1].status = TestStatus::Failed {
             reason: "boom".into(),
         };
-        // inl_from_qemu has no cycles before.
         before.tests[2].cycles = None;
-        let c = compare(&before, &after);
+        let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
         assert_eq!(c.only_before, vec!["only_in_before"]);
         assert_eq!(c.only_after, vec!["only_in_after", "also_after"]);
         let names: Vec<&str> = c.tests.iter().map(|t| t.name.as_str()).collect();
@@ -395,33 +497,46 @@ mod tests {
             before: "ok (no cycles)".into(),
             after: "ok".into()
         }));
-        let text = render_comparison(&c);
+        let text = render_comparison(&c, ["before", "after"]);
         assert!(text.contains("only before: only_in_before"));
         assert!(text.contains("only after: only_in_after, also_after"));
         assert!(text.contains("not compared: cpuid (ok before, failed after)"));
     }
 
     #[test]
-    fn host_and_config_warnings_are_reported() {
+    fn host_and_config_warnings_name_the_fields() {
         let before = sample_results();
         let mut after = sample_results();
         after.host["cpu"]["model_name"] = "Other CPU".into();
+        after.host["cpu"]["microcode"] = "0x2".into();
         after.host["kernel"]["release"] = "6.9.0".into();
+        let mut before = before;
+        before.host["cpu"]["microcode"] = "0x1".into();
+        before.host["module_params"] = serde_json::json!({"kvm": {"halt_poll_ns": "200000"}});
+        after.host["module_params"] = serde_json::json!({"kvm": {"halt_poll_ns": "0"}});
         after.config.ring = 0;
         after.config.batch = 10;
+        after.config.knobs.insert("ring".into(), "0".into());
         after.tests[1].ring = 0;
-        let c = compare(&before, &after);
-        assert_eq!(c.warnings.len(), 5, "{:?}", c.warnings);
-        let text = render_comparison(&c);
-        assert!(text.contains(
-            "warning: hosts differ: CPU \"Test CPU @ 3.00GHz\" before, \"Other CPU\" after"
-        ));
-        assert!(
-            text.contains("warning: hosts differ: kernel \"6.8.0-test\" before, \"6.9.0\" after")
-        );
-        assert!(text.contains("warning: configs differ: ring 3 before, ring 0 after"));
-        assert!(text.contains("warning: configs differ: batch 100 before, batch 10 after"));
-        assert!(text.contains("warning: cpuid ran in ring 3 before and ring 0 after"));
+        after.provenance.as_mut().unwrap().git_revision = "def5678".into();
+        after.provenance.as_mut().unwrap().hostname = Some("otherhost".into());
+        let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        let text = render_comparison(&c, ["before", "after"]);
+        for needle in [
+            "warning: host CPU model differs: \"Test CPU @ 3.00GHz\" before, \"Other CPU\" after",
+            "warning: host microcode differs: \"0x1\" before, \"0x2\" after",
+            "warning: host kernel differs: \"6.8.0-test\" before, \"6.9.0\" after",
+            "warning: KVM module parameter kvm.halt_poll_ns differs: \"200000\" before, \"0\" after",
+            "warning: exitlab revision differs: \"abc1234\" before, \"def5678\" after",
+            "warning: host name differs: \"testhost\" before, \"otherhost\" after",
+            "warning: config ring differs: \"3\" before, \"0\" after",
+            "warning: config batch differs: \"100\" before, \"10\" after",
+            "warning: knob ring differs: \"3\" before, \"0\" after",
+            "warning: cpuid ran in ring 3 before and ring 0 after",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in\n{text}");
+        }
+        assert_eq!(c.warnings.len(), 10, "{:?}", c.warnings);
     }
 
     #[test]
@@ -429,33 +544,32 @@ mod tests {
         let before = sample_results();
         let mut after = sample_results();
         after.host = serde_json::json!({"cpu": {}});
-        assert!(compare(&before, &after).warnings.is_empty());
+        assert!(compare(&before, &after, 10.0).warnings.is_empty());
         after.host = serde_json::Value::Null;
-        assert!(compare(&after, &before).warnings.is_empty());
+        assert!(compare(&after, &before, 10.0).warnings.is_empty());
     }
 
     #[test]
-    fn zero_median_has_no_percentage() {
-        let mut before = sample_results();
-        let after = sample_results();
-        let mut s = before.tests[0].cycles.clone().unwrap();
-        s.median = 0.0;
-        s.p10 = 0.0;
-        before.tests[0].cycles = Some(s);
-        let c = compare(&before, &after);
-        assert_eq!(c.tests[0].median_delta_pct, None);
-        assert_eq!(c.tests[0].p10_delta_pct, None);
-        assert!(c.tests[0].p90_delta_pct.is_some());
-    }
-
-    #[test]
-    fn nothing_in_common() {
-        let mut before = sample_results();
-        let mut after = sample_results();
-        before.tests.truncate(0);
-        after.tests.truncate(1);
-        let text = render_comparison(&compare(&before, &after));
-        assert!(text.contains("no test completed in both files"));
-        assert!(text.contains("only after: loop_overhead"));
+    fn ab_sides_are_compared_paired() {
+        let mut r = sample_results();
+        let mut b_tests = r.tests.clone();
+        scale(&mut b_tests[1], 0.5);
+        r.ab = Some(crate::results::AbRun {
+            knob: "ring".into(),
+            a: "0".into(),
+            b: "3".into(),
+            b_tests,
+            order: vec![["a".into(), "b".into()], ["b".into(), "a".into()]],
+        });
+        let (a, b) = r.ab_sides().unwrap();
+        assert_eq!(a.config.knobs["ring"], "0");
+        assert_eq!(b.config.knobs["ring"], "3");
+        let c = compare_ab(&a, &b, 0.0);
+        assert!(c.warnings.is_empty());
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cpuid.verdict, Verdict::Faster);
+        assert!((cpuid.pct.unwrap() + 50.0).abs() < 1e-9);
+        let text = render_comparison(&c, ["ring=0", "ring=3"]);
+        assert!(text.contains("rounds paired A/B"), "{text}");
     }
 }

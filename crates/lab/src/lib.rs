@@ -1,14 +1,20 @@
 //! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.
 #![deny(missing_docs)]
 
+pub mod ab;
 pub mod agreement;
 pub mod analysis;
 pub mod bench;
 pub mod catalogue;
 pub mod compare;
+pub mod figures;
+pub mod html;
 mod kernel;
+pub mod knobs;
+pub mod openmetrics;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod stats;
 pub mod trace_report;
+pub mod verdict;

@@ -98,27 +98,16 @@ pub(crate) fn fmt_pct_signed(value: f64) -> String {
     }
 }
 
-/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC`.
+/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (through the `time` crate); a time beyond
+/// what it represents (year 9999) is shown as seconds since the epoch.
 pub(crate) fn fmt_unix_utc(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil-from-days (proleptic Gregorian), valid for any u64 day count
-    // that fits an i64 year.
-    let z = days as i128 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i128::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    const FORMAT: &[time::format_description::FormatItem<'static>] =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .and_then(|t| t.format(FORMAT).ok())
+        .unwrap_or_else(|| format!("{secs} s after 1970-01-01 UTC"))
 }
 
 /// A string from the host block at a JSON pointer, if present and non-empty.
@@ -479,6 +468,154 @@ pub fn render_markdown(results: &Results) -> String {
     out
 }
 
+/// The A/B table of an A/B run: per test the medians of both sides, the change with
+/// its 95 % interval, the minimum detectable change and the verdict (rounds paired).
+/// `None` for a results file that is not an A/B run.
+pub fn render_ab(results: &Results) -> Option<String> {
+    let ab = results.ab.as_ref()?;
+    let (a, b) = results.ab_sides()?;
+    let cmp = crate::compare::compare_ab(&a, &b, 0.0);
+    let labels = [
+        format!("{}={}", ab.knob, ab.a),
+        format!("{}={}", ab.knob, ab.b),
+    ];
+    let mut out = format!(
+        "A/B: {} = {} (A) vs {} (B), {} round(s) interleaved (A B, B A, ...), each side in fresh VMs\n",
+        ab.knob, ab.a, ab.b, results.config.rounds
+    );
+    out.push_str(&crate::compare::render_comparison(
+        &cmp,
+        [labels[0].as_str(), labels[1].as_str()],
+    ));
+    Some(out)
+}
+
+/// The A/B run the way the seeds print it: run by run (one row per round) with the net
+/// median cycles of each side, then the averages and the `%Reduction` of B against A.
+pub fn render_seed(results: &Results) -> Option<String> {
+    let ab = results.ab.as_ref()?;
+    let tests: Vec<(&TestResult, &TestResult)> = results
+        .tests
+        .iter()
+        .filter(|t| t.name != "loop_overhead" && t.status.is_ok())
+        .filter_map(|a| {
+            Some((
+                a,
+                ab.b_tests
+                    .iter()
+                    .find(|b| b.name == a.name && b.status.is_ok())?,
+            ))
+        })
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Cycles per iteration (net median of each round), {} = {} vs {}",
+        ab.knob, ab.a, ab.b
+    );
+    let mut headers = vec!["test".to_string()];
+    for (t, _) in &tests {
+        headers.push(format!("{} {}={}", t.name, ab.knob, ab.a));
+        headers.push(format!("{}={}", ab.knob, ab.b));
+    }
+    let rounds = tests
+        .iter()
+        .map(|(a, b)| a.rounds.len().min(b.rounds.len()))
+        .max()
+        .unwrap_or(0);
+    let figure = |t: &TestResult, i: usize| t.rounds.get(i).and_then(|r| r.net_median);
+    let mut rows = Vec::new();
+    for i in 0..rounds {
+        let mut row = vec![(i + 1).to_string()];
+        for (a, b) in &tests {
+            row.push(figure(a, i).map_or("-".into(), fmt_cycles));
+            row.push(figure(b, i).map_or("-".into(), fmt_cycles));
+        }
+        rows.push(row);
+    }
+    let mean = |t: &TestResult| {
+        let v: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let mut avg = vec!["Average cycles".to_string()];
+    let mut red = vec!["%Reduction".to_string()];
+    for (a, b) in &tests {
+        let (ma, mb) = (mean(a), mean(b));
+        avg.push(ma.map_or("-".into(), |m| format!("{m:.1}")));
+        avg.push(mb.map_or("-".into(), |m| format!("{m:.1}")));
+        red.push(String::new());
+        red.push(match (ma, mb) {
+            (Some(x), Some(y)) if x > 0.0 => format!("{:+.2}%", (y - x) / x * 100.0),
+            _ => "-".into(),
+        });
+    }
+    rows.push(avg);
+    rows.push(red);
+    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut aligns = vec![Align::Right; hdr.len()];
+    aligns[0] = Align::Left;
+    out.push_str(&layout(&hdr, &aligns, &rows));
+    Some(out)
+}
+
+/// A CSV field, quoted when it holds a comma, quote or line break.
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_string()
+    }
+}
+
+/// Every test of every file (both sides of an A/B run) as CSV for spreadsheets: one row
+/// per test, plain numbers (no separators), empty cells where there is no figure.
+pub fn render_csv(files: &[(String, Results)]) -> String {
+    let mut out = String::from(
+        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns\n",
+    );
+    let num = |v: Option<f64>| {
+        v.filter(|x| x.is_finite())
+            .map_or(String::new(), |x| format!("{x}"))
+    };
+    for (name, r) in files {
+        let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
+            (Some((a, b)), Some(ab)) => vec![
+                (format!("{}={}", ab.knob, ab.a), a),
+                (format!("{}={}", ab.knob, ab.b), b),
+            ],
+            _ => vec![(String::new(), r.clone())],
+        };
+        for (side, res) in &sides {
+            for t in &res.tests {
+                let c = t.cycles.as_ref();
+                let cells = [
+                    csv_field(name),
+                    csv_field(side),
+                    csv_field(&t.name),
+                    t.ring.to_string(),
+                    t.status.word().to_string(),
+                    t.handled.map_or(String::new(), |h| h.as_str().to_string()),
+                    t.samples.to_string(),
+                    t.rounds.len().to_string(),
+                    num(c.map(|c| c.median)),
+                    num(c.map(|c| c.p10)),
+                    num(c.map(|c| c.p90)),
+                    num(c.map(|c| c.p99)),
+                    num(c.map(|c| c.mean)),
+                    num(c.map(|c| c.stddev)),
+                    num(c.map(|c| c.median_ci95[0])),
+                    num(c.map(|c| c.median_ci95[1])),
+                    num(t.net_median_cycles),
+                    num(t.median_ns),
+                ];
+                out.push_str(&cells.join(","));
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +638,32 @@ mod tests {
         assert_eq!(fmt_ns(f64::INFINITY), "-");
         assert_eq!(fmt_pct_signed(4.25), "+4.2%");
         assert_eq!(fmt_pct_signed(-0.04), "-0.0%");
+    }
+
+    #[test]
+    fn csv_has_one_row_per_test_and_quotes() {
+        let r = sample_results();
+        let csv = render_csv(&[("a,b.json".into(), r.clone())]);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 1 + r.tests.len());
+        let cols = lines[0].split(',').count();
+        assert!(
+            lines[2].starts_with("\"a,b.json\",,cpuid,3,ok,kernel,101,6,1250,"),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[4].contains(",vmcall,3,skipped,,0,6,,"),
+            "{}",
+            lines[4]
+        );
+        for l in &lines[1..] {
+            assert_eq!(
+                l.replace("\"a,b.json\"", "f").split(',').count(),
+                cols,
+                "{l}"
+            );
+        }
     }
 
     #[test]

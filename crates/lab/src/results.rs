@@ -18,7 +18,15 @@ use thiserror::Error;
 use crate::stats::Summary;
 
 /// Version of the results file format. Bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// Version 2 added per-round figures ([`TestResult::rounds`]), the net CDF, provenance
+/// (git revision, command line), knobs, the incomplete marker and A/B runs. Version 1
+/// files are still read (they lack those fields, so `compare` draws no conclusion from
+/// them and says why).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Oldest schema version this program reads.
+pub const OLDEST_READABLE_SCHEMA: u32 = 1;
 
 /// One benchmark run: configuration, host, and one entry per test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +54,92 @@ pub struct Results {
     /// Memory of the exitlab process during the run.
     #[serde(default)]
     pub process: Option<ProcessStats>,
+    /// Where the figures came from: program revision and command line.
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
+    /// Set when the run was interrupted: what happened and what was kept. Only the tests
+    /// listed in [`Results::tests`] completed.
+    #[serde(default)]
+    pub incomplete: Option<String>,
+    /// For an A/B run (`bench --ab`): the knob, its two values and side B's tests (side
+    /// A's are [`Results::tests`], with [`Results::config`] the common configuration).
+    #[serde(default)]
+    pub ab: Option<AbRun>,
+}
+
+/// The program revision and command line that produced a results file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// `git describe`-style revision of the source the program was built from, when the
+    /// build could tell (`unknown` otherwise).
+    pub git_revision: String,
+    /// The full command line, program name first.
+    pub command_line: Vec<String>,
+    /// The host's name (`/proc/sys/kernel/hostname`), when readable.
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+impl Provenance {
+    /// This process: its build's git revision and its command line.
+    pub fn current() -> Self {
+        Self {
+            git_revision: option_env!("EXITLAB_GIT_REVISION")
+                .unwrap_or("unknown")
+                .to_string(),
+            command_line: std::env::args().collect(),
+            hostname: fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty()),
+        }
+    }
+}
+
+/// An A/B experiment: one knob at two values, sides interleaved round by round (A B,
+/// then B A, ...), each side of each round in fresh VMs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbRun {
+    /// The knob's name (as `bench --ab` takes it).
+    pub knob: String,
+    /// Value of side A.
+    pub a: String,
+    /// Value of side B.
+    pub b: String,
+    /// Side B's per-test results (side A's are the file's `tests`).
+    pub b_tests: Vec<TestResult>,
+    /// Order of the sides in each round, e.g. `["a", "b"]` then `["b", "a"]`.
+    pub order: Vec<[String; 2]>,
+}
+
+impl Results {
+    /// The two sides of an A/B run as results of their own (side A, side B), each with
+    /// its knob value recorded in `config.knobs`.
+    pub fn ab_sides(&self) -> Option<(Results, Results)> {
+        let ab = self.ab.as_ref()?;
+        let side = |value: &str, tests: &[TestResult]| {
+            let mut r = self.clone();
+            r.ab = None;
+            r.tests = tests.to_vec();
+            r.config.knobs.insert(ab.knob.clone(), value.to_string());
+            r
+        };
+        Some((side(&ab.a, &self.tests), side(&ab.b, &ab.b_tests)))
+    }
+}
+
+/// One round of one test: the figures of one fresh VM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundFigure {
+    /// Samples taken in this round.
+    pub samples: u64,
+    /// Median cycles per iteration (loop not subtracted).
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub median: f64,
+    /// Median of the paired net cycles per iteration (sample minus the empty loop
+    /// measured just before it), the figure comparisons resample; `None` when the
+    /// test has no net figure (`loop_overhead`).
+    pub net_median: Option<f64>,
 }
 
 /// Memory of the exitlab process during a run.
@@ -111,6 +205,10 @@ pub struct BenchConfig {
     /// Rounds of the whole suite each test's samples were spread over.
     #[serde(default = "one")]
     pub rounds: u32,
+    /// Every other knob the run was made with, by name (as `bench --ab` names them), e.g.
+    /// `apic`, `halt-poll-ns`; knobs at their defaults are recorded too.
+    #[serde(default)]
+    pub knobs: BTreeMap<String, String>,
 }
 
 fn one() -> u32 {
@@ -237,6 +335,14 @@ pub struct TestResult {
     pub userspace_share: Option<Summary>,
     /// With `--raw`: each sample's cycles (for `batch` iterations).
     pub raw_samples: Option<Vec<u64>>,
+    /// Figures of each round (fresh VM) in the order they ran: the unit comparisons
+    /// resample.
+    #[serde(default)]
+    pub rounds: Vec<RoundFigure>,
+    /// The distribution of the paired net cycles per iteration over all rounds, as its
+    /// 0th, 1st, ..., 100th percentiles (what the report's CDFs draw).
+    #[serde(default)]
+    pub net_percentiles: Option<Vec<f64>>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -390,7 +496,7 @@ pub enum ResultsError {
         expected: u32,
     },
     /// The file was written by an older exitlab.
-    #[error("cannot read {}: it was written by an older exitlab (results schema version {found}; this exitlab reads version {expected}); re-run the benchmark with this exitlab", path.display())]
+    #[error("cannot read {}: it was written by an older exitlab (results schema version {found}; this exitlab reads versions 1 to {expected}); re-run the benchmark with this exitlab", path.display())]
     SchemaOlder {
         /// The path given.
         path: PathBuf,
@@ -607,7 +713,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Results, ResultsError> {
             expected: SCHEMA_VERSION,
         });
     }
-    if version < u64::from(SCHEMA_VERSION) {
+    if version < u64::from(OLDEST_READABLE_SCHEMA) {
         return Err(ResultsError::SchemaOlder {
             path: path.to_path_buf(),
             found: version,
@@ -669,6 +775,14 @@ pub(crate) mod tests {
             kvm_run_cycles: None,
             userspace_share: None,
             raw_samples: None,
+            rounds: (0..6)
+                .map(|i| RoundFigure {
+                    samples: 17,
+                    median: base + 50.0,
+                    net_median: Some(base + 40.0 + f64::from(i % 3) - 1.0),
+                })
+                .collect(),
+            net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
         }
     }
 
@@ -757,7 +871,8 @@ pub(crate) mod tests {
                 raw: true,
                 tsc_khz: 3_000_000,
                 tsc_khz_source: "KVM_GET_TSC_KHZ".to_string(),
-                rounds: 4,
+                rounds: 6,
+                knobs: BTreeMap::from([("ring".to_string(), "3".to_string())]),
             },
             tests: vec![lo, kernel, full, skipped, dnc, failed],
             vmm_overhead: Some(Overhead::new(
@@ -770,6 +885,13 @@ pub(crate) mod tests {
                 vmm_rss_outside_guest_bytes: 6 << 20,
                 peak_rss_bytes: 7 << 20,
             }),
+            provenance: Some(Provenance {
+                git_revision: "abc1234".to_string(),
+                command_line: vec!["exitlab".into(), "bench".into()],
+                hostname: Some("testhost".into()),
+            }),
+            incomplete: None,
+            ab: None,
         }
     }
 
@@ -794,7 +916,7 @@ pub(crate) mod tests {
     fn json_shape() {
         let results = sample_results();
         let v = serde_json::to_value(&results).unwrap();
-        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["schema_version"], 2);
         let t = &v["tests"];
         assert_eq!(t[0]["status"], "ok");
         assert_eq!(t[0]["handled"], "none");
@@ -993,7 +1115,7 @@ pub(crate) mod tests {
         fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
         let err = read(&path).unwrap_err();
         assert!(
-            matches!(err, ResultsError::SchemaNewer { found: 2, .. }),
+            matches!(err, ResultsError::SchemaNewer { found: 3, .. }),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer exitlab"), "{err}");
@@ -1003,6 +1125,22 @@ pub(crate) mod tests {
             read(&path),
             Err(ResultsError::SchemaNewer { found: 7, .. })
         ));
+        // Version 1 (no per-round figures) is still read.
+        let mut v1 = serde_json::to_value(sample_results()).unwrap();
+        v1["schema_version"] = serde_json::json!(1);
+        for t in v1["tests"].as_array_mut().unwrap() {
+            let t = t.as_object_mut().unwrap();
+            t.remove("rounds");
+            t.remove("net_percentiles");
+        }
+        for key in ["provenance", "incomplete", "ab"] {
+            v1.as_object_mut().unwrap().remove(key);
+        }
+        v1["config"].as_object_mut().unwrap().remove("knobs");
+        fs::write(&path, serde_json::to_vec(&v1).unwrap()).unwrap();
+        let old = read(&path).unwrap();
+        assert_eq!(old.schema_version, 1);
+        assert!(old.tests[0].rounds.is_empty() && old.provenance.is_none());
         fs::write(&path, b"{\"schema_version\": 0}").unwrap();
         let err = read(&path).unwrap_err();
         assert!(

@@ -2,7 +2,8 @@
 //!
 //! Everything here is deterministic: the same input always gives the same
 //! [`Summary`], including its bootstrap confidence interval, so two runs of the
-//! report over one results file agree to the last digit.
+//! report over one results file agree to the last digit. Resampling draws from
+//! `rand`'s `SmallRng` seeded with a fixed value.
 //!
 //! Percentiles use linear interpolation between closest ranks, the "type 7"
 //! definition of Hyndman & Fan (the default of R, NumPy and most
@@ -10,6 +11,8 @@
 //! `[0, 1]`, let `h = (n - 1) * q`; the percentile is
 //! `x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])`.
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -227,7 +230,7 @@ fn median_ci95(sorted: &[f64]) -> [f64; 2] {
 /// with no sorting.
 fn bootstrap_median_ci95(sorted: &[f64]) -> [f64; 2] {
     let n = sorted.len();
-    let mut rng = SplitMix64::new(BOOTSTRAP_SEED ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut rng = SmallRng::seed_from_u64(BOOTSTRAP_SEED ^ n as u64);
     let mut counts = vec![0u32; n];
     let mut medians = Vec::with_capacity(BOOTSTRAP_RESAMPLES);
     // Type 7 median: 0-based ranks (n - 1) / 2 and n / 2, averaged.
@@ -236,7 +239,7 @@ fn bootstrap_median_ci95(sorted: &[f64]) -> [f64; 2] {
     for _ in 0..BOOTSTRAP_RESAMPLES {
         counts.iter_mut().for_each(|c| *c = 0);
         for _ in 0..n {
-            counts[rng.below(n)] += 1;
+            counts[rng.random_range(0..n)] += 1;
         }
         let mut lo_value = None;
         let mut seen = 0usize;
@@ -267,30 +270,6 @@ fn order_statistic_median_ci95(sorted: &[f64]) -> [f64; 2] {
     let j = ((half - spread).floor() as usize).clamp(1, n);
     let k = ((1.0 + half + spread).ceil() as usize).clamp(1, n);
     [sorted[j - 1], sorted[k - 1]]
-}
-
-/// The splitmix64 generator: tiny, fast and good enough for resampling.
-struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..bound` (`bound > 0`), by multiply-shift reduction.
-    fn below(&mut self, bound: usize) -> usize {
-        ((self.next_u64() as u128 * bound as u128) >> 64) as usize
-    }
 }
 
 #[cfg(test)]
@@ -402,12 +381,10 @@ mod tests {
 
     /// Deterministic pseudo-normal data: sum of 12 uniforms minus 6.
     fn normalish(n: usize, seed: u64, mean: f64, sd: f64) -> Vec<f64> {
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = SmallRng::seed_from_u64(seed);
         (0..n)
             .map(|_| {
-                let s: f64 = (0..12)
-                    .map(|_| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-                    .sum();
+                let s: f64 = (0..12).map(|_| rng.random::<f64>()).sum();
                 mean + sd * (s - 6.0)
             })
             .collect()

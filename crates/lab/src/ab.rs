@@ -1,0 +1,198 @@
+//! A/B experiments (`bench --ab KNOB=A,B`): one knob at two values, interleaved.
+//!
+//! Every round runs the suite once per side, each test in a fresh VM, in the order A B,
+//! then B A, and so on, so that a host drifting during the run hurts both sides alike.
+//! Each side of a round is one [`bench::run`] with one round; the sides are assembled
+//! into one results file whose `tests` are side A's and whose `ab` holds side B's. The
+//! comparison ([`crate::compare::compare_ab`]) pairs the sides round by round.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kvm_ioctls::Kvm;
+
+use crate::bench::{self, BenchOptions, Progress};
+use crate::knobs::{self, AbSpec};
+use crate::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
+use crate::runner::RunError;
+use crate::stats::{percentile, summarize};
+
+/// Why an A/B run produced no results.
+#[derive(Debug, thiserror::Error)]
+pub enum AbError {
+    /// A VM could not be set up.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// Interrupted before both sides completed one round.
+    #[error("interrupted before both sides of the first round completed; nothing to report")]
+    NothingCompleted,
+}
+
+/// Runs the A/B experiment: `rounds` rounds of both sides of `spec`, based on `base`
+/// (its `rounds` is ignored; its samples are spread over the rounds).
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    base: &BenchOptions,
+    spec: &AbSpec,
+    rounds: u32,
+    host: serde_json::Value,
+    notes: Vec<String>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Results, AbError> {
+    let started = std::time::Instant::now();
+    let rounds = u64::from(rounds.max(1)).min(base.params.samples.max(1));
+    let side_opts = |value: &str| {
+        let mut o = base.clone();
+        // Checked when the spec was parsed.
+        let _ = (spec.knob.set)(&mut o, value);
+        o.overhead = false;
+        o.rounds = 1;
+        o.raw = true;
+        o
+    };
+    let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
+    let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
+    let mut order = Vec::new();
+    let mut interrupted = None;
+    'rounds: for round in 0..rounds {
+        progress(Progress::Round(round as u32 + 1, rounds as u32));
+        let share = base.params.samples / rounds + u64::from(round < base.params.samples % rounds);
+        let seq = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        order.push(seq.map(|i| ["a", "b"][i].to_string()));
+        for side in seq {
+            if base
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst))
+            {
+                interrupted = Some(round + 1);
+                break 'rounds;
+            }
+            let mut o = sides[side].clone();
+            o.params.samples = share;
+            // Each side is a one-round run of its own; only the A/B rounds are shown.
+            let mut inner = |p: Progress<'_>| {
+                if !matches!(p, Progress::Round(..)) {
+                    progress(p)
+                }
+            };
+            let r = bench::run(kvm, image, &o, host.clone(), Vec::new(), &mut inner)?;
+            if r.incomplete.is_some() {
+                interrupted = Some(round + 1);
+                break 'rounds;
+            }
+            // A test that did not complete on a side is not run again there (as in a
+            // plain run): a hypercall that never completes would cost its timeout in
+            // every round.
+            let stuck: Vec<&str> = r
+                .tests
+                .iter()
+                .filter(|t| matches!(t.status, TestStatus::DidNotComplete { .. }))
+                .map(|t| t.name.as_str())
+                .collect();
+            sides[side].tests.retain(|d| !stuck.contains(&d.name));
+            runs[side].push(r);
+        }
+    }
+    // A round counts only when both sides completed it.
+    let complete = runs[0].len().min(runs[1].len());
+    runs.iter_mut().for_each(|r| r.truncate(complete));
+    order.truncate(complete);
+    let [a_runs, b_runs] = runs;
+    let Some(first) = a_runs.first() else {
+        return Err(AbError::NothingCompleted);
+    };
+    let mut out = first.clone();
+    out.tests = merge_side(&a_runs, base.raw);
+    out.config.rounds = complete as u32;
+    out.config.samples = a_runs.iter().map(|r| r.config.samples).sum();
+    out.config.raw = base.raw;
+    out.config.knobs = knobs::values(&sides[0]);
+    out.config.knobs.remove(spec.knob.name);
+    out.wall_seconds = started.elapsed().as_secs_f64();
+    out.notes = notes;
+    for r in a_runs.iter().chain(&b_runs) {
+        for n in &r.notes {
+            if !out.notes.contains(n) {
+                out.notes.push(n.clone());
+            }
+        }
+    }
+    out.incomplete = interrupted.map(|round| {
+        format!(
+            "interrupted during round {round} of {rounds}: kept the {complete} round(s) both sides completed"
+        )
+    });
+    out.ab = Some(AbRun {
+        knob: spec.knob.name.to_string(),
+        a: spec.a.clone(),
+        b: spec.b.clone(),
+        b_tests: merge_side(&b_runs, base.raw),
+        order,
+    });
+    Ok(out)
+}
+
+/// Merges one side's one-round runs into one result per test: the rounds' figures in
+/// order, cycles summarized over all samples, the net distribution as the average of
+/// the rounds' percentiles (Vincent averaging), exits added, the first failed exit
+/// check kept.
+fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .tests
+        .iter()
+        .map(|t0| {
+            let same: Vec<&TestResult> = runs.iter().filter_map(|r| r.test(&t0.name)).collect();
+            let mut t = t0.clone();
+            if let Some(bad) = same.iter().find(|t| !t.status.is_ok()) {
+                t.status = bad.status.clone();
+            }
+            t.rounds = same.iter().flat_map(|t| t.rounds.clone()).collect();
+            t.samples = same.iter().map(|t| t.samples).sum();
+            let raw: Vec<u64> = same
+                .iter()
+                .flat_map(|t| t.raw_samples.clone().unwrap_or_default())
+                .collect();
+            let per_iter: Vec<f64> = raw
+                .iter()
+                .map(|&c| c as f64 / t.batch.max(1) as f64)
+                .collect();
+            t.cycles = summarize(&per_iter).ok().or(t.cycles);
+            t.raw_samples = keep_raw.then_some(raw);
+            let nets: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
+            if !nets.is_empty() {
+                let mut sorted = nets;
+                sorted.sort_unstable_by(f64::total_cmp);
+                t.net_median_cycles = Some(percentile(&sorted, 50.0));
+            }
+            let pcts: Vec<&Vec<f64>> = same
+                .iter()
+                .filter_map(|t| t.net_percentiles.as_ref())
+                .collect();
+            if let Some(p0) = pcts.first() {
+                t.net_percentiles = Some(
+                    (0..p0.len())
+                        .map(|i| pcts.iter().map(|p| p[i]).sum::<f64>() / pcts.len() as f64)
+                        .collect(),
+                );
+            }
+            t.exits = Default::default();
+            for s in &same {
+                for (k, v) in &s.exits {
+                    *t.exits.entry(k.clone()).or_default() += v;
+                }
+            }
+            t.exit_check = same
+                .iter()
+                .filter_map(|s| s.exit_check.clone())
+                .find(|c: &ExitCheck| !c.passed)
+                .or(t.exit_check);
+            t
+        })
+        .collect()
+}

@@ -1,0 +1,192 @@
+//! Results as OpenMetrics text (`exitlab report --format openmetrics`), so that a fleet
+//! of hosts can hand their figures to Prometheus through the pushgateway or
+//! node_exporter's textfile collector. Labels: `test`, `ring`, `apic` (the run's APIC
+//! mode knob, `default` when the run did not set one), `host`, and for A/B runs `side`.
+
+use std::fmt::Write as _;
+
+use crate::report::host_str;
+use crate::results::{Results, TestResult};
+
+/// Escapes a label value (backslash, double quote, line feed).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The host label: the host name, else the CPU model and kernel.
+fn host_label(r: &Results) -> String {
+    r.provenance
+        .as_ref()
+        .and_then(|p| p.hostname.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "{} / {}",
+                host_str(&r.host, "/cpu/model_name").unwrap_or("unknown CPU"),
+                host_str(&r.host, "/kernel/release").unwrap_or("unknown kernel")
+            )
+        })
+}
+
+struct Series<'a> {
+    labels: String,
+    test: &'a TestResult,
+}
+
+/// Renders every file's tests (both sides of an A/B run) as one OpenMetrics exposition.
+pub fn render(files: &[(String, Results)]) -> String {
+    let mut series = Vec::new();
+    for (_, r) in files {
+        let host = escape(&host_label(r));
+        let mut sides: Vec<(Option<String>, Results)> = Vec::new();
+        match r.ab_sides() {
+            Some((a, b)) => {
+                let ab = r.ab.as_ref().map(|ab| (ab.a.clone(), ab.b.clone()));
+                let (va, vb) = ab.unwrap_or_default();
+                sides.push((Some(va), a));
+                sides.push((Some(vb), b));
+            }
+            None => sides.push((None, r.clone())),
+        }
+        for (side, res) in sides {
+            let apic = res
+                .config
+                .knobs
+                .get("apic")
+                .cloned()
+                .unwrap_or_else(|| "default".into());
+            for t in res.tests.iter().filter(|t| t.status.is_ok()) {
+                let mut labels = format!(
+                    "test=\"{}\",ring=\"{}\",apic=\"{}\",host=\"{host}\"",
+                    escape(&t.name),
+                    t.ring,
+                    escape(&apic)
+                );
+                if let (Some(v), Some(ab)) = (&side, &r.ab) {
+                    let _ = write!(labels, ",side=\"{}={}\"", escape(&ab.knob), escape(v));
+                }
+                // The sides' tests are owned by `sides`; keep what the lines need.
+                series.push((labels, t.clone()));
+            }
+        }
+    }
+    let series: Vec<Series<'_>> = series
+        .iter()
+        .map(|(labels, test)| Series {
+            labels: labels.clone(),
+            test,
+        })
+        .collect();
+    let mut out = String::new();
+    family(
+        &mut out,
+        "exitlab_exit_cycles",
+        "cycles",
+        "Cycles per iteration of the test's loop (raw, the empty loop not subtracted), by statistic",
+        &series,
+        |t| {
+            let c = t.cycles.as_ref()?;
+            Some(vec![
+                ("p10", c.p10),
+                ("median", c.median),
+                ("p90", c.p90),
+                ("p99", c.p99),
+                ("mean", c.mean),
+                ("median_ci95_low", c.median_ci95[0]),
+                ("median_ci95_high", c.median_ci95[1]),
+            ])
+        },
+    );
+    family(
+        &mut out,
+        "exitlab_exit_net_cycles",
+        "cycles",
+        "Median over samples of the sample minus the empty loop measured just before it in the same VM",
+        &series,
+        |t| Some(vec![("median", t.net_median_cycles?)]),
+    );
+    family(
+        &mut out,
+        "exitlab_exit_net_seconds",
+        "seconds",
+        "The net median converted with the TSC frequency",
+        &series,
+        |t| {
+            t.median_ns_is_net
+                .then_some(())
+                .and(t.median_ns)
+                .map(|ns| vec![("median", ns * 1e-9)])
+        },
+    );
+    out.push_str("# EOF\n");
+    out
+}
+
+/// One metric family: TYPE, UNIT, HELP, then a line per series and statistic.
+fn family(
+    out: &mut String,
+    name: &str,
+    unit: &str,
+    help: &str,
+    series: &[Series<'_>],
+    values: impl Fn(&TestResult) -> Option<Vec<(&'static str, f64)>>,
+) {
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    let _ = writeln!(out, "# UNIT {name} {unit}");
+    let _ = writeln!(out, "# HELP {name} {help}.");
+    for s in series {
+        for (stat, v) in values(s.test).unwrap_or_default() {
+            if v.is_finite() {
+                let _ = writeln!(out, "{name}{{{},stat=\"{stat}\"}} {v}", s.labels);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::tests::sample_results;
+
+    #[test]
+    fn exposition_has_labels_units_and_eof() {
+        let mut r = sample_results();
+        r.config.knobs.insert("apic".into(), "x2apic".into());
+        r.provenance.as_mut().unwrap().hostname = Some("rack1 \"a\"".into());
+        let text = render(&[("r.json".into(), r)]);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(
+            text.contains("# TYPE exitlab_exit_cycles gauge\n# UNIT exitlab_exit_cycles cycles\n")
+        );
+        assert!(
+            text.contains(
+                "exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"x2apic\",host=\"rack1 \\\"a\\\"\",stat=\"median\"} 1240"
+            ),
+            "{text}"
+        );
+        // Tests that did not complete give no series.
+        assert!(!text.contains("test=\"vmcall\""));
+        // Every sample line: name{labels} value.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = line.rsplit_once(' ').unwrap();
+            value.parse::<f64>().unwrap();
+            assert!(line.starts_with("exitlab_exit_"), "{line}");
+        }
+    }
+
+    #[test]
+    fn ab_runs_label_both_sides() {
+        let mut r = sample_results();
+        r.ab = Some(crate::results::AbRun {
+            knob: "ring".into(),
+            a: "0".into(),
+            b: "3".into(),
+            b_tests: r.tests.clone(),
+            order: Vec::new(),
+        });
+        let text = render(&[("r.json".into(), r)]);
+        assert!(text.contains("side=\"ring=0\""), "{text}");
+        assert!(text.contains("side=\"ring=3\""), "{text}");
+    }
+}

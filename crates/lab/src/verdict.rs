@@ -1,0 +1,513 @@
+//! Did a figure move between two runs, by how much, and is that real?
+//!
+//! The unit of evidence is the **round**: one fresh VM running one test. Samples taken in
+//! one VM share that VM's placement, caches and host state, so they are not independent
+//! of each other; rounds are. A comparison therefore takes one figure per round (the
+//! median of the paired net cycles of that round's samples) and resamples rounds, never
+//! samples.
+//!
+//! - [`Pairing::Paired`] (an A/B run): round `i` of A and round `i` of B ran back to back
+//!   on the same host state. The statistic is the median over rounds of the per-round
+//!   ratio `B_i / A_i`, and the bootstrap draws round indices, keeping each pair
+//!   together, so drift of the host between rounds cancels.
+//! - [`Pairing::Independent`] (`exitlab compare` of two files): the statistic is the ratio
+//!   of the two medians of round figures, and each side's rounds are drawn on their own.
+//!
+//! The change is reported in percent (`+10 %` = slower) with a 95 % bootstrap interval
+//! ([`RESAMPLES`] resamples, `rand`'s `SmallRng` with a seed derived from the inputs, so
+//! a report is reproducible). With a handful of rounds the plain percentile interval is
+//! too narrow, so the *expanded* percentile interval is used (see [`expanded_tail`]).
+//! The verdict:
+//! - **slower** when the whole interval lies above `+threshold`,
+//! - **faster** when it lies below `-threshold`,
+//! - **no detectable change** otherwise,
+//! - **no conclusion** with fewer than [`MIN_ROUNDS`] rounds on a side, or when the
+//!   figure before is not positive (a percentage of it means nothing).
+//!
+//! With `n` rounds the bootstrap interval of a median cannot be narrower than what `n`
+//! values allow: for 5 rounds it is about the range of the rounds, an interval that
+//! covers the true median 94 % of the time (`1 - 2 / 2^5`); with 4 rounds only 88 %,
+//! which is why fewer than [`MIN_ROUNDS`] give no conclusion.
+//!
+//! The *minimum detectable change* is the smallest true change that this run would have
+//! called with 80 % probability: the interval's half-width scaled by
+//! `(z_0.975 + z_0.80) / z_0.975 ≈ 1.43`, plus the threshold.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::stats::percentile;
+
+/// Bootstrap resamples per comparison.
+pub const RESAMPLES: usize = 4000;
+
+/// Fewest rounds on each side for a conclusion (see the module documentation).
+pub const MIN_ROUNDS: usize = 5;
+
+/// `(z_0.975 + z_0.80) / z_0.975`: half-width of a 95 % interval to the change detected
+/// with 80 % power.
+const POWER_80_FACTOR: f64 = (1.959_964 + 0.841_621) / 1.959_964;
+
+/// How the rounds of the two sides relate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// Round `i` of both sides ran back to back (an A/B run).
+    Paired,
+    /// The two sides are separate runs.
+    Independent,
+}
+
+/// What a comparison concludes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", content = "reason", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The 95 % interval lies below `-threshold`.
+    Faster,
+    /// The 95 % interval lies above `+threshold`.
+    Slower,
+    /// The interval reaches within `±threshold` of no change.
+    NoDetectableChange,
+    /// The data cannot support a conclusion; the reason says why.
+    NoConclusion(String),
+}
+
+impl Verdict {
+    /// The words used in tables.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Faster => "faster",
+            Verdict::Slower => "slower",
+            Verdict::NoDetectableChange => "no detectable change",
+            Verdict::NoConclusion(_) => "no conclusion",
+        }
+    }
+}
+
+/// The change of one figure between two sets of rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// Rounds before (side A).
+    pub rounds_before: usize,
+    /// Rounds after (side B).
+    pub rounds_after: usize,
+    /// Median of the round figures before.
+    pub median_before: f64,
+    /// Median of the round figures after.
+    pub median_after: f64,
+    /// Change in percent (positive: slower); `None` without a conclusion.
+    pub pct: Option<f64>,
+    /// 95 % bootstrap interval of the change in percent.
+    pub ci95_pct: Option<[f64; 2]>,
+    /// Smallest change this run would have detected with 80 % probability, in percent.
+    pub min_detectable_pct: Option<f64>,
+    /// The threshold the verdict used, in percent.
+    pub threshold_pct: f64,
+    /// The conclusion.
+    pub verdict: Verdict,
+}
+
+impl Change {
+    /// Whether the figure got slower beyond the threshold with 95 % confidence.
+    pub fn is_regression(&self) -> bool {
+        self.verdict == Verdict::Slower
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    median_in_place(&mut values.to_vec())
+}
+
+/// Type 7 median of `v` (non-empty), reordering it: one selection, no sort.
+fn median_in_place(v: &mut [f64]) -> f64 {
+    let n = v.len();
+    let (left, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let upper = *mid;
+    if n % 2 == 1 {
+        upper
+    } else {
+        let lower = left.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        lower + (upper - lower) / 2.0
+    }
+}
+
+/// Two-sided 97.5 % quantile of Student's t with `df` degrees of freedom (table values;
+/// between entries the next smaller `df`'s, which is the wider, is used).
+fn t_975(df: usize) -> f64 {
+    const TABLE: [(usize, f64); 26] = [
+        (1, 12.706),
+        (2, 4.303),
+        (3, 3.182),
+        (4, 2.776),
+        (5, 2.571),
+        (6, 2.447),
+        (7, 2.365),
+        (8, 2.306),
+        (9, 2.262),
+        (10, 2.228),
+        (11, 2.201),
+        (12, 2.179),
+        (13, 2.160),
+        (14, 2.145),
+        (15, 2.131),
+        (16, 2.120),
+        (17, 2.110),
+        (18, 2.101),
+        (19, 2.093),
+        (20, 2.086),
+        (25, 2.060),
+        (30, 2.042),
+        (40, 2.021),
+        (60, 2.000),
+        (120, 1.980),
+        (usize::MAX, 1.960),
+    ];
+    TABLE
+        .iter()
+        .rev()
+        .find(|(d, _)| *d <= df.max(1))
+        .map_or(12.706, |e| e.1)
+}
+
+/// Standard normal distribution function, by Abramowitz & Stegun 7.1.26 (absolute error
+/// below 1.5e-7). Written here because it is eight lines, while the crates that offer it
+/// bring a linear-algebra library along.
+fn normal_cdf(x: f64) -> f64 {
+    let z = x.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * z);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erf = 1.0 - poly * (-z * z).exp();
+    if x >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
+    }
+}
+
+/// Lower tail probability of the *expanded* percentile bootstrap interval for `n`
+/// independent units (Hesterberg, "What teachers should know about the bootstrap",
+/// 2015): `Phi(-sqrt(n / (n - 1)) * t_{0.975, n-1})` instead of 2.5 %, which corrects
+/// the plain percentile interval's narrowness for small `n` (measured: 94 % coverage
+/// with 8 rounds a side before the correction).
+fn expanded_tail(n: usize) -> f64 {
+    let n = n.max(2) as f64;
+    normal_cdf(-(n / (n - 1.0)).sqrt() * t_975(n as usize - 1))
+}
+
+/// A seed that depends on the data only, so one input always gives one answer.
+fn seed_of(a: &[f64], b: &[f64]) -> u64 {
+    a.iter().chain(b).fold(0x6578_6974_6c61_6232, |h, v| {
+        (h ^ v.to_bits())
+            .rotate_left(23)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    })
+}
+
+/// Compares round figures `before` with `after` (each: one figure per round, e.g. the
+/// net median cycles of that round) with the given pairing and threshold (percent,
+/// `>= 0`). See the module documentation for the method.
+pub fn change(before: &[f64], after: &[f64], pairing: Pairing, threshold_pct: f64) -> Change {
+    change_seeded(
+        before,
+        after,
+        pairing,
+        threshold_pct,
+        seed_of(before, after),
+    )
+}
+
+/// [`change`] with an explicit seed (for trials on synthetic data).
+pub fn change_seeded(
+    before: &[f64],
+    after: &[f64],
+    pairing: Pairing,
+    threshold_pct: f64,
+    seed: u64,
+) -> Change {
+    let finite = |v: &[f64]| {
+        v.iter()
+            .copied()
+            .filter(|x| x.is_finite())
+            .collect::<Vec<_>>()
+    };
+    let (before, after) = (finite(before), finite(after));
+    let threshold_pct = threshold_pct.max(0.0);
+    let mut out = Change {
+        rounds_before: before.len(),
+        rounds_after: after.len(),
+        median_before: if before.is_empty() {
+            f64::NAN
+        } else {
+            median(&before)
+        },
+        median_after: if after.is_empty() {
+            f64::NAN
+        } else {
+            median(&after)
+        },
+        pct: None,
+        ci95_pct: None,
+        min_detectable_pct: None,
+        threshold_pct,
+        verdict: Verdict::NoDetectableChange,
+    };
+    if let Some(reason) = refusal(&before, &after, pairing) {
+        out.verdict = Verdict::NoConclusion(reason);
+        return out;
+    }
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (estimate, mut boot) = match pairing {
+        Pairing::Paired => {
+            let ratios: Vec<f64> = before.iter().zip(&after).map(|(b, a)| a / b).collect();
+            let n = ratios.len();
+            let mut draw = vec![0.0; n];
+            let boot: Vec<f64> = (0..RESAMPLES)
+                .map(|_| {
+                    draw.iter_mut()
+                        .for_each(|d| *d = ratios[rng.random_range(0..n)]);
+                    median_in_place(&mut draw)
+                })
+                .collect();
+            (median(&ratios), boot)
+        }
+        Pairing::Independent => {
+            let (nb, na) = (before.len(), after.len());
+            let mut db = vec![0.0; nb];
+            let mut da = vec![0.0; na];
+            let boot: Vec<f64> = (0..RESAMPLES)
+                .map(|_| {
+                    db.iter_mut()
+                        .for_each(|d| *d = before[rng.random_range(0..nb)]);
+                    da.iter_mut()
+                        .for_each(|d| *d = after[rng.random_range(0..na)]);
+                    median_in_place(&mut da) / median_in_place(&mut db)
+                })
+                .collect();
+            (out.median_after / out.median_before, boot)
+        }
+    };
+    boot.sort_unstable_by(f64::total_cmp);
+    let tail = 100.0 * expanded_tail(before.len().min(after.len()));
+    let to_pct = |r: f64| (r - 1.0) * 100.0;
+    let lo = to_pct(percentile(&boot, tail));
+    let hi = to_pct(percentile(&boot, 100.0 - tail));
+    if !(lo.is_finite() && hi.is_finite()) {
+        out.verdict = Verdict::NoConclusion(
+            "a resampled round figure was not positive, so the change has no percentage".into(),
+        );
+        return out;
+    }
+    out.pct = Some(to_pct(estimate));
+    out.ci95_pct = Some([lo, hi]);
+    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + threshold_pct);
+    out.verdict = if lo > threshold_pct {
+        Verdict::Slower
+    } else if hi < -threshold_pct {
+        Verdict::Faster
+    } else {
+        Verdict::NoDetectableChange
+    };
+    out
+}
+
+/// Why no conclusion can be drawn from these rounds, if so.
+fn refusal(before: &[f64], after: &[f64], pairing: Pairing) -> Option<String> {
+    let fewest = before.len().min(after.len());
+    if fewest < MIN_ROUNDS {
+        return Some(format!(
+            "{} round(s) before and {} after; at least {MIN_ROUNDS} on each side are needed \
+             (rounds, not samples, are independent; run bench with --rounds {MIN_ROUNDS} or more)",
+            before.len(),
+            after.len()
+        ));
+    }
+    if pairing == Pairing::Paired && before.len() != after.len() {
+        return Some(format!(
+            "paired comparison of {} rounds with {}: every round needs both sides",
+            before.len(),
+            after.len()
+        ));
+    }
+    let positive = |v: &[f64]| v.iter().all(|x| *x > 0.0);
+    if !positive(before) || (pairing == Pairing::Paired && !positive(after)) {
+        return Some(
+            "a round's net figure is not positive (the test costs no more than the empty loop), \
+             so a change in percent means nothing"
+                .into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pseudo-normal values: sum of 12 uniforms minus 6.
+    fn normal(rng: &mut SmallRng, mean: f64, sd: f64) -> f64 {
+        let s: f64 = (0..12).map(|_| rng.random::<f64>()).sum();
+        mean + sd * (s - 6.0)
+    }
+
+    /// `n` rounds, each the median of `per_round` samples around a round level that
+    /// varies by `round_sd` (the host state of that VM); returns (round medians, all
+    /// samples).
+    fn rounds(
+        rng: &mut SmallRng,
+        n: usize,
+        per_round: usize,
+        level: f64,
+        round_sd: f64,
+        sample_sd: f64,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let mut medians = Vec::new();
+        let mut all = Vec::new();
+        for _ in 0..n {
+            let l = normal(rng, level, round_sd);
+            let s: Vec<f64> = (0..per_round).map(|_| normal(rng, l, sample_sd)).collect();
+            medians.push(median(&s));
+            all.extend(s);
+        }
+        (medians, all)
+    }
+
+    #[test]
+    fn small_sample_corrections() {
+        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
+        assert!((normal_cdf(-1.959_964) - 0.025).abs() < 1e-6);
+        assert!((normal_cdf(1.0) - 0.841_345).abs() < 1e-6);
+        assert_eq!(t_975(7), 2.365);
+        assert_eq!(t_975(22), 2.086);
+        assert_eq!(t_975(100_000), 1.98);
+        // 8 rounds: 0.57 % per tail; converges to 2.5 % for many rounds.
+        assert!(
+            (expanded_tail(8) - 0.0057).abs() < 0.0003,
+            "{}",
+            expanded_tail(8)
+        );
+        assert!((expanded_tail(10_000) - 0.025).abs() < 0.002);
+        for n in [4, 5, 6, 7, 8, 9, 10] {
+            assert_eq!(
+                median(&(1..=n).map(f64::from).collect::<Vec<_>>()),
+                f64::from(n + 1) / 2.0
+            );
+        }
+    }
+
+    #[test]
+    fn a_20_percent_shift_is_found_with_an_interval_containing_20() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let (a, _) = rounds(&mut rng, 10, 200, 20_000.0, 800.0, 3000.0);
+        let (b, _) = rounds(&mut rng, 10, 200, 24_000.0, 960.0, 3600.0);
+        for pairing in [Pairing::Independent, Pairing::Paired] {
+            let c = change(&a, &b, pairing, 0.0);
+            assert_eq!(c.verdict, Verdict::Slower, "{c:?}");
+            let [lo, hi] = c.ci95_pct.unwrap();
+            assert!(lo < 20.0 && 20.0 < hi, "{c:?}");
+            assert!(c.min_detectable_pct.unwrap() < 20.0, "{c:?}");
+            let back = change(&b, &a, pairing, 0.0);
+            assert_eq!(back.verdict, Verdict::Faster, "{back:?}");
+            let [lo, hi] = back.ci95_pct.unwrap();
+            // 1/1.2 - 1 = -16.7 %.
+            assert!(lo < -16.6 && -16.7 < hi, "{back:?}");
+        }
+    }
+
+    #[test]
+    fn no_shift_gives_no_detectable_change_in_at_least_95_percent_of_trials() {
+        for pairing in [Pairing::Independent, Pairing::Paired] {
+            let trials = 200;
+            let mut quiet = 0;
+            for seed in 0..trials {
+                let mut rng = SmallRng::seed_from_u64(1000 + seed);
+                let (a, _) = rounds(&mut rng, 8, 100, 20_000.0, 1000.0, 4000.0);
+                let (b, _) = rounds(&mut rng, 8, 100, 20_000.0, 1000.0, 4000.0);
+                let c = change_seeded(&a, &b, pairing, 0.0, seed);
+                if c.verdict == Verdict::NoDetectableChange {
+                    quiet += 1;
+                }
+            }
+            assert!(
+                quiet * 100 >= trials * 95,
+                "{pairing:?}: {quiet}/{trials} trials without a detected change"
+            );
+        }
+    }
+
+    #[test]
+    fn rounds_not_samples_are_the_unit() {
+        // Each VM (round) lands at its own level, 5 % apart, while samples inside a
+        // round are tight: the rounds carry the real uncertainty. Resampling rounds
+        // keeps false alarms rare; treating every sample as independent (as pooling
+        // the samples of separate VMs does) raises them most of the time.
+        let trials = 60;
+        let (mut by_round, mut by_sample) = (0, 0);
+        for seed in 0..trials {
+            let mut rng = SmallRng::seed_from_u64(5000 + seed);
+            let (ra, sa) = rounds(&mut rng, 6, 25, 20_000.0, 1000.0, 300.0);
+            let (rb, sb) = rounds(&mut rng, 6, 25, 20_000.0, 1000.0, 300.0);
+            if change_seeded(&ra, &rb, Pairing::Independent, 0.0, seed).verdict
+                != Verdict::NoDetectableChange
+            {
+                by_round += 1;
+            }
+            if change_seeded(&sa, &sb, Pairing::Independent, 0.0, seed).verdict
+                != Verdict::NoDetectableChange
+            {
+                by_sample += 1;
+            }
+        }
+        assert!(
+            by_round * 100 <= trials * 5,
+            "{by_round} false alarms by round"
+        );
+        assert!(by_sample * 2 > trials, "{by_sample} false alarms by sample");
+    }
+
+    #[test]
+    fn too_few_rounds_give_no_conclusion_with_the_reason() {
+        let c = change(&[1.0, 1.0, 1.0, 1.0], &[2.0; 10], Pairing::Independent, 0.0);
+        match &c.verdict {
+            Verdict::NoConclusion(why) => {
+                assert!(why.contains("4 round(s) before and 10 after"), "{why}");
+                assert!(why.contains("--rounds 5"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.pct, None);
+        let c = change(&[0.0; 6], &[1.0; 6], Pairing::Paired, 0.0);
+        assert!(matches!(c.verdict, Verdict::NoConclusion(ref w) if w.contains("not positive")));
+        let c = change(&[1.0; 6], &[1.0; 7], Pairing::Paired, 0.0);
+        assert!(matches!(c.verdict, Verdict::NoConclusion(ref w) if w.contains("both sides")));
+    }
+
+    #[test]
+    fn threshold_decides_between_slower_and_no_detectable_change() {
+        let a = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2];
+        let b: Vec<f64> = a.iter().map(|x| x * 1.08).collect();
+        assert_eq!(
+            change(&a, &b, Pairing::Paired, 0.0).verdict,
+            Verdict::Slower
+        );
+        assert_eq!(
+            change(&a, &b, Pairing::Paired, 5.0).verdict,
+            Verdict::Slower
+        );
+        let c = change(&a, &b, Pairing::Paired, 10.0);
+        assert_eq!(c.verdict, Verdict::NoDetectableChange);
+        assert!(!c.is_regression());
+        assert!((c.pct.unwrap() - 8.0).abs() < 1e-9);
+        // Identical inputs: exactly no change, a degenerate interval.
+        let c = change(&a, &a, Pairing::Independent, 0.0);
+        assert_eq!(c.verdict, Verdict::NoDetectableChange);
+        assert_eq!(c.pct, Some(0.0));
+        // Same answer every time.
+        assert_eq!(
+            change(&a, &b, Pairing::Independent, 0.0),
+            change(&a, &b, Pairing::Independent, 0.0)
+        );
+    }
+}
