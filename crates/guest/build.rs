@@ -39,19 +39,14 @@ const C_SOURCES: &[&str] = &["kernel/kmain.c"];
 const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "src/abi.rs"];
 
 /// Conformance kernel sources in `conformance/`: the code shared by every image...
-const CONFORMANCE_COMMON: &[&str] = &["entry.S", "conformance.c"];
+const CONFORMANCE_COMMON: &[&str] = &[
+    "entry.S", "main.c", "lib.c", "boot.c", "acpi.c", "fwcfg.c", "timers.c", "pci.c", "serial.c",
+    "smp.c", "faults.c",
+];
 /// ...the piece that makes each image bootable its way...
 const CONFORMANCE_HEADERS: &[&str] = &["multiboot_elf.S", "multiboot_aout.S", "pvh_note.S"];
 /// ...and everything else they are built from.
-const CONFORMANCE_SOURCES: &[&str] = &[
-    "entry.S",
-    "conformance.c",
-    "multiboot_elf.S",
-    "multiboot_aout.S",
-    "pvh_note.S",
-    "conformance.h",
-    "conformance.ld",
-];
+const CONFORMANCE_OTHER: &[&str] = &["conformance.h", "conformance.ld"];
 
 #[path = "initrd/build_initrd.rs"]
 mod build_initrd;
@@ -72,7 +67,11 @@ fn run() -> Result<(), String> {
         println!("cargo:rerun-if-changed={src}");
     }
 
-    for src in CONFORMANCE_SOURCES {
+    for src in CONFORMANCE_COMMON
+        .iter()
+        .chain(CONFORMANCE_HEADERS)
+        .chain(CONFORMANCE_OTHER)
+    {
         println!("cargo:rerun-if-changed=conformance/{src}");
     }
 
