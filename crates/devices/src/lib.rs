@@ -24,6 +24,7 @@ pub mod pc;
 pub mod pci;
 pub mod pci_testdev;
 pub mod pm_timer;
+pub mod port92;
 pub mod serial;
 pub mod sink;
 pub mod testdev;

@@ -276,10 +276,14 @@ int test_fwcfg(void);       /* fwcfg.c */
 int test_acpi(void);        /* acpi.c */
 int test_pmtimer(void);     /* timers.c */
 int test_pci(void);         /* pci.c */
+int test_pcicfg(void);      /* pci.c */
 int test_serial(void);      /* serial.c */
 int test_smp(void);         /* smp.c */
+int test_nmi(void);         /* nmi.c */
+int test_strio(void);       /* strio.c */
 int test_triplefault(void); /* faults.c */
 int test_timeout(void);     /* faults.c */
+int test_reset92(void);     /* faults.c */
 
 /* What the exception stubs push, lowest address first. */
 struct exception_frame {

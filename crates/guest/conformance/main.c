@@ -37,10 +37,14 @@ static const struct test {
     {"acpi", test_acpi, 0},
     {"pmtimer", test_pmtimer, T_TSC},
     {"pci", test_pci, 0},
+    {"pcicfg", test_pcicfg, 0},
     {"serial", test_serial, 0},
     {"smp", test_smp, 0},
+    {"nmi", test_nmi, T_NAMED},
+    {"strio", test_strio, T_NAMED},
     {"triplefault", test_triplefault, T_NAMED},
     {"timeout", test_timeout, T_NAMED},
+    {"reset92", test_reset92, T_NAMED},
 };
 
 #define NTESTS (sizeof(tests) / sizeof(tests[0]))

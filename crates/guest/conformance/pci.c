@@ -220,3 +220,55 @@ int test_pci(void)
     return 1;
 }
 
+
+/*
+ * Configuration mechanism #1 with the low bits of CONFIG_ADDRESS set, as test libraries
+ * use it: every byte offset 0..3 in CONFIG_ADDRESS, every port 0xCFC..0xCFF and every
+ * access size that stays within them, against the bytes read with aligned 32-bit reads.
+ * The byte reached is (offset | port) + i, as on QEMU's pc machine.
+ */
+static int pcicfg_check(uint32_t dev, uint32_t reg)
+{
+    uint8_t bytes[8];
+    for (uint32_t i = 0; i < 8; i += 4) {
+        uint32_t v = pci_read32(dev, 0, reg + i);
+        for (uint32_t j = 0; j < 4; j++)
+            bytes[i + j] = (uint8_t)(v >> (8 * j));
+    }
+    for (uint32_t low = 0; low < 4; low++) {
+        for (uint32_t port = 0; port < 4; port++) {
+            for (uint32_t size = 1; size <= 4; size *= 2) {
+                if (port + size > 4)
+                    continue;
+                outl(PCI_CONFIG_ADDR, pci_address(dev, 0, reg) | low);
+                uint16_t p = (uint16_t)(PCI_CONFIG_DATA + port);
+                uint32_t got = size == 1 ? inb(p) : size == 2 ? inw(p) : inl(p);
+                uint32_t want = 0, start = low | port;
+                for (uint32_t i = 0; i < size; i++)
+                    want |= (uint32_t)bytes[start + i] << (8 * i);
+                CHECK(got == want, "00:%02x.0 register %#x with CONFIG_ADDRESS bits 1:0 = %u: "
+                      "a %u-byte read of port %#x gave %#x, expected %#x (bytes from %#x)", dev,
+                      reg, low, size, p, got, want, reg + start);
+            }
+        }
+    }
+    return 1;
+}
+
+int test_pcicfg(void)
+{
+    /* The host bridge's and pci-testdev's identity and class dwords. */
+    static const uint32_t regs[] = {0x00, 0x08};
+    uint32_t devs[] = {0, PCI_TESTDEV_SLOT};
+    for (uint32_t d = 0; d < 2; d++)
+        for (uint32_t r = 0; r < 2; r++)
+            if (!pcicfg_check(devs[d], regs[r]))
+                return 0;
+    /* The case the test libraries rely on: the device ID through 0xCFC. */
+    outl(PCI_CONFIG_ADDR, pci_address(PCI_TESTDEV_SLOT, 0, 0) | 2);
+    uint16_t id = inw(PCI_CONFIG_DATA);
+    CHECK(id == PCI_TESTDEV_DEVICE, "0x80001802 then a 16-bit read of 0xCFC gave %#x, expected "
+          "pci-testdev's device id %#x", id, PCI_TESTDEV_DEVICE);
+    print("# pcicfg: 4 offsets x 4 ports x sizes 1/2/4 on 2 functions read as QEMU's\n");
+    return 1;
+}

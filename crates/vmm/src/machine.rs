@@ -20,6 +20,7 @@ use exitlab_devices::pci::{
 };
 use exitlab_devices::pci_testdev::PciTestDev;
 use exitlab_devices::pm_timer::{PmTimer, PmTimerWidth};
+use exitlab_devices::port92::Port92;
 use exitlab_devices::serial::Serial;
 use exitlab_devices::sink::Sink;
 use exitlab_devices::testdev::{TestDevIrqLines, TestDevMem, TestDevPorts};
@@ -347,6 +348,7 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineE
         pc::I8042_COMMAND,
     )?;
     insert(pio, Arc::new(Sink::new()), pc::PORT80)?;
+    insert(pio, Arc::new(Port92::new()), pc::PORT92)?;
     let below = layout::low_ram_end(ram_bytes);
     let above = layout::high_ram_bytes(ram_bytes);
     insert(pio, Arc::new(Cmos::new(below, above, cpus)), pc::CMOS)?;
