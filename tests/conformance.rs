@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use exitlab_guest::{
-    CONFORMANCE_MULTIBOOT, CONFORMANCE_MULTIBOOT_FLAT, CONFORMANCE_PVH, CONFORMANCE_SERIAL_PATTERN,
+    CONFORMANCE_MULTIBOOT, CONFORMANCE_MULTIBOOT_FLAT, CONFORMANCE_PVH, CONFORMANCE_REALMODE,
+    CONFORMANCE_SERIAL_PATTERN,
 };
 
 const EXITLAB: &str = env!("CARGO_BIN_EXE_exitlab");
@@ -393,6 +394,34 @@ fn pci_config_address_low_bits_at_every_offset_and_size() {
     let kernel = write_file("conformance-pcicfg.bin", CONFORMANCE_MULTIBOOT_FLAT);
     let r = run(&kernel, &["--cmdline", "pcicfg"]);
     r.assert_all_passed(&["pcicfg"]);
+}
+
+#[test]
+fn real_mode_kernel_linked_at_0x8000_prints_and_exits() {
+    let kernel = write_file("conformance-realmode.elf", CONFORMANCE_REALMODE);
+    let r = run(
+        &kernel,
+        &["--cmdline", "a command line that needs boot data"],
+    );
+    assert_eq!(r.code, ALL_PASSED, "{}", r.describe());
+    let line = r.lines_after("# realmode: ");
+    assert_eq!(line.len(), 1, "{}", r.describe());
+    assert!(
+        line[0].starts_with("hello from real mode, CR0.PE=0, IP 0x80"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn kernel_in_the_vga_hole_is_refused_naming_it() {
+    // The real-mode kernel moved to 0xB8000 (program header and entry point).
+    let mut img = CONFORMANCE_REALMODE.to_vec();
+    let phoff = le32(&img, 28) as usize;
+    let entry = le32(&img, 24) - 0x8000 + 0xB_8000;
+    img[24..28].copy_from_slice(&entry.to_le_bytes());
+    img[phoff + 8..phoff + 16].copy_from_slice(&[0x00, 0x80, 0x0B, 0x00, 0x00, 0x80, 0x0B, 0x00]);
+    assert_refused("vga.elf", &img, "overlaps the VGA hole (0xa0000..0xc0000)");
 }
 
 #[test]

@@ -46,7 +46,10 @@ const CONFORMANCE_COMMON: &[&str] = &[
 /// ...the piece that makes each image bootable its way...
 const CONFORMANCE_HEADERS: &[&str] = &["multiboot_elf.S", "multiboot_aout.S", "pvh_note.S"];
 /// ...and everything else they are built from.
-const CONFORMANCE_OTHER: &[&str] = &["conformance.h", "conformance.ld"];
+const CONFORMANCE_OTHER: &[&str] = &["conformance.h", "conformance.ld", "realmode.ld"];
+/// The real-mode kernel linked at 0x8000 (`conformance-realmode.elf`), with its own
+/// linker script.
+const CONFORMANCE_REALMODE: &str = "realmode.S";
 
 #[path = "initrd/build_initrd.rs"]
 mod build_initrd;
@@ -71,6 +74,7 @@ fn run() -> Result<(), String> {
         .iter()
         .chain(CONFORMANCE_HEADERS)
         .chain(CONFORMANCE_OTHER)
+        .chain([&CONFORMANCE_REALMODE])
     {
         println!("cargo:rerun-if-changed=conformance/{src}");
     }
@@ -648,7 +652,11 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
         .flag("-fcf-protection=none")
         .flag("-fno-delete-null-pointer-checks")
         .flag("-nostdlib");
-    for f in CONFORMANCE_COMMON.iter().chain(CONFORMANCE_HEADERS) {
+    for f in CONFORMANCE_COMMON
+        .iter()
+        .chain(CONFORMANCE_HEADERS)
+        .chain([&CONFORMANCE_REALMODE])
+    {
         build.file(src.join(f));
     }
     let objects = build
@@ -696,6 +704,15 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
             run_tool(&mut objcopy, "objcopy (conformance kernel)")?;
         }
     }
+    let mut ld = Command::new("ld");
+    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+        .arg("-T")
+        .arg(src.join("realmode.ld"))
+        .arg("-o")
+        .arg(out.join("conformance-realmode.elf"))
+        .arg(object_of(CONFORMANCE_REALMODE)?);
+    run_tool(&mut ld, "ld (real-mode conformance kernel)")?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use std::ops::Range;
 use vm_memory::GuestMemoryBackend;
 
 use crate::error::{BootError, Result};
-use crate::layout::{check_segment, write_bytes, zero_bytes};
+use crate::layout::{check_segment, write_bytes, zero_bytes, LowMemory};
 
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
@@ -257,12 +257,13 @@ pub(crate) fn load_segments<M: GuestMemoryBackend>(
     image: &[u8],
     elf: &Elf,
     ram_bytes: u64,
+    low: LowMemory,
 ) -> Result<(u64, u64)> {
     if elf.segments.is_empty() {
         return Err(BootError::NoLoadableSegments);
     }
     for s in &elf.segments {
-        check_segment(ram_bytes, s.paddr, s.memsz)?;
+        check_segment(ram_bytes, s.paddr, s.memsz, low)?;
     }
     let mut lo = u64::MAX;
     let mut hi = 0;

@@ -223,12 +223,17 @@ pub fn gdt_location() -> (u64, u16) {
 
 /// Writes [`GDT_ENTRIES`] at `GDT_ADDR`.
 pub(crate) fn write_gdt<M: GuestMemoryBackend>(mem: &M) -> Result<(u64, u16)> {
+    write_gdt_at(mem, GDT_ADDR)
+}
+
+/// Writes [`GDT_ENTRIES`] at `addr`; returns (base, limit).
+pub(crate) fn write_gdt_at<M: GuestMemoryBackend>(mem: &M, addr: u64) -> Result<(u64, u16)> {
     let mut bytes = Vec::with_capacity(GDT_ENTRIES.len() * 8);
     for d in GDT_ENTRIES {
         bytes.extend_from_slice(&d.to_le_bytes());
     }
-    write_bytes(mem, GDT_ADDR, &bytes)?;
-    Ok(gdt_location())
+    write_bytes(mem, addr, &bytes)?;
+    Ok((addr, gdt_location().1))
 }
 
 /// Writes identity page tables for the first 4 GiB (2 MiB pages) and returns the PML4

@@ -67,6 +67,13 @@ pub static CONFORMANCE_PVH: &[u8] =
 /// any VMM with a 16550 at 0x3F8 and an isa-debug-exit at 0xF4 (`exitlab run`, QEMU).
 pub static HARNESS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitlab-harness.elf"));
 
+/// A real-mode test kernel: a multiboot ELF32 with one segment linked at 0x8000, below
+/// 1 MiB, as real-mode test kernels are. Entered in 32-bit protected mode, it drops to
+/// 16-bit real mode, prints `# realmode: hello from real mode, CR0.PE=0, IP 0x<ip>` on
+/// COM1 and writes 0 to the debug-exit port.
+pub static CONFORMANCE_REALMODE: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/conformance-realmode.elf"));
+
 /// What the conformance kernel's `serial` test writes to COM1, byte for byte.
 pub const CONFORMANCE_SERIAL_PATTERN: &[u8] = b"SERIAL-PATTERN-BEGIN\n \
     !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\r\n\
