@@ -753,7 +753,7 @@ pub(crate) mod tests {
         assert!(b.iter().all(|&x| x == 0xAB));
         for field in [16u64, 24, 48, 64] {
             let a = u64::from(rd32(&m, info + field));
-            assert!(a >= 0xE000 && a < EBDA_START, "field {field}: {a:#x}");
+            assert!((0xE000..EBDA_START).contains(&a), "field {field}: {a:#x}");
         }
         assert!(cstr(&m, u64::from(rd32(&m, info + 16))).starts_with("/k/kernel.bin"));
     }
