@@ -249,7 +249,7 @@ fn multiboot_elf_passes_every_test() {
         ],
     );
     r.assert_all_passed(&[
-        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "pcicfg", "serial", "smp",
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
     ]);
     assert_eq!(
         r.lines_after("CMDLINE-ARGV0 "),
@@ -320,7 +320,7 @@ fn pvh_passes_every_test() {
         ],
     );
     r.assert_all_passed(&[
-        "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "pcicfg", "serial", "smp",
+        "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
     ]);
     // PVH passes the command line alone, without the kernel's path.
     assert!(

@@ -291,6 +291,28 @@ fn madt(cpus: u32) -> Vec<u8> {
     t.finish()
 }
 
+/// Base of the HPET's registers (QEMU's pc machine; exitlab-devices' `pc::HPET`).
+pub const HPET_BASE: u64 = 0xFED0_0000;
+/// The HPET's capabilities, low 32 bits (the event timer block ID): revision 1, three
+/// timers, 64-bit counter, legacy replacement capable, vendor 0x8086.
+pub const HPET_BLOCK_ID: u32 = 0x8086_A201;
+/// Length of the HPET table.
+pub const HPET_TABLE_LEN: usize = 56;
+
+/// The HPET table, as QEMU builds it: the block ID, the base as a system-memory GAS
+/// (no width, offset or access size), HPET number 0, minimum tick 0, no page
+/// protection.
+fn hpet() -> Vec<u8> {
+    let mut t = Table::new(b"HPET", 1);
+    t.u32(HPET_BLOCK_ID)
+        .bytes(&[0, 0, 0, 0])
+        .u64(HPET_BASE)
+        .u8(0)
+        .u16(0)
+        .u8(0);
+    t.finish()
+}
+
 fn rsdp(rsdt: u64, xsdt: u64) -> Vec<u8> {
     let mut v = vec![0u8; RSDP_LEN];
     v[0..8].copy_from_slice(b"RSD PTR ");
@@ -330,19 +352,22 @@ pub fn build_acpi<M: GuestMemoryBackend>(
         at
     };
     let rsdp_addr = place(RSDP_LEN, 16);
-    let rsdt_addr = place(HEADER_LEN + 2 * 4, 16);
-    let xsdt_addr = place(HEADER_LEN + 2 * 8, 16);
+    let rsdt_addr = place(HEADER_LEN + 3 * 4, 16);
+    let xsdt_addr = place(HEADER_LEN + 3 * 8, 16);
     let fadt_addr = place(FADT_LEN, 16);
     let facs_addr = place(FACS_LEN, 64);
     let madt_addr = place(madt.len(), 16);
     let dsdt_addr = place(dsdt.len(), 16);
+    let hpet_addr = place(HPET_TABLE_LEN, 16);
     let end = next;
     debug_assert!(end <= ACPI_END);
 
     let mut rsdt = Table::new(b"RSDT", 1);
-    rsdt.u32(fadt_addr as u32).u32(madt_addr as u32);
+    rsdt.u32(fadt_addr as u32)
+        .u32(madt_addr as u32)
+        .u32(hpet_addr as u32);
     let mut xsdt = Table::new(b"XSDT", 1);
-    xsdt.u64(fadt_addr).u64(madt_addr);
+    xsdt.u64(fadt_addr).u64(madt_addr).u64(hpet_addr);
 
     zero_bytes(mem, ACPI_START, ACPI_END - ACPI_START)?;
     write_bytes(mem, rsdp_addr, &rsdp(rsdt_addr, xsdt_addr))?;
@@ -352,6 +377,7 @@ pub fn build_acpi<M: GuestMemoryBackend>(
     write_bytes(mem, facs_addr, &facs())?;
     write_bytes(mem, madt_addr, &madt)?;
     write_bytes(mem, dsdt_addr, &dsdt)?;
+    write_bytes(mem, hpet_addr, &hpet())?;
     Ok(AcpiInfo {
         rsdp: rsdp_addr,
         rsdt: rsdt_addr,
@@ -420,8 +446,15 @@ mod tests {
 
             let rsdt = table(&m, u32_at(&r, 16) as u64, b"RSDT");
             let xsdt = table(&m, u64_at(&r, 24), b"XSDT");
-            assert_eq!(rsdt.len(), 36 + 8);
-            assert_eq!(xsdt.len(), 36 + 16);
+            assert_eq!(rsdt.len(), 36 + 12);
+            assert_eq!(xsdt.len(), 36 + 24);
+            let hpet_addr = u64_at(&xsdt, 52);
+            assert_eq!(u32_at(&rsdt, 44) as u64, hpet_addr);
+            let hpet = table(&m, hpet_addr, b"HPET");
+            assert_eq!(hpet.len(), HPET_TABLE_LEN);
+            assert_eq!(u32_at(&hpet, 36), HPET_BLOCK_ID);
+            assert_eq!(&hpet[40..44], &[0, 0, 0, 0]);
+            assert_eq!(u64_at(&hpet, 44), HPET_BASE);
             let fadt_addr = u64_at(&xsdt, 36);
             assert_eq!(u32_at(&rsdt, 36) as u64, fadt_addr);
             let madt_addr = u64_at(&xsdt, 44);

@@ -19,6 +19,7 @@ use vmm_sys_util::eventfd::EventFd;
 pub mod cmos;
 pub mod debug_exit;
 pub mod fw_cfg;
+pub mod hpet;
 pub mod i8042;
 pub mod pc;
 pub mod pci;

@@ -96,6 +96,8 @@ int acpi_load(struct acpi *a)
             a->fadt = t;
         else if (is_sig(t, "APIC"))
             a->madt = t;
+        else if (is_sig(t, "HPET"))
+            a->hpet = t;
     }
     if (describe)
         print("\n");

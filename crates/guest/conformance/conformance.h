@@ -193,7 +193,7 @@ extern struct args args;
 
 
 struct acpi {
-    uint32_t rsdp, rsdt, xsdt, fadt, madt, dsdt, facs;
+    uint32_t rsdp, rsdt, xsdt, fadt, madt, dsdt, facs, hpet;
     uint32_t pm_timer_bits;
     uint32_t ncpus;
     uint8_t apic_ids[256];
@@ -275,6 +275,7 @@ int test_cmdline(void);     /* boot.c */
 int test_fwcfg(void);       /* fwcfg.c */
 int test_acpi(void);        /* acpi.c */
 int test_pmtimer(void);     /* timers.c */
+int test_hpet(void);        /* timers.c */
 int test_pci(void);         /* pci.c */
 int test_pcicfg(void);      /* pci.c */
 int test_serial(void);      /* serial.c */

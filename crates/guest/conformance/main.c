@@ -36,6 +36,7 @@ static const struct test {
     {"fwcfg", test_fwcfg, 0},
     {"acpi", test_acpi, 0},
     {"pmtimer", test_pmtimer, T_TSC},
+    {"hpet", test_hpet, T_TSC},
     {"pci", test_pci, 0},
     {"pcicfg", test_pcicfg, 0},
     {"serial", test_serial, 0},

@@ -13,6 +13,7 @@ use exitlab_boot::{layout, BootError, BootOptions, ImageFormat};
 use exitlab_devices::cmos::Cmos;
 use exitlab_devices::debug_exit::DebugExit;
 use exitlab_devices::fw_cfg::{FwCfg, FwCfgError};
+use exitlab_devices::hpet::Hpet;
 use exitlab_devices::i8042::I8042;
 use exitlab_devices::pc;
 use exitlab_devices::pci::{
@@ -336,7 +337,8 @@ fn add_serial(vm: &Vm, out: SerialOut) -> Result<Arc<Serial>, MachineError> {
     Ok(serial)
 }
 
-/// Debug-exit, i8042, port 80, CMOS and the pc-testdev ports, IRQ lines and memory.
+/// Debug-exit, i8042, port 80, port 0x92, CMOS, the pc-testdev ports, IRQ lines and
+/// memory, and the HPET.
 fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineError> {
     let pio = vm.pio_bus();
     insert(pio, Arc::new(DebugExit::new()), pc::DEBUG_EXIT)?;
@@ -356,10 +358,11 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineE
     let irq_line: Arc<dyn IrqLine> = Arc::new(KvmIrqLine(vm.fd().clone()));
     insert(
         pio,
-        Arc::new(TestDevIrqLines::new(irq_line)),
+        Arc::new(TestDevIrqLines::new(irq_line.clone())),
         pc::TESTDEV_IRQ,
     )?;
     insert(vm.mmio_bus(), Arc::new(TestDevMem::new()), pc::TESTDEV_MEM)?;
+    insert(vm.mmio_bus(), Arc::new(Hpet::new(irq_line)), pc::HPET)?;
     Ok(())
 }
 
