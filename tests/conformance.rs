@@ -250,6 +250,7 @@ fn multiboot_elf_passes_every_test() {
     );
     r.assert_all_passed(&[
         "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
     ]);
     assert_eq!(
         r.lines_after("CMDLINE-ARGV0 "),
@@ -321,6 +322,7 @@ fn pvh_passes_every_test() {
     );
     r.assert_all_passed(&[
         "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
     ]);
     // PVH passes the command line alone, without the kernel's path.
     assert!(

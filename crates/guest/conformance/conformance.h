@@ -282,6 +282,7 @@ int test_serial(void);      /* serial.c */
 int test_smp(void);         /* smp.c */
 int test_nmi(void);         /* nmi.c */
 int test_strio(void);       /* strio.c */
+int test_mce(void);         /* mce.c */
 int test_triplefault(void); /* faults.c */
 int test_timeout(void);     /* faults.c */
 int test_reset92(void);     /* faults.c */

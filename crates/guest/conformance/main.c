@@ -43,6 +43,7 @@ static const struct test {
     {"smp", test_smp, 0},
     {"nmi", test_nmi, T_NAMED},
     {"strio", test_strio, T_NAMED},
+    {"mce", test_mce, 0},
     {"triplefault", test_triplefault, T_NAMED},
     {"timeout", test_timeout, T_NAMED},
     {"reset92", test_reset92, T_NAMED},

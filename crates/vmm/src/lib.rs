@@ -11,6 +11,7 @@ pub mod exit;
 pub mod host;
 pub mod kvmstats;
 pub mod machine;
+pub mod mce;
 mod memory;
 pub mod msr;
 pub mod regs;

@@ -226,6 +226,7 @@ impl Vm {
         let table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
+        crate::mce::setup(&self.kvm, &fd)?;
         Vcpu::new(
             fd,
             config,
