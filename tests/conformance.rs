@@ -443,6 +443,46 @@ fn port_0x92_bit0_resets_the_machine() {
 }
 
 #[test]
+fn s3_sleeps_until_the_rtc_alarm_and_resumes_at_the_waking_vector() {
+    // Two vCPUs: the application processor must be parked for the resume too.
+    let kernel = write_file("conformance-s3.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cpus", "2", "--cmdline", "s3"]);
+    assert_eq!(r.code, ALL_PASSED, "{}", r.describe());
+    let out = r.out();
+    assert!(
+        out.contains("# s3: suspending at second"),
+        "{}",
+        r.describe()
+    );
+    // CS 0700: the waking vector 0x7000 in real mode; register C: the alarm flag and
+    // IRQF, as the alarm woke the machine.
+    assert!(
+        out.contains(
+            "# s3: resumed in real mode at the waking vector, CS 0700, CR0.PE 0, RTC register C a0"
+        ),
+        "{}",
+        r.describe()
+    );
+    assert!(!out.contains("FAIL"), "{}", r.describe());
+    // The alarm is 2 s ahead on a 1 s clock: at least 1 s asleep.
+    assert!(r.took >= Duration::from_secs(1), "{}", r.describe());
+}
+
+#[test]
+fn s5_powers_off() {
+    let kernel = write_file("conformance-s5.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "s5"]);
+    assert_eq!(r.code, 0, "{}", r.describe());
+    assert!(
+        r.out()
+            .contains("# s5: powering off through PM1a_CNT 0xb004"),
+        "{}",
+        r.describe()
+    );
+    assert!(!r.out().contains("FAIL"), "{}", r.describe());
+}
+
+#[test]
 fn string_port_input_into_mmio_lands_byte_by_byte() {
     // outw to pc-testdev's latch, then rep insb of 1,024 bytes into pc-testdev's MMIO:
     // every element is a port read and an MMIO write, handled one at a time.

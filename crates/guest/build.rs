@@ -40,8 +40,22 @@ const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "src/abi
 
 /// Conformance kernel sources in `conformance/`: the code shared by every image...
 const CONFORMANCE_COMMON: &[&str] = &[
-    "entry.S", "main.c", "lib.c", "boot.c", "acpi.c", "fwcfg.c", "timers.c", "pci.c", "serial.c",
-    "smp.c", "faults.c", "nmi.c", "strio.c", "mce.c",
+    "entry.S",
+    "main.c",
+    "lib.c",
+    "boot.c",
+    "acpi.c",
+    "fwcfg.c",
+    "timers.c",
+    "pci.c",
+    "serial.c",
+    "smp.c",
+    "faults.c",
+    "nmi.c",
+    "strio.c",
+    "mce.c",
+    "s3.c",
+    "s3_wake.S",
 ];
 /// ...the piece that makes each image bootable its way...
 const CONFORMANCE_HEADERS: &[&str] = &["multiboot_elf.S", "multiboot_aout.S", "pvh_note.S"];

@@ -173,6 +173,7 @@ fn aml_pkg(op: &[u8], body: &[u8]) -> Vec<u8> {
 
 /// The DSDT's AML body:
 /// `Scope (\_SB) { Device (PCI0) { Name (_HID, EisaId ("PNP0A03")) Name (_UID, Zero) Name (_BBN, Zero) } }`
+/// and the sleep states `\_S3` and `\_S5`.
 fn dsdt_body() -> Vec<u8> {
     const NAME_OP: u8 = 0x08;
     const DWORD_PREFIX: u8 = 0x0C;
@@ -191,7 +192,15 @@ fn dsdt_body() -> Vec<u8> {
     let device = aml_pkg(&[0x5B, 0x82], &dev);
     let mut scope = b"\\_SB_".to_vec();
     scope.extend_from_slice(&device);
-    aml_pkg(&[0x10], &scope)
+    let mut body = aml_pkg(&[0x10], &scope);
+    // Name (_S3, Package (4) { 1, 1, 0, 0 }) and Name (_S5, Package (4) { 0, 0, 0, 0 }):
+    // the SLP_TYP values PM1a_CNT takes (QEMU's).
+    for (name, typ) in [(b"_S3_", 1u8), (b"_S5_", 0u8)] {
+        body.push(NAME_OP);
+        body.extend_from_slice(name);
+        body.extend_from_slice(&aml_pkg(&[0x12], &[4, typ, typ, ZERO_OP, ZERO_OP]));
+    }
+    body
 }
 
 fn fadt(dsdt: u64, facs: u64, pm_timer_32bit: bool) -> Vec<u8> {
@@ -543,9 +552,16 @@ mod tests {
     #[test]
     fn aml_package_lengths() {
         let body = dsdt_body();
-        // ScopeOp, PkgLength (one byte), then the rest.
+        // ScopeOp, PkgLength (one byte), the scope; then the two sleep packages.
         assert_eq!(body[0], 0x10);
-        assert_eq!(body[1] as usize, body.len() - 1);
+        let scope_end = 1 + body[1] as usize;
+        assert_eq!(
+            &body[scope_end..],
+            &[
+                0x08, b'_', b'S', b'3', b'_', 0x12, 6, 4, 1, 1, 0, 0, //
+                0x08, b'_', b'S', b'5', b'_', 0x12, 6, 4, 0, 0, 0, 0,
+            ]
+        );
         let long = aml_pkg(&[0x10], &[0u8; 100]);
         assert_eq!(long[1] & 0xC0, 0x40);
         let len = ((long[1] & 0xf) as usize) | ((long[2] as usize) << 4);

@@ -197,6 +197,7 @@ pub fn load_bzimage<M: GuestMemoryBackend>(
         e820: e820_map(ram),
         image_range,
         rsdp,
+        facs: None,
     })
 }
 
@@ -243,6 +244,7 @@ pub fn load_elf<M: GuestMemoryBackend>(
         e820: e820_map(ram),
         image_range,
         rsdp,
+        facs: None,
     })
 }
 

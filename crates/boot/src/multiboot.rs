@@ -187,6 +187,7 @@ pub fn load<M: GuestMemoryBackend>(mem: &M, image: &[u8], opts: &BootOptions) ->
         e820: e820_map(ram),
         image_range,
         rsdp: None,
+        facs: None,
     })
 }
 

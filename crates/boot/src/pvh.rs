@@ -167,6 +167,7 @@ pub fn load<M: GuestMemoryBackend>(
         e820: map,
         image_range,
         rsdp,
+        facs: None,
     })
 }
 

@@ -89,6 +89,8 @@ pub const FW_CFG: IoRange = IoRange::pio(0x510, 2);
 pub const PM_TIMER: IoRange = IoRange::pio(0xB008, 4);
 /// The HPET's registers ([`crate::hpet::Hpet`]); the ACPI HPET table names this base.
 pub const HPET: IoRange = IoRange::mmio(0xFED0_0000, crate::hpet::HPET_LEN);
+/// ACPI PM1a control block ([`crate::pm::PmControl`]); the FADT's PM1a_CNT_BLK.
+pub const PM1A_CONTROL: IoRange = IoRange::pio(0xB004, 2);
 /// System Control Port A ([`crate::port92::Port92`]): fast reset and the A20 gate.
 pub const PORT92: IoRange = IoRange::pio(0x92, 1);
 /// PCI configuration mechanism #1 and the reset control register
@@ -119,6 +121,7 @@ pub const STANDARD_RANGES: &[(&str, IoRange)] = &[
     ("pci-config", PCI_CONFIG),
     ("port92", PORT92),
     ("hpet", HPET),
+    ("pm1a-control", PM1A_CONTROL),
 ];
 
 #[cfg(test)]

@@ -283,6 +283,8 @@ int test_smp(void);         /* smp.c */
 int test_nmi(void);         /* nmi.c */
 int test_strio(void);       /* strio.c */
 int test_mce(void);         /* mce.c */
+int test_s3(void);          /* s3.c */
+int test_s5(void);          /* s3.c */
 int test_triplefault(void); /* faults.c */
 int test_timeout(void);     /* faults.c */
 int test_reset92(void);     /* faults.c */

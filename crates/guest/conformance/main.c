@@ -44,6 +44,8 @@ static const struct test {
     {"nmi", test_nmi, T_NAMED},
     {"strio", test_strio, T_NAMED},
     {"mce", test_mce, 0},
+    {"s3", test_s3, T_NAMED},
+    {"s5", test_s5, T_NAMED},
     {"triplefault", test_triplefault, T_NAMED},
     {"timeout", test_timeout, T_NAMED},
     {"reset92", test_reset92, T_NAMED},

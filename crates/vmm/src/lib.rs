@@ -15,6 +15,7 @@ pub mod mce;
 mod memory;
 pub mod msr;
 pub mod regs;
+pub mod suspend;
 pub mod sys;
 pub mod thread;
 pub mod vcpu;

@@ -20,6 +20,7 @@ use exitlab_devices::pci::{
     PciAddress, PciBarChange, PciBarObserver, PciConfigIo, PciDevice, PciError,
 };
 use exitlab_devices::pci_testdev::PciTestDev;
+use exitlab_devices::pm::PmControl;
 use exitlab_devices::pm_timer::{PmTimer, PmTimerWidth};
 use exitlab_devices::port92::Port92;
 use exitlab_devices::serial::Serial;
@@ -30,6 +31,7 @@ use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
+use crate::suspend::{self, SleepEnd};
 use crate::thread::{self, VcpuThread};
 use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
 use crate::vm::{self, Vm, VmConfig};
@@ -283,6 +285,7 @@ pub struct PlatformConfig {
 /// what the lab's VMM-overhead experiment measures the exit path against.
 pub struct PcPlatform {
     serial: Arc<Serial>,
+    cmos: Arc<Cmos>,
     // Keeps the BAR observer (and through it the pci-testdev) alive with the platform.
     _remapper: Arc<BarRemapper>,
     pio_ranges: usize,
@@ -310,11 +313,12 @@ pub fn build_pc_platform(vm: &Vm, cfg: PlatformConfig) -> Result<PcPlatform, Mac
     let mmio = vm.mmio_bus().clone();
     let (pio_before, mmio_before) = (pio.len(), mmio.len());
     let serial = add_serial(vm, cfg.serial)?;
-    add_legacy_devices(vm, cfg.ram_bytes, cfg.cpus)?;
+    let cmos = add_legacy_devices(vm, cfg.ram_bytes, cfg.cpus)?;
     add_firmware_interfaces(vm, cfg.ram_bytes, cfg.cpus, &cfg.cmdline)?;
     let remapper = add_pci(vm)?;
     Ok(PcPlatform {
         serial,
+        cmos,
         _remapper: remapper,
         pio_ranges: pio.len() - pio_before,
         mmio_ranges: mmio.len() - mmio_before,
@@ -338,8 +342,8 @@ fn add_serial(vm: &Vm, out: SerialOut) -> Result<Arc<Serial>, MachineError> {
 }
 
 /// Debug-exit, i8042, port 80, port 0x92, CMOS, the pc-testdev ports, IRQ lines and
-/// memory, and the HPET.
-fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineError> {
+/// memory, and the HPET; returns the CMOS, whose alarm wakes the machine from S3.
+fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<Arc<Cmos>, MachineError> {
     let pio = vm.pio_bus();
     insert(pio, Arc::new(DebugExit::new()), pc::DEBUG_EXIT)?;
     let i8042: Arc<dyn BusDevice> = Arc::new(I8042::new());
@@ -353,7 +357,8 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineE
     insert(pio, Arc::new(Port92::new()), pc::PORT92)?;
     let below = layout::low_ram_end(ram_bytes);
     let above = layout::high_ram_bytes(ram_bytes);
-    insert(pio, Arc::new(Cmos::new(below, above, cpus)), pc::CMOS)?;
+    let cmos = Arc::new(Cmos::new(below, above, cpus));
+    insert(pio, cmos.clone(), pc::CMOS)?;
     insert(pio, Arc::new(TestDevPorts::new()), pc::TESTDEV_PORTS)?;
     let irq_line: Arc<dyn IrqLine> = Arc::new(KvmIrqLine(vm.fd().clone()));
     insert(
@@ -363,7 +368,7 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineE
     )?;
     insert(vm.mmio_bus(), Arc::new(TestDevMem::new()), pc::TESTDEV_MEM)?;
     insert(vm.mmio_bus(), Arc::new(Hpet::new(irq_line)), pc::HPET)?;
-    Ok(())
+    Ok(cmos)
 }
 
 /// fw_cfg, the ACPI PM timer and the PM1a blocks the FADT names.
@@ -382,11 +387,11 @@ fn add_firmware_interfaces(
         Arc::new(PmTimer::new(PmTimerWidth::Bits32)),
         pc::PM_TIMER,
     )?;
-    // PM1a event and control blocks the FADT names: read as zero (SCI not enabled).
+    // PM1a event block the FADT names: reads as zero (SCI not enabled). PM1a control:
+    // S3 and S5.
     pio.insert(Arc::new(Sink::new()), 0xB000, 4)
         .map_err(VmmError::from)?;
-    pio.insert(Arc::new(Sink::new()), 0xB004, 2)
-        .map_err(VmmError::from)?;
+    insert(pio, Arc::new(PmControl::new()), pc::PM1A_CONTROL)?;
     Ok(())
 }
 
@@ -523,6 +528,12 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         kvm_exits: Some(0),
         per_vcpu: Vec::new(),
         last_stop: String::new(),
+        sleep: SleepContext {
+            cmos: platform.cmos.clone(),
+            mem: vm.memory().clone(),
+            facs: loaded.facs,
+        },
+        suspended: None,
     };
     let end = sup.wait_for_end(cfg.timeout.map(|t| started + t), cfg.cancel.as_deref());
     // The guest ended the run: stop the other vCPUs.
@@ -548,22 +559,82 @@ struct Supervisor {
     kvm_exits: Option<u64>,
     per_vcpu: Vec<VcpuExits>,
     last_stop: String,
+    /// What an ACPI S3 sleep needs.
+    sleep: SleepContext,
+    /// The vCPU that entered S3, until the supervisor puts the machine to sleep.
+    suspended: Option<(u32, Vcpu)>,
+}
+
+/// The CMOS whose alarm wakes the machine, and where the FACS waking vector is.
+struct SleepContext {
+    cmos: Arc<Cmos>,
+    mem: Arc<vm_memory::GuestMemoryMmap>,
+    facs: Option<u64>,
 }
 
 impl Supervisor {
     /// Adds a finished vCPU's counts.
     fn collect(&mut self, f: &thread::Finished<NoHook>) {
-        let kvm = f.vcpu.kvm_stats().and_then(|s| s.read("exits"));
-        self.exits = self.exits.plus(f.vcpu.counts());
+        self.collect_vcpu(&f.vcpu);
+    }
+
+    fn collect_vcpu(&mut self, vcpu: &Vcpu) {
+        let kvm = vcpu.kvm_stats().and_then(|s| s.read("exits"));
+        self.exits = self.exits.plus(vcpu.counts());
         self.kvm_exits = match (self.kvm_exits, kvm) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
         self.per_vcpu.push(VcpuExits {
-            vcpu: f.vcpu.id(),
-            exits: *f.vcpu.counts(),
+            vcpu: vcpu.id(),
+            exits: *vcpu.counts(),
             kvm_exits: kvm,
         });
+    }
+
+    /// ACPI S3: stops every vCPU, sleeps until the RTC alarm (crate::suspend), then
+    /// restarts them for the resume at the FACS waking vector; the end of the run if
+    /// the deadline or a cancel came first, or the resume is impossible.
+    fn suspend(
+        &mut self,
+        (id, vcpu): (u32, Vcpu),
+        deadline: Option<Instant>,
+        cancel: Option<&AtomicBool>,
+    ) -> Option<RunEnd> {
+        let mut asleep = vec![(id, vcpu)];
+        for (id, th) in std::mem::take(&mut self.threads) {
+            asleep.extend(th.stop(Duration::from_secs(1)).map(|f| (id, f.vcpu)));
+        }
+        let mut end = match suspend::sleep(&self.sleep.cmos, deadline, cancel) {
+            SleepEnd::Alarm => suspend::resume(&self.sleep.mem, self.sleep.facs, &asleep)
+                .err()
+                .map(|what| RunEnd::Failure {
+                    vcpu: id,
+                    what,
+                    registers: String::new(),
+                }),
+            SleepEnd::Timeout => Some(RunEnd::Timeout {
+                registers: Vec::new(),
+            }),
+            SleepEnd::Cancelled => Some(RunEnd::Cancelled),
+        };
+        for (id, vcpu) in asleep {
+            if end.is_some() {
+                self.collect_vcpu(&vcpu);
+                continue;
+            }
+            match thread::spawn(vcpu, NoHook, None, Handler::Devices) {
+                Ok(th) => self.threads.push((id, th)),
+                Err(e) => {
+                    end = Some(RunEnd::Failure {
+                        vcpu: id,
+                        what: format!("cannot restart the vCPU after the S3 resume: {e}"),
+                        registers: String::new(),
+                    })
+                }
+            }
+        }
+        end
     }
 
     /// Waits until a vCPU ends the run, the deadline passes or the run is cancelled;
@@ -573,9 +644,15 @@ impl Supervisor {
         deadline: Option<Instant>,
         cancel: Option<&AtomicBool>,
     ) -> Option<RunEnd> {
-        while !self.threads.is_empty() {
+        while !self.threads.is_empty() || self.suspended.is_some() {
             if let Some(end) = self.poll_threads() {
                 return Some(end);
+            }
+            if let Some(s) = self.suspended.take() {
+                if let Some(end) = self.suspend(s, deadline, cancel) {
+                    return Some(end);
+                }
+                continue;
             }
             if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
                 return Some(RunEnd::Cancelled);
@@ -597,6 +674,10 @@ impl Supervisor {
                 continue;
             };
             let (id, _) = self.threads.swap_remove(i);
+            if matches!(f.stop, VcpuStop::Suspend) {
+                self.suspended = Some((id, f.vcpu));
+                return None;
+            }
             self.collect(&f);
             self.last_stop = format!("vCPU {id}: {}", f.stop.describe());
             let end = match f.stop {

@@ -33,31 +33,35 @@ pub fn mcg_cap(max_banks: u64, supported: u64) -> u64 {
 /// without the MCE interface (x86 has had it since Linux 2.6.32) is reported as an
 /// error naming the capability.
 pub(crate) fn setup(kvm: &kvm_ioctls::Kvm, vcpu: &kvm_ioctls::VcpuFd) -> Result<(), VmmError> {
-    static CAP: OnceLock<Result<u64, VmmError>> = OnceLock::new();
-    let kvm_error = |what: &'static str, e: std::io::Error| {
-        VmmError::Kvm(
-            what,
-            kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EINVAL)),
-        )
-    };
-    let cap = CAP.get_or_init(|| {
-        let supported = sys::mce_cap_supported(kvm)
-            .map_err(|e| kvm_error("KVM_X86_GET_MCE_CAP_SUPPORTED", e))?;
+    /// What probing KVM found: the MCG_CAP to give, or why there is none.
+    enum Probe {
+        Cap(u64),
+        IoctlFailed(i32),
+        NoMce,
+    }
+    static PROBE: OnceLock<Probe> = OnceLock::new();
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EINVAL);
+    let probe = PROBE.get_or_init(|| {
         let max_banks = kvm.check_extension_raw(kvm_bindings::KVM_CAP_MCE.into());
         if max_banks <= 0 {
-            return Err(VmmError::MissingCap(
-                "KVM_CAP_MCE",
-                "the vCPUs' machine-check banks cannot be set",
-            ));
+            return Probe::NoMce;
         }
-        Ok(mcg_cap(max_banks as u64, supported))
+        match sys::mce_cap_supported(kvm) {
+            Ok(supported) => Probe::Cap(mcg_cap(max_banks as u64, supported)),
+            Err(e) => Probe::IoctlFailed(errno(e)),
+        }
     });
-    match cap {
-        Ok(cap) => sys::setup_mce(vcpu, *cap).map_err(|e| kvm_error("KVM_X86_SETUP_MCE", e)),
-        Err(VmmError::MissingCap(c, why)) => Err(VmmError::MissingCap(c, why)),
-        Err(e) => Err(VmmError::Config(format!(
-            "probing KVM's MCE support failed: {e}"
-        ))),
+    match probe {
+        Probe::Cap(cap) => sys::setup_mce(vcpu, *cap)
+            .map_err(|e| VmmError::Kvm("KVM_X86_SETUP_MCE", kvm_ioctls::Error::new(errno(e)))),
+        Probe::IoctlFailed(e) => Err(VmmError::Kvm(
+            "KVM_X86_GET_MCE_CAP_SUPPORTED",
+            kvm_ioctls::Error::new(*e),
+        )),
+        Probe::NoMce => Err(VmmError::MissingCap(
+            "KVM_CAP_MCE",
+            "the vCPUs' machine-check banks cannot be set",
+        )),
     }
 }
 
