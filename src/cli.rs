@@ -34,6 +34,8 @@ enum Command {
         json: bool,
     },
     /// Boot a kernel (multiboot, PVH ELF, Linux bzImage or vmlinux) on exitlab's PC platform.
+    /// `exitlab run --qemu-args -- QEMU-OPTIONS...` (or the binary named `exitlab-qemu`)
+    /// takes a QEMU-style command line instead.
     Run(RunArgs),
     /// Compare two results files (before, after).
     Compare {
@@ -59,6 +61,10 @@ enum Command {
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
+        return crate::qemu::qemu_cmd(qemu_args);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -514,6 +514,86 @@ fn nmi_latching_one_more_after_iret() {
     );
 }
 
+/// The options a QEMU-based runner passes, around `-kernel` and `-append`.
+const QEMU_RUNNER_ARGS: &[&str] = &[
+    "-smp",
+    "2",
+    "-m",
+    "96",
+    "-cpu",
+    "host,-arch-capabilities",
+    "-machine",
+    "accel=kvm,pit=off",
+    "-nodefaults",
+    "-no-reboot",
+    "-display",
+    "none",
+    "-serial",
+    "stdio",
+    "-device",
+    "isa-debug-exit,iobase=0xf4,iosize=0x4",
+    "-device",
+    "pci-testdev",
+    "-device",
+    "pc-testdev",
+    "-global",
+    "kvm-pit.lost_tick_policy=discard",
+];
+
+fn run_qemu_style(program: &Path, lead: &[&str], args: &[&str]) -> Run {
+    let mut cmd = Command::new(program);
+    cmd.args(lead).args(args);
+    let command = format!("{cmd:?}");
+    let start = Instant::now();
+    let out = cmd.output().expect("run the exitlab binary");
+    Run {
+        command,
+        code: out.status.code().unwrap_or(-1),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: start.elapsed(),
+    }
+}
+
+#[test]
+fn qemu_style_command_line_runs_the_conformance_kernel() {
+    let kernel = write_file("conformance-qemu.elf", CONFORMANCE_MULTIBOOT);
+    let cmdline = format!("ram=96 cpus=2 tsc_khz={}", tsc_khz());
+    let mut args = vec!["-kernel", path_str(&kernel), "-append", &cmdline];
+    args.extend_from_slice(QEMU_RUNNER_ARGS);
+    let r = run_qemu_style(Path::new(EXITLAB), &["run", "--qemu-args", "--"], &args);
+    let all = [
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
+    ];
+    r.assert_all_passed(&all);
+    // The same binary named exitlab-qemu takes the options directly.
+    let link = scratch().join(format!("{}-bin/exitlab-qemu", std::process::id()));
+    fs::create_dir_all(link.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(EXITLAB, &link).expect("symlink exitlab-qemu");
+    let r2 = run_qemu_style(&link, &[], &args);
+    let _ = fs::remove_file(&link);
+    r2.assert_all_passed(&all);
+}
+
+#[test]
+fn qemu_style_refuses_an_unknown_option_naming_it() {
+    let kernel = write_file("conformance-qemu-bad.elf", CONFORMANCE_PVH);
+    let r = run_qemu_style(
+        Path::new(EXITLAB),
+        &["run", "--qemu-args", "--"],
+        &["-kernel", path_str(&kernel), "-vga", "std"],
+    );
+    assert_eq!(r.code, BAD_INPUT, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert!(
+        r.stderr.contains("QEMU option -vga is not supported"),
+        "{}",
+        r.describe()
+    );
+}
+
 #[test]
 fn a_failing_test_ends_with_debug_exit_1() {
     // mbinfo does not apply to a PVH boot: named anyway, it fails.

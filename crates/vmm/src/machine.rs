@@ -85,6 +85,30 @@ pub struct MachineConfig {
     pub prefer_pvh: bool,
     /// Set from another thread (or from the serial writer) to end the run early.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Platform choices a QEMU command line can make.
+    pub platform: PlatformOptions,
+}
+
+/// Platform choices beyond the defaults, as QEMU's `-machine pit=off`, `-global
+/// kvm-pit.lost_tick_policy=discard` and `-cpu host,-feature` make them.
+#[derive(Debug, Clone)]
+pub struct PlatformOptions {
+    /// Create the in-kernel PIT.
+    pub pit: bool,
+    /// Let the PIT re-inject missed ticks (KVM's default).
+    pub pit_reinject: bool,
+    /// CPUID feature bits to clear.
+    pub cpuid_clear: Vec<crate::cpuid::CpuidBit>,
+}
+
+impl Default for PlatformOptions {
+    fn default() -> Self {
+        PlatformOptions {
+            pit: true,
+            pit_reinject: true,
+            cpuid_clear: Vec::new(),
+        }
+    }
 }
 
 /// How a run ended.
@@ -453,10 +477,12 @@ fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, Machi
         VmConfig {
             ram,
             irqchip: true,
-            pit: true,
+            pit: cfg.platform.pit,
             user_msrs: Vec::new(),
             disable_exits: 0,
             cpus: cfg.cpus,
+            pit_reinject: cfg.platform.pit_reinject,
+            cpuid_clear: cfg.platform.cpuid_clear.clone(),
         },
     )?)
 }

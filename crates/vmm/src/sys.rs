@@ -20,11 +20,12 @@ mod nr {
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
     ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_bindings::kvm_ioeventfd);
     ioctl_iow_nr!(KVM_X86_SETUP_MCE, KVMIO, 0x9c, u64);
+    ioctl_io_nr!(KVM_REINJECT_CONTROL, KVMIO, 0x71);
     ioctl_ior_nr!(KVM_X86_GET_MCE_CAP_SUPPORTED, KVMIO, 0x9d, u64);
 }
 use nr::{
-    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_X86_GET_MCE_CAP_SUPPORTED,
-    KVM_X86_SETUP_MCE,
+    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL,
+    KVM_X86_GET_MCE_CAP_SUPPORTED, KVM_X86_SETUP_MCE,
 };
 
 /// Assigns (or with `deassign`, removes) an ioeventfd with any combination of length
@@ -129,6 +130,22 @@ pub fn setup_mce(vcpu: &VcpuFd, mcg_cap: u64) -> std::io::Result<()> {
     // SAFETY: the ioctl reads one u64 from the pointer, which points at a live value; it
     // does not keep the pointer.
     let ret = unsafe { ioctl_with_ref(vcpu, KVM_X86_SETUP_MCE(), &mcg_cap) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the in-kernel PIT re-injects ticks the guest missed (KVM_REINJECT_CONTROL;
+/// KVM's default is on, QEMU's `lost_tick_policy=discard` turns it off).
+pub fn pit_reinject(vm: &kvm_ioctls::VmFd, on: bool) -> std::io::Result<()> {
+    let ctl = kvm_bindings::kvm_reinject_control {
+        pit_reinject: u8::from(on),
+        ..Default::default()
+    };
+    // SAFETY: the ioctl reads one kvm_reinject_control from the pointer, which points at
+    // a live value; it does not keep the pointer.
+    let ret = unsafe { ioctl_with_ref(vm, KVM_REINJECT_CONTROL(), &ctl) };
     if ret < 0 {
         return Err(std::io::Error::last_os_error());
     }
