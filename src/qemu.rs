@@ -192,42 +192,17 @@ mod tests {
         s.iter().map(OsString::from).collect()
     }
 
-    const RUNNER: &[&str] = &[
-        "-kernel",
-        "x86/vmexit.flat",
-        "-append",
-        "cpuid inl",
-        "-initrd",
-        "/tmp/i",
-        "-smp",
-        "2",
-        "-m",
-        "256",
-        "-cpu",
-        "host,-arch-capabilities,-x2apic",
-        "-machine",
-        "accel=kvm,pit=off",
-        "-nodefaults",
-        "-no-reboot",
-        "-display",
-        "none",
-        "-serial",
-        "stdio",
-        "-device",
-        "isa-debug-exit,iobase=0xf4,iosize=0x4",
-        "-device",
-        "pci-testdev",
-        "-device",
-        "pc-testdev",
-        "-global",
-        "kvm-pit.lost_tick_policy=discard",
-    ];
+    const RUNNER: &str = "-kernel x86/vmexit.flat -append cpuid_inl -initrd /tmp/i -smp 2 \
+        -m 256 -cpu host,-arch-capabilities,-x2apic -machine accel=kvm,pit=off -nodefaults \
+        -no-reboot -display none -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x4 \
+        -device pci-testdev -device pc-testdev -global kvm-pit.lost_tick_policy=discard";
 
     #[test]
     fn every_accepted_option_maps() {
-        let o = parse(&args(RUNNER)).unwrap();
+        let a: Vec<&str> = RUNNER.split_whitespace().collect();
+        let o = parse(&args(&a)).unwrap();
         assert_eq!(o.kernel, PathBuf::from("x86/vmexit.flat"));
-        assert_eq!(o.cmdline, "cpuid inl");
+        assert_eq!(o.cmdline, "cpuid_inl");
         assert_eq!(o.initrd, Some(PathBuf::from("/tmp/i")));
         assert_eq!(o.cpus, 2);
         assert_eq!(o.mem_mib, 256);

@@ -156,6 +156,11 @@ fn run(kernel: &Path, args: &[&str]) -> Run {
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", TIMEOUT_S]);
     }
+    execute(cmd)
+}
+
+/// Runs `cmd` to completion and records how it ended.
+fn execute(mut cmd: Command) -> Run {
     let command = format!("{cmd:?}");
     let start = Instant::now();
     let out = cmd.output().expect("run the exitlab binary");
@@ -515,44 +520,15 @@ fn nmi_latching_one_more_after_iret() {
 }
 
 /// The options a QEMU-based runner passes, around `-kernel` and `-append`.
-const QEMU_RUNNER_ARGS: &[&str] = &[
-    "-smp",
-    "2",
-    "-m",
-    "96",
-    "-cpu",
-    "host,-arch-capabilities",
-    "-machine",
-    "accel=kvm,pit=off",
-    "-nodefaults",
-    "-no-reboot",
-    "-display",
-    "none",
-    "-serial",
-    "stdio",
-    "-device",
-    "isa-debug-exit,iobase=0xf4,iosize=0x4",
-    "-device",
-    "pci-testdev",
-    "-device",
-    "pc-testdev",
-    "-global",
-    "kvm-pit.lost_tick_policy=discard",
-];
+const QEMU_RUNNER_ARGS: &str = "-smp 2 -m 96 -cpu host,-arch-capabilities \
+    -machine accel=kvm,pit=off -nodefaults -no-reboot -display none -serial stdio \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x4 -device pci-testdev -device pc-testdev \
+    -global kvm-pit.lost_tick_policy=discard";
 
 fn run_qemu_style(program: &Path, lead: &[&str], args: &[&str]) -> Run {
     let mut cmd = Command::new(program);
     cmd.args(lead).args(args);
-    let command = format!("{cmd:?}");
-    let start = Instant::now();
-    let out = cmd.output().expect("run the exitlab binary");
-    Run {
-        command,
-        code: out.status.code().unwrap_or(-1),
-        stdout: out.stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        took: start.elapsed(),
-    }
+    execute(cmd)
 }
 
 #[test]
@@ -560,7 +536,7 @@ fn qemu_style_command_line_runs_the_conformance_kernel() {
     let kernel = write_file("conformance-qemu.elf", CONFORMANCE_MULTIBOOT);
     let cmdline = format!("ram=96 cpus=2 tsc_khz={}", tsc_khz());
     let mut args = vec!["-kernel", path_str(&kernel), "-append", &cmdline];
-    args.extend_from_slice(QEMU_RUNNER_ARGS);
+    args.extend(QEMU_RUNNER_ARGS.split_whitespace());
     let r = run_qemu_style(Path::new(EXITLAB), &["run", "--qemu-args", "--"], &args);
     let all = [
         "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
