@@ -11,6 +11,11 @@
 //! command port (the machine is always in ACPI mode) and the i8042 reset
 //! ([`RESET_PORT`] <- [`RESET_VALUE`]) as the reset register. The DSDT declares one PCI
 //! host bridge (`\_SB.PCI0`, PNP0A03, bus 0).
+//!
+//! Why hand-written: rust-vmm's `acpi_tables` builds tables and AML in general; these
+//! seven small tables must sit at fixed places in the BIOS area with QEMU's field
+//! values, a few dozen lines each, so writing them directly is shorter than adapting a
+//! general builder. If the DSDT grows beyond a few names, that crate is the way.
 
 use vm_memory::GuestMemoryBackend;
 

@@ -14,6 +14,9 @@
 //!   page-aligned, outside the image.
 //!
 //! Entry: 32-bit protected mode, paging off, EAX = 0x2BADB002, EBX = info address.
+//!
+//! Why hand-written: no maintained crate loads multiboot v1 kernels (linux-loader does
+//! Linux and PVH only).
 
 use vm_memory::GuestMemoryBackend;
 

@@ -46,6 +46,10 @@
 //! Also 0x14 (equipment byte: FPU and PS/2 mouse present, no floppy, 0x06) and
 //! 0x2E/0x2F (checksum of 0x10..=0x2D, high byte first). Every other byte of the
 //! 128-byte RAM reads 0 until the guest writes it.
+//!
+//! Why hand-written: vm-superio's RTC is the ARM PL031, and no maintained crate models
+//! the PC's MC146818 with the CMOS bytes QEMU's pc machine sets. The calendar is the
+//! `time` crate's.
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -101,30 +105,21 @@ pub struct RtcTime {
 }
 
 impl RtcTime {
-    /// The UTC calendar time `secs` seconds after 1970-01-01 00:00:00.
+    /// The UTC calendar time `secs` seconds after 1970-01-01 00:00:00 (the `time`
+    /// crate's calendar; a clock too far ahead for it reads as the epoch).
     pub fn from_unix(secs: u64) -> Self {
-        let days = secs / 86_400;
-        let rem = secs % 86_400;
-        // 1970-01-01 was a Thursday (weekday 5 with Sunday = 1).
-        let weekday = ((days + 4) % 7) as u8 + 1;
-        // Civil date from a day count, computed in 400-year eras starting 0000-03-01.
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z % 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-        let year = (yoe + era * 400 + u64::from(month <= 2)) as u32;
+        let t = i64::try_from(secs)
+            .ok()
+            .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
         Self {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u8,
-            minute: (rem / 60 % 60) as u8,
-            second: (rem % 60) as u8,
-            weekday,
+            year: u32::try_from(t.year()).unwrap_or(0),
+            month: u8::from(t.month()),
+            day: t.day(),
+            hour: t.hour(),
+            minute: t.minute(),
+            second: t.second(),
+            weekday: t.weekday().number_from_sunday(),
         }
     }
 }

@@ -30,6 +30,9 @@
 //! guest writes to size a BAR never maps anything (QEMU applies the same rules).
 //! When a config write changes where a BAR decodes, [`PciConfigIo`] tells its
 //! [`PciBarObserver`], on the vCPU thread that wrote.
+//!
+//! Why hand-written: Cloud Hypervisor's and Firecracker's PCI code is not published as
+//! a crate of its own, and rust-vmm's vm-device has no PCI configuration space.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
