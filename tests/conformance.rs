@@ -1,10 +1,15 @@
 //! Conformance: boots exitlab's conformance kernels (`crates/guest/conformance`) with
 //! `exitlab run` and checks how each run ends and what the kernels report from inside
 //! the guest: boot information (multiboot and PVH), command line, fw_cfg, ACPI, the PM
-//! timer, PCI and pci-testdev doorbells, the serial port, SMP bring-up, and the triple
-//! fault and timeout endings. Malformed images must be refused before anything runs.
+//! timer, the HPET, PCI (CONFIG_ADDRESS bits 1:0 at every offset and size) and
+//! pci-testdev doorbells, the serial port, SMP bring-up, MCE banks, string I/O into
+//! MMIO, NMI latching, ACPI S3/S5, port 0x92, a real-mode kernel linked at 0x8000, the
+//! QEMU-style command line, and the triple fault and timeout endings. Malformed images
+//! must be refused before anything runs.
 //!
-//! These tests need a usable /dev/kvm, as `exitlab run` does.
+//! These tests need a usable /dev/kvm, as `exitlab run` does. The NMI latching test
+//! also needs a KVM that can run a ring-0 IRET (not kvm_pvm, which emulates ring 0
+//! and stops on it): there it fails saying so.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,11 @@
  * exitlab conformance kernel: checks, from inside the guest, that the platform and the
  * boot protocols behave as documented.
  *
+ * Each area has its own file (boot.c, acpi.c, fwcfg.c, timers.c, pci.c, serial.c,
+ * smp.c, nmi.c, strio.c, mce.c, s3.c, faults.c; lib.c holds what they share); a test
+ * is one function, and the table below lists them, as kvm-unit-tests' x86/vmexit.c
+ * keeps its tests.
+ *
  * The command line names the tests to run (all that apply when it names none) and
  * gives the expected values as key=value words:
  *
