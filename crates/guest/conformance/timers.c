@@ -137,10 +137,14 @@ static int hpet_irq(uint32_t timer, uint32_t config, uint32_t pin, uint32_t vect
                     const char *what)
 {
     ioapic_route(pin, vector, lapic_id());
-    hpet_wr(HPET_TN_CONFIG(timer), config | HPET_TN_INT_ENB);
+    /* The comparator first, interrupts on last: a comparator still at its reset value
+     * (all ones) counts as already passed, and the timer would fire at once (as on
+     * QEMU). The high half first keeps the value ahead of the counter throughout. */
+    hpet_wr(HPET_TN_CONFIG(timer), config);
     uint64_t now = hpet_counter(), cmp = now + 100000; /* 1 ms at 100 MHz */
     hpet_wr(HPET_TN_CMP(timer) + 4, (uint32_t)(cmp >> 32));
     hpet_wr(HPET_TN_CMP(timer), (uint32_t)cmp);
+    hpet_wr(HPET_TN_CONFIG(timer), config | HPET_TN_INT_ENB);
     uint64_t t0 = rdtsc();
     int pending = 0;
     while (!(pending = lapic_irr(vector)) && rdtsc() - t0 < ms_to_tsc(HPET_IRQ_WAIT_MS))
