@@ -34,6 +34,8 @@ enum Command {
         json: bool,
     },
     /// Boot a kernel (multiboot, PVH ELF, Linux bzImage or vmlinux) on exitlab's PC platform.
+    /// `exitlab run --qemu-args -- QEMU-OPTIONS...` (or the binary named `exitlab-qemu`)
+    /// takes a QEMU-style command line instead.
     Run(RunArgs),
     /// Compare two results files (before, after): per test, the change of the net
     /// figures with a 95% interval from a bootstrap over rounds, and a verdict.
@@ -67,6 +69,10 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
+        return crate::qemu::qemu_cmd(qemu_args);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cli;
 mod exit;
 mod host_cmd;
+mod qemu;
 mod report_cmd;
 mod run;
 mod trace_cmd;

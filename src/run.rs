@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_boot::ImageFormat;
-use exitlab_vmm::machine::{self, MachineConfig, MachineError, RunEnd, SerialOut};
+use exitlab_vmm::machine::{self, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut};
 
 use crate::exit::{usage_error, EXIT_KVM_FAILURE, EXIT_NO_KVM, EXIT_TIMEOUT, EXIT_TRIPLE_FAULT};
 
@@ -24,6 +24,8 @@ pub struct RunOptions {
     pub exit_stats: bool,
     pub prefer_pvh: bool,
     pub verbose: bool,
+    /// Platform choices (set by the QEMU-style command line, `crate::qemu`).
+    pub platform: PlatformOptions,
 }
 
 #[derive(clap::Args, Debug)]
@@ -75,6 +77,7 @@ impl From<RunArgs> for RunOptions {
             exit_stats: a.exit_stats,
             prefer_pvh: !a.no_pvh,
             verbose: a.verbose,
+            platform: PlatformOptions::default(),
         }
     }
 }
@@ -208,6 +211,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         serial_input,
         prefer_pvh: o.prefer_pvh,
         cancel: None,
+        platform: o.platform.clone(),
     };
     let report = match machine::run(kvm, cfg) {
         Ok(r) => r,

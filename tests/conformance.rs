@@ -1,10 +1,15 @@
 //! Conformance: boots exitlab's conformance kernels (`crates/guest/conformance`) with
 //! `exitlab run` and checks how each run ends and what the kernels report from inside
 //! the guest: boot information (multiboot and PVH), command line, fw_cfg, ACPI, the PM
-//! timer, PCI and pci-testdev doorbells, the serial port, SMP bring-up, and the triple
-//! fault and timeout endings. Malformed images must be refused before anything runs.
+//! timer, the HPET, PCI (CONFIG_ADDRESS bits 1:0 at every offset and size) and
+//! pci-testdev doorbells, the serial port, SMP bring-up, MCE banks, string I/O into
+//! MMIO, NMI latching, ACPI S3/S5, port 0x92, a real-mode kernel linked at 0x8000, the
+//! QEMU-style command line, and the triple fault and timeout endings. Malformed images
+//! must be refused before anything runs.
 //!
-//! These tests need a usable /dev/kvm, as `exitlab run` does.
+//! These tests need a usable /dev/kvm, as `exitlab run` does. The NMI latching test
+//! also needs a KVM that can run a ring-0 IRET (not kvm_pvm, which emulates ring 0
+//! and stops on it): there it fails saying so.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,7 +18,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use exitlab_guest::{
-    CONFORMANCE_MULTIBOOT, CONFORMANCE_MULTIBOOT_FLAT, CONFORMANCE_PVH, CONFORMANCE_SERIAL_PATTERN,
+    CONFORMANCE_MULTIBOOT, CONFORMANCE_MULTIBOOT_FLAT, CONFORMANCE_PVH, CONFORMANCE_REALMODE,
+    CONFORMANCE_SERIAL_PATTERN,
 };
 
 const EXITLAB: &str = env!("CARGO_BIN_EXE_exitlab");
@@ -155,6 +161,11 @@ fn run(kernel: &Path, args: &[&str]) -> Run {
     if !args.contains(&"--timeout") {
         cmd.args(["--timeout", TIMEOUT_S]);
     }
+    execute(cmd)
+}
+
+/// Runs `cmd` to completion and records how it ended.
+fn execute(mut cmd: Command) -> Run {
     let command = format!("{cmd:?}");
     let start = Instant::now();
     let out = cmd.output().expect("run the exitlab binary");
@@ -248,7 +259,8 @@ fn multiboot_elf_passes_every_test() {
         ],
     );
     r.assert_all_passed(&[
-        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "serial", "smp",
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
     ]);
     assert_eq!(
         r.lines_after("CMDLINE-ARGV0 "),
@@ -319,7 +331,8 @@ fn pvh_passes_every_test() {
         ],
     );
     r.assert_all_passed(&[
-        "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "pci", "serial", "smp",
+        "pvhinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
     ]);
     // PVH passes the command line alone, without the kernel's path.
     assert!(
@@ -386,6 +399,180 @@ fn ioeventfd_doorbells_do_not_exit_to_userspace() {
     assert_eq!(delta("io_in"), extra_serial, "{both}");
     // Had the four ioeventfd doorbells exited too, there would be three times as many.
     assert!(b.stat("mmio_write") < 2 * many, "{both}");
+}
+
+#[test]
+fn pci_config_address_low_bits_at_every_offset_and_size() {
+    let kernel = write_file("conformance-pcicfg.bin", CONFORMANCE_MULTIBOOT_FLAT);
+    let r = run(&kernel, &["--cmdline", "pcicfg"]);
+    r.assert_all_passed(&["pcicfg"]);
+}
+
+#[test]
+fn real_mode_kernel_linked_at_0x8000_prints_and_exits() {
+    let kernel = write_file("conformance-realmode.elf", CONFORMANCE_REALMODE);
+    let r = run(
+        &kernel,
+        &["--cmdline", "a command line that needs boot data"],
+    );
+    assert_eq!(r.code, ALL_PASSED, "{}", r.describe());
+    let line = r.lines_after("# realmode: ");
+    assert_eq!(line.len(), 1, "{}", r.describe());
+    assert!(
+        line[0].starts_with("hello from real mode, CR0.PE=0, IP 0x80"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn kernel_in_the_vga_hole_is_refused_naming_it() {
+    // The real-mode kernel moved to 0xB8000 (program header and entry point).
+    let mut img = CONFORMANCE_REALMODE.to_vec();
+    let phoff = le32(&img, 28) as usize;
+    let entry = le32(&img, 24) - 0x8000 + 0xB_8000;
+    img[24..28].copy_from_slice(&entry.to_le_bytes());
+    img[phoff + 8..phoff + 16].copy_from_slice(&[0x00, 0x80, 0x0B, 0x00, 0x00, 0x80, 0x0B, 0x00]);
+    assert_refused("vga.elf", &img, "overlaps the VGA hole (0xa0000..0xc0000)");
+}
+
+#[test]
+fn port_0x92_bit0_resets_the_machine() {
+    let kernel = write_file("conformance-reset92.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "reset92"]);
+    // A reset ends `exitlab run` with 0, as on QEMU with -no-reboot.
+    assert_eq!(r.code, 0, "{}", r.describe());
+    let out = r.out();
+    assert!(
+        out.contains("# reset92: port 0x92 reads 0x0; setting A20, then bit 0"),
+        "{}",
+        r.describe()
+    );
+    assert!(!out.contains("FAIL"), "{}", r.describe());
+    assert!(r.stderr.contains("reset"), "{}", r.describe());
+}
+
+#[test]
+fn s3_sleeps_until_the_rtc_alarm_and_resumes_at_the_waking_vector() {
+    // Two vCPUs: the application processor must be parked for the resume too.
+    let kernel = write_file("conformance-s3.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cpus", "2", "--cmdline", "s3"]);
+    assert_eq!(r.code, ALL_PASSED, "{}", r.describe());
+    let out = r.out();
+    assert!(
+        out.contains("# s3: suspending at second"),
+        "{}",
+        r.describe()
+    );
+    // CS 0700: the waking vector 0x7000 in real mode; register C: the alarm flag and
+    // IRQF, as the alarm woke the machine.
+    assert!(
+        out.contains(
+            "# s3: resumed in real mode at the waking vector, CS 0700, CR0.PE 0, RTC register C a0"
+        ),
+        "{}",
+        r.describe()
+    );
+    assert!(!out.contains("FAIL"), "{}", r.describe());
+    // The alarm is 2 s ahead on a 1 s clock: at least 1 s asleep.
+    assert!(r.took >= Duration::from_secs(1), "{}", r.describe());
+}
+
+#[test]
+fn s5_powers_off() {
+    let kernel = write_file("conformance-s5.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "s5"]);
+    assert_eq!(r.code, 0, "{}", r.describe());
+    assert!(
+        r.out()
+            .contains("# s5: powering off through PM1a_CNT 0xb004"),
+        "{}",
+        r.describe()
+    );
+    assert!(!r.out().contains("FAIL"), "{}", r.describe());
+}
+
+#[test]
+fn string_port_input_into_mmio_lands_byte_by_byte() {
+    // outw to pc-testdev's latch, then rep insb of 1,024 bytes into pc-testdev's MMIO:
+    // every element is a port read and an MMIO write, handled one at a time.
+    let kernel = write_file("conformance-strio.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "strio"]);
+    r.assert_all_passed(&["strio"]);
+}
+
+#[test]
+fn nmi_latching_one_more_after_iret() {
+    // Two self-NMIs sent inside the NMI handler: exactly one is delivered, after IRET.
+    let kernel = write_file("conformance-nmi.elf", CONFORMANCE_PVH);
+    let cmdline = format!("nmi tsc_khz={}", tsc_khz());
+    let r = run(&kernel, &["--cmdline", &cmdline]);
+    assert!(
+        !(r.code == 126 && r.stderr.contains("instruction bytes: cf")),
+        "this host's KVM cannot run a ring-0 IRET in protected mode (its instruction \
+         emulator stops on `cf`; seen with kvm_pvm, which emulates guest ring 0): the NMI \
+         latching rule cannot be checked here. Run the test on a host with VT-x/SVM, for \
+         example inside ../shared/tools/l1kvm/run-in-l1.\n{}",
+        r.describe()
+    );
+    r.assert_all_passed(&["nmi"]);
+    assert_eq!(
+        r.lines_after("# nmi: "),
+        vec!["2 handler runs; 2 NMIs sent from inside the handler".to_owned()],
+        "{}",
+        r.describe()
+    );
+}
+
+/// The options a QEMU-based runner passes, around `-kernel` and `-append`.
+const QEMU_RUNNER_ARGS: &str = "-smp 2 -m 96 -cpu host,-arch-capabilities \
+    -machine accel=kvm,pit=off -nodefaults -no-reboot -display none -serial stdio \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x4 -device pci-testdev -device pc-testdev \
+    -global kvm-pit.lost_tick_policy=discard";
+
+fn run_qemu_style(program: &Path, lead: &[&str], args: &[&str]) -> Run {
+    let mut cmd = Command::new(program);
+    cmd.args(lead).args(args);
+    execute(cmd)
+}
+
+#[test]
+fn qemu_style_command_line_runs_the_conformance_kernel() {
+    let kernel = write_file("conformance-qemu.elf", CONFORMANCE_MULTIBOOT);
+    let cmdline = format!("ram=96 cpus=2 tsc_khz={}", tsc_khz());
+    let mut args = vec!["-kernel", path_str(&kernel), "-append", &cmdline];
+    args.extend(QEMU_RUNNER_ARGS.split_whitespace());
+    let r = run_qemu_style(Path::new(EXITLAB), &["run", "--qemu-args", "--"], &args);
+    let all = [
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
+        "mce",
+    ];
+    r.assert_all_passed(&all);
+    // The same binary named exitlab-qemu takes the options directly.
+    let link = scratch().join(format!("{}-bin/exitlab-qemu", std::process::id()));
+    fs::create_dir_all(link.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(EXITLAB, &link).expect("symlink exitlab-qemu");
+    let r2 = run_qemu_style(&link, &[], &args);
+    let _ = fs::remove_file(&link);
+    r2.assert_all_passed(&all);
+}
+
+#[test]
+fn qemu_style_refuses_an_unknown_option_naming_it() {
+    let kernel = write_file("conformance-qemu-bad.elf", CONFORMANCE_PVH);
+    let r = run_qemu_style(
+        Path::new(EXITLAB),
+        &["run", "--qemu-args", "--"],
+        &["-kernel", path_str(&kernel), "-vga", "std"],
+    );
+    assert_eq!(r.code, BAD_INPUT, "{}", r.describe());
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert!(
+        r.stderr.contains("QEMU option -vga is not supported"),
+        "{}",
+        r.describe()
+    );
 }
 
 #[test]

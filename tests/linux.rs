@@ -195,6 +195,7 @@ fn boot(kernel: &Path, b: Boot<'_>) -> (String, machine::RunReport, Option<Durat
             serial_input: false,
             prefer_pvh: true,
             cancel: Some(watch.cancel.clone()),
+            platform: Default::default(),
         },
     )
     .expect("the kernel loads");

@@ -39,19 +39,31 @@ const C_SOURCES: &[&str] = &["kernel/kmain.c"];
 const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "src/abi.rs"];
 
 /// Conformance kernel sources in `conformance/`: the code shared by every image...
-const CONFORMANCE_COMMON: &[&str] = &["entry.S", "conformance.c"];
+const CONFORMANCE_COMMON: &[&str] = &[
+    "entry.S",
+    "main.c",
+    "lib.c",
+    "boot.c",
+    "acpi.c",
+    "fwcfg.c",
+    "timers.c",
+    "pci.c",
+    "serial.c",
+    "smp.c",
+    "faults.c",
+    "nmi.c",
+    "strio.c",
+    "mce.c",
+    "s3.c",
+    "s3_wake.S",
+];
 /// ...the piece that makes each image bootable its way...
 const CONFORMANCE_HEADERS: &[&str] = &["multiboot_elf.S", "multiboot_aout.S", "pvh_note.S"];
 /// ...and everything else they are built from.
-const CONFORMANCE_SOURCES: &[&str] = &[
-    "entry.S",
-    "conformance.c",
-    "multiboot_elf.S",
-    "multiboot_aout.S",
-    "pvh_note.S",
-    "conformance.h",
-    "conformance.ld",
-];
+const CONFORMANCE_OTHER: &[&str] = &["conformance.h", "conformance.ld", "realmode.ld"];
+/// The real-mode kernel linked at 0x8000 (`conformance-realmode.elf`), with its own
+/// linker script.
+const CONFORMANCE_REALMODE: &str = "realmode.S";
 
 #[path = "initrd/build_initrd.rs"]
 mod build_initrd;
@@ -72,7 +84,12 @@ fn run() -> Result<(), String> {
         println!("cargo:rerun-if-changed={src}");
     }
 
-    for src in CONFORMANCE_SOURCES {
+    for src in CONFORMANCE_COMMON
+        .iter()
+        .chain(CONFORMANCE_HEADERS)
+        .chain(CONFORMANCE_OTHER)
+        .chain([&CONFORMANCE_REALMODE])
+    {
         println!("cargo:rerun-if-changed=conformance/{src}");
     }
 
@@ -649,7 +666,11 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
         .flag("-fcf-protection=none")
         .flag("-fno-delete-null-pointer-checks")
         .flag("-nostdlib");
-    for f in CONFORMANCE_COMMON.iter().chain(CONFORMANCE_HEADERS) {
+    for f in CONFORMANCE_COMMON
+        .iter()
+        .chain(CONFORMANCE_HEADERS)
+        .chain([&CONFORMANCE_REALMODE])
+    {
         build.file(src.join(f));
     }
     let objects = build
@@ -697,6 +718,15 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
             run_tool(&mut objcopy, "objcopy (conformance kernel)")?;
         }
     }
+    let mut ld = Command::new("ld");
+    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+        .arg("-T")
+        .arg(src.join("realmode.ld"))
+        .arg("-o")
+        .arg(out.join("conformance-realmode.elf"))
+        .arg(object_of(CONFORMANCE_REALMODE)?);
+    run_tool(&mut ld, "ld (real-mode conformance kernel)")?;
     Ok(())
 }
 

@@ -11,6 +11,11 @@
 //! command port (the machine is always in ACPI mode) and the i8042 reset
 //! ([`RESET_PORT`] <- [`RESET_VALUE`]) as the reset register. The DSDT declares one PCI
 //! host bridge (`\_SB.PCI0`, PNP0A03, bus 0).
+//!
+//! Why hand-written: rust-vmm's `acpi_tables` builds tables and AML in general; these
+//! seven small tables must sit at fixed places in the BIOS area with QEMU's field
+//! values, a few dozen lines each, so writing them directly is shorter than adapting a
+//! general builder. If the DSDT grows beyond a few names, that crate is the way.
 
 use vm_memory::GuestMemoryBackend;
 
@@ -173,6 +178,7 @@ fn aml_pkg(op: &[u8], body: &[u8]) -> Vec<u8> {
 
 /// The DSDT's AML body:
 /// `Scope (\_SB) { Device (PCI0) { Name (_HID, EisaId ("PNP0A03")) Name (_UID, Zero) Name (_BBN, Zero) } }`
+/// and the sleep states `\_S3` and `\_S5`.
 fn dsdt_body() -> Vec<u8> {
     const NAME_OP: u8 = 0x08;
     const DWORD_PREFIX: u8 = 0x0C;
@@ -191,7 +197,15 @@ fn dsdt_body() -> Vec<u8> {
     let device = aml_pkg(&[0x5B, 0x82], &dev);
     let mut scope = b"\\_SB_".to_vec();
     scope.extend_from_slice(&device);
-    aml_pkg(&[0x10], &scope)
+    let mut body = aml_pkg(&[0x10], &scope);
+    // Name (_S3, Package (4) { 1, 1, 0, 0 }) and Name (_S5, Package (4) { 0, 0, 0, 0 }):
+    // the SLP_TYP values PM1a_CNT takes (QEMU's).
+    for (name, typ) in [(b"_S3_", 1u8), (b"_S5_", 0u8)] {
+        body.push(NAME_OP);
+        body.extend_from_slice(name);
+        body.extend_from_slice(&aml_pkg(&[0x12], &[4, typ, typ, ZERO_OP, ZERO_OP]));
+    }
+    body
 }
 
 fn fadt(dsdt: u64, facs: u64, pm_timer_32bit: bool) -> Vec<u8> {
@@ -291,6 +305,28 @@ fn madt(cpus: u32) -> Vec<u8> {
     t.finish()
 }
 
+/// Base of the HPET's registers (QEMU's pc machine; exitlab-devices' `pc::HPET`).
+pub const HPET_BASE: u64 = 0xFED0_0000;
+/// The HPET's capabilities, low 32 bits (the event timer block ID): revision 1, three
+/// timers, 64-bit counter, legacy replacement capable, vendor 0x8086.
+pub const HPET_BLOCK_ID: u32 = 0x8086_A201;
+/// Length of the HPET table.
+pub const HPET_TABLE_LEN: usize = 56;
+
+/// The HPET table, as QEMU builds it: the block ID, the base as a system-memory GAS
+/// (no width, offset or access size), HPET number 0, minimum tick 0, no page
+/// protection.
+fn hpet() -> Vec<u8> {
+    let mut t = Table::new(b"HPET", 1);
+    t.u32(HPET_BLOCK_ID)
+        .bytes(&[0, 0, 0, 0])
+        .u64(HPET_BASE)
+        .u8(0)
+        .u16(0)
+        .u8(0);
+    t.finish()
+}
+
 fn rsdp(rsdt: u64, xsdt: u64) -> Vec<u8> {
     let mut v = vec![0u8; RSDP_LEN];
     v[0..8].copy_from_slice(b"RSD PTR ");
@@ -330,19 +366,22 @@ pub fn build_acpi<M: GuestMemoryBackend>(
         at
     };
     let rsdp_addr = place(RSDP_LEN, 16);
-    let rsdt_addr = place(HEADER_LEN + 2 * 4, 16);
-    let xsdt_addr = place(HEADER_LEN + 2 * 8, 16);
+    let rsdt_addr = place(HEADER_LEN + 3 * 4, 16);
+    let xsdt_addr = place(HEADER_LEN + 3 * 8, 16);
     let fadt_addr = place(FADT_LEN, 16);
     let facs_addr = place(FACS_LEN, 64);
     let madt_addr = place(madt.len(), 16);
     let dsdt_addr = place(dsdt.len(), 16);
+    let hpet_addr = place(HPET_TABLE_LEN, 16);
     let end = next;
     debug_assert!(end <= ACPI_END);
 
     let mut rsdt = Table::new(b"RSDT", 1);
-    rsdt.u32(fadt_addr as u32).u32(madt_addr as u32);
+    rsdt.u32(fadt_addr as u32)
+        .u32(madt_addr as u32)
+        .u32(hpet_addr as u32);
     let mut xsdt = Table::new(b"XSDT", 1);
-    xsdt.u64(fadt_addr).u64(madt_addr);
+    xsdt.u64(fadt_addr).u64(madt_addr).u64(hpet_addr);
 
     zero_bytes(mem, ACPI_START, ACPI_END - ACPI_START)?;
     write_bytes(mem, rsdp_addr, &rsdp(rsdt_addr, xsdt_addr))?;
@@ -352,6 +391,7 @@ pub fn build_acpi<M: GuestMemoryBackend>(
     write_bytes(mem, facs_addr, &facs())?;
     write_bytes(mem, madt_addr, &madt)?;
     write_bytes(mem, dsdt_addr, &dsdt)?;
+    write_bytes(mem, hpet_addr, &hpet())?;
     Ok(AcpiInfo {
         rsdp: rsdp_addr,
         rsdt: rsdt_addr,
@@ -420,8 +460,15 @@ mod tests {
 
             let rsdt = table(&m, u32_at(&r, 16) as u64, b"RSDT");
             let xsdt = table(&m, u64_at(&r, 24), b"XSDT");
-            assert_eq!(rsdt.len(), 36 + 8);
-            assert_eq!(xsdt.len(), 36 + 16);
+            assert_eq!(rsdt.len(), 36 + 12);
+            assert_eq!(xsdt.len(), 36 + 24);
+            let hpet_addr = u64_at(&xsdt, 52);
+            assert_eq!(u32_at(&rsdt, 44) as u64, hpet_addr);
+            let hpet = table(&m, hpet_addr, b"HPET");
+            assert_eq!(hpet.len(), HPET_TABLE_LEN);
+            assert_eq!(u32_at(&hpet, 36), HPET_BLOCK_ID);
+            assert_eq!(&hpet[40..44], &[0, 0, 0, 0]);
+            assert_eq!(u64_at(&hpet, 44), HPET_BASE);
             let fadt_addr = u64_at(&xsdt, 36);
             assert_eq!(u32_at(&rsdt, 36) as u64, fadt_addr);
             let madt_addr = u64_at(&xsdt, 44);
@@ -510,9 +557,16 @@ mod tests {
     #[test]
     fn aml_package_lengths() {
         let body = dsdt_body();
-        // ScopeOp, PkgLength (one byte), then the rest.
+        // ScopeOp, PkgLength (one byte), the scope; then the two sleep packages.
         assert_eq!(body[0], 0x10);
-        assert_eq!(body[1] as usize, body.len() - 1);
+        let scope_end = 1 + body[1] as usize;
+        assert_eq!(
+            &body[scope_end..],
+            &[
+                0x08, b'_', b'S', b'3', b'_', 0x12, 6, 4, 1, 1, 0, 0, //
+                0x08, b'_', b'S', b'5', b'_', 0x12, 6, 4, 0, 0, 0, 0,
+            ]
+        );
         let long = aml_pkg(&[0x10], &[0u8; 100]);
         assert_eq!(long[1] & 0xC0, 0x40);
         let len = ((long[1] & 0xf) as usize) | ((long[2] as usize) << 4);

@@ -1,12 +1,22 @@
 //! A small, validating reader for little-endian x86 ELF32/ELF64 executables: program
 //! headers, PT_NOTE contents and loading PT_LOAD segments by physical address.
+//!
+//! Why hand-written: linux-loader (already a dependency, used for bzImage) reads only
+//! ELF64 headers and loads a kernel the Linux way, but the multiboot and PVH test
+//! kernels this reads are mostly ELF32 and are loaded by physical address under
+//! multiboot's rules (segments below 1 MiB around fixed areas, entry translated from
+//! virtual to physical). `object` and `goblin` would parse the headers, which is a
+//! third of this file; the rest, the checks that turn a malformed image into an error
+//! naming the field, the segment or the area at fault before anything is written to
+//! guest memory, would stay. One reader with its own checks is shorter than a crate
+//! plus a translation of its errors.
 
 use std::ops::Range;
 
 use vm_memory::GuestMemoryBackend;
 
 use crate::error::{BootError, Result};
-use crate::layout::{check_segment, write_bytes, zero_bytes};
+use crate::layout::{check_segment, write_bytes, zero_bytes, LowMemory};
 
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
@@ -257,12 +267,13 @@ pub(crate) fn load_segments<M: GuestMemoryBackend>(
     image: &[u8],
     elf: &Elf,
     ram_bytes: u64,
+    low: LowMemory,
 ) -> Result<(u64, u64)> {
     if elf.segments.is_empty() {
         return Err(BootError::NoLoadableSegments);
     }
     for s in &elf.segments {
-        check_segment(ram_bytes, s.paddr, s.memsz)?;
+        check_segment(ram_bytes, s.paddr, s.memsz, low)?;
     }
     let mut lo = u64::MAX;
     let mut hi = 0;

@@ -28,6 +28,12 @@ pub enum CpuMode {
     Protected32,
     /// 64-bit long mode with the identity page tables at `page_table_root` (Linux 64-bit entry).
     Long64,
+    /// 16-bit real mode with CS = `cs` (base `cs << 4`) and the other segments 0, as
+    /// firmware leaves the CPU at an ACPI S3 waking vector.
+    Real16 {
+        /// The code segment's selector.
+        cs: u16,
+    },
 }
 
 /// Selector of the flat 32-bit code segment.
@@ -114,6 +120,23 @@ impl Segment {
         }
     }
 
+    /// A real-mode segment: base `selector << 4`, limit 64 KiB, present, 16-bit.
+    pub fn real(selector: u16, type_: u8) -> Segment {
+        Segment {
+            selector,
+            base: u64::from(selector) << 4,
+            limit: 0xFFFF,
+            type_,
+            present: true,
+            dpl: 0,
+            db: false,
+            s: true,
+            l: false,
+            g: false,
+            avl: false,
+        }
+    }
+
     /// The segment for `selector` in [`GDT_ENTRIES`].
     fn from_gdt(selector: u16) -> Segment {
         Segment::from_descriptor(selector, GDT_ENTRIES[usize::from(selector >> 3)])
@@ -159,6 +182,21 @@ impl EntryState {
         }
     }
 
+    /// A real-mode entry at the 20-bit address `vector` (CS = vector >> 4, IP = vector
+    /// & 0xF), as firmware jumps to the FACS waking vector on an S3 resume. The stack
+    /// pointer is 0 and the GDT is left as it was.
+    pub fn real16(vector: u32) -> EntryState {
+        EntryState {
+            mode: CpuMode::Real16 {
+                cs: (vector >> 4) as u16,
+            },
+            rip: u64::from(vector & 0xF),
+            rsp: 0,
+            gdt: None,
+            ..EntryState::protected32(0)
+        }
+    }
+
     /// A 64-bit entry with the identity page tables and the boot GDT.
     pub fn long64(rip: u64) -> EntryState {
         EntryState {
@@ -173,12 +211,16 @@ impl EntryState {
         match self.mode {
             CpuMode::Protected32 => Segment::from_gdt(CODE32_SELECTOR),
             CpuMode::Long64 => Segment::from_gdt(CODE64_SELECTOR),
+            CpuMode::Real16 { cs } => Segment::real(cs, 0xB),
         }
     }
 
-    /// DS, ES, FS, GS and SS for this entry (selector 0x18, flat).
+    /// DS, ES, FS, GS and SS for this entry (selector 0x18, flat; 0 in real mode).
     pub fn data_segment(&self) -> Segment {
-        Segment::from_gdt(DATA_SELECTOR)
+        match self.mode {
+            CpuMode::Real16 { .. } => Segment::real(0, 0x3),
+            _ => Segment::from_gdt(DATA_SELECTOR),
+        }
     }
 
     /// TR for this entry (selector 0x20, busy 32-bit TSS at 0, limit 0x67).
@@ -191,6 +233,7 @@ impl EntryState {
         match self.mode {
             CpuMode::Protected32 => CR0_PE | CR0_ET,
             CpuMode::Long64 => CR0_PE | CR0_ET | CR0_PG,
+            CpuMode::Real16 { .. } => CR0_ET,
         }
     }
 
@@ -202,7 +245,7 @@ impl EntryState {
     /// CR4: PAE in long mode, else 0.
     pub fn cr4(&self) -> u64 {
         match self.mode {
-            CpuMode::Protected32 => 0,
+            CpuMode::Protected32 | CpuMode::Real16 { .. } => 0,
             CpuMode::Long64 => CR4_PAE,
         }
     }
@@ -210,7 +253,7 @@ impl EntryState {
     /// EFER: LME|LMA in long mode, else 0.
     pub fn efer(&self) -> u64 {
         match self.mode {
-            CpuMode::Protected32 => 0,
+            CpuMode::Protected32 | CpuMode::Real16 { .. } => 0,
             CpuMode::Long64 => EFER_LME | EFER_LMA,
         }
     }
@@ -223,12 +266,17 @@ pub fn gdt_location() -> (u64, u16) {
 
 /// Writes [`GDT_ENTRIES`] at `GDT_ADDR`.
 pub(crate) fn write_gdt<M: GuestMemoryBackend>(mem: &M) -> Result<(u64, u16)> {
+    write_gdt_at(mem, GDT_ADDR)
+}
+
+/// Writes [`GDT_ENTRIES`] at `addr`; returns (base, limit).
+pub(crate) fn write_gdt_at<M: GuestMemoryBackend>(mem: &M, addr: u64) -> Result<(u64, u16)> {
     let mut bytes = Vec::with_capacity(GDT_ENTRIES.len() * 8);
     for d in GDT_ENTRIES {
         bytes.extend_from_slice(&d.to_le_bytes());
     }
-    write_bytes(mem, GDT_ADDR, &bytes)?;
-    Ok(gdt_location())
+    write_bytes(mem, addr, &bytes)?;
+    Ok((addr, gdt_location().1))
 }
 
 /// Writes identity page tables for the first 4 GiB (2 MiB pages) and returns the PML4

@@ -103,11 +103,12 @@ pub enum BootError {
         /// One past the last loaded byte.
         end: u64,
     },
-    /// A segment would land below 1 MiB, where the boot structures, BIOS area and VGA hole are.
+    /// A segment would land below 1 MiB in a loader that keeps its boot structures there
+    /// (PVH, Linux).
     #[error(
-        "image segment {start:#x}..{end:#x} overlaps the low 1 MiB, which holds the boot data \
-         (page tables, boot info, command line), the EBDA and the BIOS/ACPI area; link the kernel \
-         at or above 0x100000"
+        "image segment {start:#x}..{end:#x} overlaps the low 1 MiB, which this boot protocol \
+         uses for its boot data (page tables, boot info, command line); link the kernel at or \
+         above 0x100000, or boot it through multiboot"
     )]
     SegmentInLowMemory {
         /// First byte of the segment.
@@ -144,6 +145,38 @@ pub enum BootError {
         image_start: u64,
         /// End of the kernel image.
         image_end: u64,
+    },
+    /// A segment would overwrite a part of low memory the platform cannot move.
+    #[error(
+        "image segment {start:#x}..{end:#x} overlaps {area} ({area_start:#x}..{area_end:#x}), \
+         which the platform keeps there; link the kernel elsewhere (0x500..0x9fc00 or from \
+         0x100000)"
+    )]
+    SegmentOverlapsFixedArea {
+        /// First byte of the segment.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// What lives there.
+        area: &'static str,
+        /// First byte of the area.
+        area_start: u64,
+        /// One past its last byte.
+        area_end: u64,
+    },
+    /// A kernel below 1 MiB leaves no room for the boot structures next to it.
+    #[error(
+        "the kernel image {image_start:#x}..{image_end:#x} leaves no {needed:#x}-byte gap below \
+         the EBDA (0x500..0x9fc00) for the boot structures (GDT, stack, boot info, command \
+         line, memory map); make the image smaller or link it at or above 0x100000"
+    )]
+    NoRoomForBootData {
+        /// Start of the kernel image.
+        image_start: u64,
+        /// End of the kernel image.
+        image_end: u64,
+        /// Bytes needed.
+        needed: u64,
     },
     /// The boot data area below 1 MiB is full.
     #[error(

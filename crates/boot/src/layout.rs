@@ -188,15 +188,56 @@ pub fn describe_ram(ram_bytes: u64) -> String {
         .join(", ")
 }
 
-/// Checks that a loadable range `start..start+len` is in RAM above 1 MiB.
-pub(crate) fn check_segment(ram_bytes: u64, start: u64, len: u64) -> Result<()> {
+/// Low memory the platform cannot move, whatever the kernel: the real-mode IVT and
+/// BIOS data area a guest may rely on, the EBDA, the VGA hole and the BIOS area (option
+/// ROMs and the ACPI tables). Everything else below 1 MiB (the GDT, the boot stack and
+/// the boot data) moves out of a multiboot kernel's way ([`BootArea::for_image`]).
+pub const FIXED_LOW_AREAS: &[(u64, u64, &str)] = &[
+    (0, 0x500, "the real-mode IVT and BIOS data area"),
+    (EBDA_START, VGA_START, "the EBDA"),
+    (VGA_START, 0xC_0000, "the VGA hole"),
+    (
+        0xC_0000,
+        HIGH_MEMORY_START,
+        "the BIOS area (option ROMs and the ACPI tables)",
+    ),
+];
+
+/// Which segments below 1 MiB a loader accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LowMemory {
+    /// None: the loader's boot structures are fixed there (PVH, Linux).
+    Refuse,
+    /// Those that avoid [`FIXED_LOW_AREAS`]; the loader then places its boot
+    /// structures around the image (multiboot, as QEMU does).
+    AroundFixedAreas,
+}
+
+/// Checks that a loadable range `start..start+len` is in RAM and, below 1 MiB, allowed
+/// by `low`.
+pub(crate) fn check_segment(ram_bytes: u64, start: u64, len: u64, low: LowMemory) -> Result<()> {
     let end = start.checked_add(len).ok_or(BootError::SegmentOutsideRam {
         start,
         end: u64::MAX,
         ram: describe_ram(ram_bytes),
     })?;
     if start < HIGH_MEMORY_START {
-        return Err(BootError::SegmentInLowMemory { start, end });
+        if low == LowMemory::Refuse {
+            return Err(BootError::SegmentInLowMemory { start, end });
+        }
+        if let Some(&(area_start, area_end, area)) = FIXED_LOW_AREAS
+            .iter()
+            .find(|(a, b, _)| start < *b && *a < end.max(start + 1))
+        {
+            return Err(BootError::SegmentOverlapsFixedArea {
+                start,
+                end,
+                area,
+                area_start,
+                area_end,
+            });
+        }
+        return Ok(());
     }
     if !in_high_ram(ram_bytes, start, end) {
         return Err(BootError::SegmentOutsideRam {
@@ -206,6 +247,64 @@ pub(crate) fn check_segment(ram_bytes: u64, start: u64, len: u64) -> Result<()> 
         });
     }
     Ok(())
+}
+
+/// Where a loader puts its boot structures below 1 MiB: the GDT page, the boot stack
+/// page, the boot info page, then the boot data up to `data_end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BootArea {
+    /// The GDT.
+    pub gdt: u64,
+    /// The initial stack pointer (top of the stack page).
+    pub stack_top: u64,
+    /// The boot info block (multiboot info, zero page or PVH start info).
+    pub info: u64,
+    /// First byte of the boot data (strings, memory map, module list).
+    pub data_start: u64,
+    /// One past its last byte.
+    pub data_end: u64,
+}
+
+/// Smallest gap [`BootArea::for_image`] accepts: GDT, stack and info pages and one page
+/// of boot data.
+const BOOT_AREA_MIN: u64 = 4 * PAGE_SIZE;
+
+impl BootArea {
+    /// The fixed place every image at or above 1 MiB gets.
+    pub(crate) const STANDARD: BootArea = BootArea {
+        gdt: GDT_ADDR,
+        stack_top: BOOT_STACK_TOP,
+        info: BOOT_INFO_ADDR,
+        data_start: BOOT_DATA_START,
+        data_end: BOOT_DATA_END,
+    };
+
+    /// The standard area, unless the image `(start, end)` overlaps it: then a gap of
+    /// low RAM next to the image, after it where it fits (as QEMU puts the multiboot
+    /// info after the kernel), else before it.
+    pub(crate) fn for_image(image: (u64, u64)) -> Result<BootArea> {
+        let (start, end) = image;
+        if start >= HIGH_MEMORY_START || end <= GDT_ADDR {
+            return Ok(Self::STANDARD);
+        }
+        let gap = |lo: u64, hi: u64| -> Option<BootArea> {
+            let lo = align_up(lo, PAGE_SIZE)?;
+            (hi > lo && hi - lo >= BOOT_AREA_MIN).then_some(BootArea {
+                gdt: lo,
+                stack_top: lo + 2 * PAGE_SIZE,
+                info: lo + 2 * PAGE_SIZE,
+                data_start: lo + 3 * PAGE_SIZE,
+                data_end: hi,
+            })
+        };
+        gap(end, EBDA_START)
+            .or_else(|| gap(0x500, start))
+            .ok_or(BootError::NoRoomForBootData {
+                image_start: start,
+                image_end: end,
+                needed: BOOT_AREA_MIN,
+            })
+    }
 }
 
 /// Rounds `v` up to a multiple of `align` (a power of two); `None` on overflow.
@@ -288,17 +387,23 @@ pub(crate) struct BootData {
 impl BootData {
     /// An allocator over the whole boot data area.
     pub(crate) fn new() -> Self {
+        Self::within(&BootArea::STANDARD)
+    }
+
+    /// An allocator over the boot data of `area`.
+    pub(crate) fn within(area: &BootArea) -> Self {
         BootData {
-            next: BOOT_DATA_START,
-            end: BOOT_DATA_END,
+            next: area.data_start,
+            end: area.data_end,
         }
     }
 
     /// Reserves `len` bytes aligned to `align` (a power of two).
     pub(crate) fn alloc(&mut self, len: u64, align: u64) -> Result<u64> {
+        let area_end = self.end;
         let full = |needed| BootError::BootDataFull {
-            start: BOOT_DATA_START,
-            end: BOOT_DATA_END,
+            start: self.next,
+            end: area_end,
             needed,
         };
         let start = align_up(self.next, align).ok_or(full(len))?;
@@ -444,18 +549,58 @@ mod tests {
     #[test]
     fn segment_checks() {
         let ram = 64 * MIB;
-        assert!(check_segment(ram, MIB, 4096).is_ok());
+        let (refuse, around) = (LowMemory::Refuse, LowMemory::AroundFixedAreas);
+        assert!(check_segment(ram, MIB, 4096, refuse).is_ok());
         assert!(matches!(
-            check_segment(ram, 0x9000, 4096),
+            check_segment(ram, 0x9000, 4096, refuse),
             Err(BootError::SegmentInLowMemory { .. })
         ));
+        assert!(check_segment(ram, 0x8000, 0x2A6C, around).is_ok());
+        assert!(check_segment(ram, 0x500, 0x9F700, around).is_ok());
+        for (start, len, area) in [
+            (0x400u64, 0x200u64, "IVT"),
+            (0x0, 1, "IVT"),
+            (0x9F000, 0x1000, "EBDA"),
+            (0xB8000, 0x10, "VGA"),
+            (0xF0000, 0x20000, "BIOS"),
+        ] {
+            let e = check_segment(ram, start, len, around).unwrap_err();
+            assert!(
+                matches!(e, BootError::SegmentOverlapsFixedArea { .. })
+                    && e.to_string().contains(area),
+                "{start:#x}+{len:#x}: {e}"
+            );
+        }
         assert!(matches!(
-            check_segment(ram, 63 * MIB, 2 * MIB),
+            check_segment(ram, 63 * MIB, 2 * MIB, refuse),
             Err(BootError::SegmentOutsideRam { .. })
         ));
         assert!(matches!(
-            check_segment(ram, u64::MAX - 1, 4096),
+            check_segment(ram, u64::MAX - 1, 4096, around),
             Err(BootError::SegmentOutsideRam { .. })
+        ));
+    }
+
+    #[test]
+    fn boot_area_moves_out_of_a_low_image() {
+        assert_eq!(
+            BootArea::for_image((MIB, 2 * MIB)).unwrap(),
+            BootArea::STANDARD
+        );
+        // A real-mode kernel at 0x8000: the area goes after it.
+        let a = BootArea::for_image((0x8000, 0xA86C)).unwrap();
+        assert_eq!(
+            (a.gdt, a.stack_top, a.info, a.data_start),
+            (0xB000, 0xD000, 0xD000, 0xE000)
+        );
+        assert_eq!(a.data_end, EBDA_START);
+        // An image up to the EBDA: before it.
+        let b = BootArea::for_image((0x40000, 0x9F000)).unwrap();
+        assert_eq!((b.gdt, b.data_end), (0x1000, 0x40000));
+        // No gap of four pages anywhere.
+        assert!(matches!(
+            BootArea::for_image((0x2000, 0x9D000)),
+            Err(BootError::NoRoomForBootData { .. })
         ));
     }
 }

@@ -83,6 +83,9 @@ pub struct Loaded {
     pub image_range: (u64, u64),
     /// Address of the ACPI RSDP, when ACPI tables were built.
     pub rsdp: Option<u64>,
+    /// Address of the ACPI FACS (whose waking vector an S3 resume jumps to), when ACPI
+    /// tables were built.
+    pub facs: Option<u64>,
 }
 
 /// Detects the format of `image`. Looks, in order, for a bzImage ("HdrS" at 0x202), an
@@ -131,24 +134,27 @@ pub fn load<M: GuestMemoryBackend>(
         });
     }
     let format = detect(image)?;
-    let rsdp = if opts.acpi {
-        Some(acpi::build_acpi(mem, opts.cpus, opts.pm_timer_32bit)?.rsdp)
+    let acpi = if opts.acpi {
+        Some(acpi::build_acpi(mem, opts.cpus, opts.pm_timer_32bit)?)
     } else {
         None
     };
-    match format {
+    let rsdp = acpi.as_ref().map(|a| a.rsdp);
+    let mut loaded = match format {
         ImageFormat::Multiboot => {
             let mut loaded = multiboot::load(mem, image, opts)?;
             loaded.rsdp = rsdp;
-            Ok(loaded)
+            loaded
         }
         ImageFormat::Pvh if !opts.prefer_pvh && elf::is_elf64(image) => {
-            linux::load_elf(mem, image, opts, rsdp)
+            linux::load_elf(mem, image, opts, rsdp)?
         }
-        ImageFormat::Pvh => pvh::load(mem, image, opts, rsdp),
-        ImageFormat::BzImage => linux::load_bzimage(mem, image, opts, rsdp),
-        ImageFormat::LinuxElf => linux::load_elf(mem, image, opts, rsdp),
-    }
+        ImageFormat::Pvh => pvh::load(mem, image, opts, rsdp)?,
+        ImageFormat::BzImage => linux::load_bzimage(mem, image, opts, rsdp)?,
+        ImageFormat::LinuxElf => linux::load_elf(mem, image, opts, rsdp)?,
+    };
+    loaded.facs = acpi.map(|a| a.facs);
+    Ok(loaded)
 }
 
 #[cfg(test)]

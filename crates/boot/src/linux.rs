@@ -27,7 +27,7 @@ use crate::elf;
 use crate::entry::{write_gdt, write_identity_page_tables, EntryState};
 use crate::error::{BootError, Result};
 use crate::layout::{
-    check_segment, e820_map, place_high, write_bytes, BOOT_DATA_END, BOOT_INFO_ADDR,
+    check_segment, e820_map, place_high, write_bytes, LowMemory, BOOT_DATA_END, BOOT_INFO_ADDR,
     HIGH_MEMORY_START, LINUX_CMDLINE_ADDR, PCI_HOLE_START,
 };
 use crate::{BootOptions, ImageFormat, Loaded};
@@ -139,7 +139,7 @@ pub fn load_bzimage<M: GuestMemoryBackend>(
     let kernel_size = len - setup_size;
     let load_addr = u64::from(hdr.code32_start);
     let ram = opts.ram_bytes;
-    check_segment(ram, load_addr, kernel_size)?;
+    check_segment(ram, load_addr, kernel_size, LowMemory::Refuse)?;
 
     let result = BzImage::load(
         mem,
@@ -197,6 +197,7 @@ pub fn load_bzimage<M: GuestMemoryBackend>(
         e820: e820_map(ram),
         image_range,
         rsdp,
+        facs: None,
     })
 }
 
@@ -214,7 +215,7 @@ pub fn load_elf<M: GuestMemoryBackend>(
         ));
     }
     let ram = opts.ram_bytes;
-    let image_range = elf::load_segments(mem, image, &parsed, ram)?;
+    let image_range = elf::load_segments(mem, image, &parsed, ram, LowMemory::Refuse)?;
     let entry = elf::physical_entry(&parsed);
     elf::check_entry(&parsed, entry, image_range)?;
 
@@ -243,6 +244,7 @@ pub fn load_elf<M: GuestMemoryBackend>(
         e820: e820_map(ram),
         image_range,
         rsdp,
+        facs: None,
     })
 }
 

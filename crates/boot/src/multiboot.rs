@@ -1,22 +1,31 @@
 //! Multiboot v1 loader: a.out-kludge flat binaries and ELF32/ELF64 images.
 //!
 //! Boot structures (all below 1 MiB, outside the image):
-//! - the multiboot info block (116 bytes) at [`BOOT_INFO_ADDR`] (0x9000);
-//! - the command line (`"<kernel path> <cmdline>"`), the boot loader name, the memory map
-//!   and the module list in the boot data area from [`BOOT_DATA_START`] (0xA000) up;
+//! - the GDT, the boot stack, the multiboot info block (116 bytes), then the command
+//!   line (`"<kernel path> <cmdline>"`), the boot loader name, the memory map and the
+//!   module list: for an image at or above 1 MiB at the fixed places of
+//!   [`crate::layout::BootArea::STANDARD`] (GDT 0x1000, stack below 0x9000, info at
+//!   0x9000, data from 0xA000 up); for an image linked below 1 MiB (real-mode test
+//!   kernels at 0x8000, say) in a gap of low RAM after the image, else before it, as
+//!   QEMU puts the multiboot info after the kernel. Only a segment that overlaps what
+//!   the platform cannot move ([`crate::layout::FIXED_LOW_AREAS`]: IVT/BDA, EBDA, VGA
+//!   hole, BIOS area) is refused, with a message naming it;
 //! - the initrd (module 0) is placed as high as possible in RAM below the PCI hole,
 //!   page-aligned, outside the image.
 //!
 //! Entry: 32-bit protected mode, paging off, EAX = 0x2BADB002, EBX = info address.
+//!
+//! Why hand-written: no maintained crate loads multiboot v1 kernels (linux-loader does
+//! Linux and PVH only).
 
 use vm_memory::GuestMemoryBackend;
 
 use crate::elf;
-use crate::entry::{write_gdt, EntryState};
+use crate::entry::{write_gdt_at, EntryState};
 use crate::error::{BootError, Result};
 use crate::layout::{
-    check_segment, e820_map, low_ram_end, place_high, write_bytes, zero_bytes, BootData,
-    BOOT_DATA_START, BOOT_INFO_ADDR, EBDA_START, HIGH_MEMORY_START, PCI_HOLE_START,
+    check_segment, e820_map, low_ram_end, place_high, write_bytes, zero_bytes, BootArea, BootData,
+    LowMemory, EBDA_START, HIGH_MEMORY_START, PCI_HOLE_START,
 };
 use crate::{BootOptions, ImageFormat, Loaded};
 
@@ -166,10 +175,12 @@ pub fn load<M: GuestMemoryBackend>(mem: &M, image: &[u8], opts: &BootOptions) ->
         Some(k) => load_aout(mem, image, header.offset, &k, ram)?,
         None => load_elf(mem, image, ram)?,
     };
-    let info_addr = write_info(mem, opts, image_range)?;
-    let gdt = write_gdt(mem)?;
+    let area = BootArea::for_image(image_range)?;
+    let info_addr = write_info(mem, opts, image_range, &area)?;
+    let gdt = write_gdt_at(mem, area.gdt)?;
 
     let mut state = EntryState::protected32(entry);
+    state.rsp = area.stack_top;
     state.rax = u64::from(BOOTLOADER_MAGIC);
     state.rbx = info_addr;
     state.gdt = Some(gdt);
@@ -179,6 +190,7 @@ pub fn load<M: GuestMemoryBackend>(mem: &M, image: &[u8], opts: &BootOptions) ->
         e820: e820_map(ram),
         image_range,
         rsdp: None,
+        facs: None,
     })
 }
 
@@ -240,7 +252,12 @@ fn load_aout<M: GuestMemoryBackend>(
         }
         end
     };
-    check_segment(ram, load_addr, bss_end - load_addr)?;
+    check_segment(
+        ram,
+        load_addr,
+        bss_end - load_addr,
+        LowMemory::AroundFixedAreas,
+    )?;
     let entry = u64::from(k.entry_addr);
     if !(load_addr..load_end).contains(&entry) {
         return Err(BootError::EntryOutsideImage {
@@ -271,7 +288,7 @@ fn load_elf<M: GuestMemoryBackend>(mem: &M, image: &[u8], ram: u64) -> Result<(u
             )));
         }
     }
-    let range = elf::load_segments(mem, image, &parsed, ram)?;
+    let range = elf::load_segments(mem, image, &parsed, ram, LowMemory::AroundFixedAreas)?;
     elf::check_entry(&parsed, entry, range)?;
     Ok((entry, range))
 }
@@ -295,10 +312,10 @@ fn write_info<M: GuestMemoryBackend>(
     mem: &M,
     opts: &BootOptions,
     image_range: (u64, u64),
+    area: &BootArea,
 ) -> Result<u64> {
     let ram = opts.ram_bytes;
-    let mut data = BootData::new();
-    debug_assert!(BOOT_DATA_START >= BOOT_INFO_ADDR + INFO_SIZE as u64);
+    let mut data = BootData::within(area);
 
     let cmdline = data.put_cstr(mem, &full_cmdline(opts))?;
     let name = data.put_cstr(mem, BOOT_LOADER_NAME)?;
@@ -342,8 +359,8 @@ fn write_info<M: GuestMemoryBackend>(
     put32(&mut block, info::MMAP_LENGTH, mmap.len() as u32);
     put32(&mut block, info::MMAP_ADDR, mmap_addr as u32);
     put32(&mut block, info::BOOT_LOADER_NAME, name as u32);
-    write_bytes(mem, BOOT_INFO_ADDR, &block)?;
-    Ok(BOOT_INFO_ADDR)
+    write_bytes(mem, area.info, &block)?;
+    Ok(area.info)
 }
 
 #[cfg(test)]
@@ -351,7 +368,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::elf::build::{elf, Ph};
     use crate::entry::CpuMode;
-    use crate::layout::{ram_regions, read_bytes, E820Kind};
+    use crate::layout::{ram_regions, read_bytes, E820Kind, BOOT_DATA_START, BOOT_INFO_ADDR};
     use vm_memory::GuestMemoryMmap;
 
     const MIB: u64 = 1 << 20;
@@ -705,13 +722,44 @@ pub(crate) mod tests {
             load(&m, &img, &opts(ram)),
             Err(BootError::SegmentOutsideRam { .. })
         ));
-        // Below 1 MiB: overlaps the boot data.
-        let mut img = elf(false, 0x9000, &[Ph::load(0x9000, vec![1; 16], 16)]);
+        // Below 1 MiB in the VGA hole: refused, naming it.
+        let mut img = elf(false, 0xB8000, &[Ph::load(0xB8000, vec![1; 16], 16)]);
         img.extend_from_slice(&header(0, None));
-        assert!(matches!(
-            load(&m, &img, &opts(ram)),
-            Err(BootError::SegmentInLowMemory { .. })
-        ));
+        let e = load(&m, &img, &opts(ram)).unwrap_err();
+        assert!(
+            matches!(e, BootError::SegmentOverlapsFixedArea { .. })
+                && e.to_string().contains("the VGA hole"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn elf_linked_at_0x8000_gets_its_boot_data_after_the_image() {
+        let ram = 4 * MIB;
+        let m = mem(ram);
+        let mut img = elf(
+            false,
+            0x8000,
+            &[Ph::load(0x8000, vec![0xAB; 0x800], 0x286C)],
+        );
+        img.extend_from_slice(&header(0, None));
+        let mut o = opts(ram);
+        o.initrd = Some(vec![7; 100]);
+        let l = load(&m, &img, &o).unwrap();
+        assert_eq!(l.image_range, (0x8000, 0xA86C));
+        let info = l.entry.rbx;
+        assert_eq!(info, 0xD000);
+        assert_eq!(l.entry.rsp, 0xD000);
+        assert_eq!(l.entry.gdt.map(|g| g.0), Some(0xB000));
+        // The image is intact and every pointer in the info block avoids it.
+        let mut b = [0u8; 0x800];
+        read_bytes(&m, 0x8000, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0xAB));
+        for field in [16u64, 24, 48, 64] {
+            let a = u64::from(rd32(&m, info + field));
+            assert!((0xE000..EBDA_START).contains(&a), "field {field}: {a:#x}");
+        }
+        assert!(cstr(&m, u64::from(rd32(&m, info + 16))).starts_with("/k/kernel.bin"));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use vm_memory::GuestMemoryBackend;
 use crate::elf::{self, Elf};
 use crate::entry::{write_gdt, EntryState};
 use crate::error::{BootError, Result};
-use crate::layout::{e820_map, place_high, write_bytes, BootData, BOOT_INFO_ADDR, PCI_HOLE_START};
+use crate::layout::{
+    e820_map, place_high, write_bytes, BootData, LowMemory, BOOT_INFO_ADDR, PCI_HOLE_START,
+};
 use crate::{BootOptions, ImageFormat, Loaded};
 
 /// Note type of the 32-bit physical entry point.
@@ -116,7 +118,7 @@ pub fn load<M: GuestMemoryBackend>(
         }
     }
     let ram = opts.ram_bytes;
-    let image_range = elf::load_segments(mem, image, &parsed, ram)?;
+    let image_range = elf::load_segments(mem, image, &parsed, ram, LowMemory::Refuse)?;
     elf::check_entry(&parsed, entry, image_range)?;
 
     let mut data = BootData::new();
@@ -165,6 +167,7 @@ pub fn load<M: GuestMemoryBackend>(
         e820: map,
         image_range,
         rsdp,
+        facs: None,
     })
 }
 

@@ -26,7 +26,14 @@
 //!   writable; bit 7 (update in progress) reads as set during the last 244 µs of each
 //!   host second, so a guest that waits for the update edge finds one.
 //! - B (0x0B): 0x02 at reset (24-hour, BCD, no interrupts); writable.
-//! - C (0x0C): interrupt flags, always 0 (no RTC interrupt is ever raised).
+//! - C (0x0C): interrupt flags: AF (0x20) and IRQF (0x80) are set when the alarm woke
+//!   the machine from ACPI S3 ([`Cmos::alarm_fired`]); reading clears them. No RTC
+//!   interrupt is raised otherwise.
+//!
+//! The alarm (registers 0x01, 0x03, 0x05, enabled by AIE, bit 5 of register B) wakes
+//! the machine from S3: [`Cmos::alarm_wait`] says how long until the host clock
+//! matches it (a byte with its two top bits set matches any value, as on the
+//! MC146818).
 //! - D (0x0D): 0x80 (valid RAM and time).
 //!
 //! Memory-size bytes, as QEMU's PC machine sets them:
@@ -39,6 +46,10 @@
 //! Also 0x14 (equipment byte: FPU and PS/2 mouse present, no floppy, 0x06) and
 //! 0x2E/0x2F (checksum of 0x10..=0x2D, high byte first). Every other byte of the
 //! 128-byte RAM reads 0 until the guest writes it.
+//!
+//! Why hand-written: vm-superio's RTC is the ARM PL031, and no maintained crate models
+//! the PC's MC146818 with the CMOS bytes QEMU's pc machine sets. The calendar is the
+//! `time` crate's.
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -94,30 +105,21 @@ pub struct RtcTime {
 }
 
 impl RtcTime {
-    /// The UTC calendar time `secs` seconds after 1970-01-01 00:00:00.
+    /// The UTC calendar time `secs` seconds after 1970-01-01 00:00:00 (the `time`
+    /// crate's calendar; a clock too far ahead for it reads as the epoch).
     pub fn from_unix(secs: u64) -> Self {
-        let days = secs / 86_400;
-        let rem = secs % 86_400;
-        // 1970-01-01 was a Thursday (weekday 5 with Sunday = 1).
-        let weekday = ((days + 4) % 7) as u8 + 1;
-        // Civil date from a day count, computed in 400-year eras starting 0000-03-01.
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z % 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-        let year = (yoe + era * 400 + u64::from(month <= 2)) as u32;
+        let t = i64::try_from(secs)
+            .ok()
+            .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
         Self {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u8,
-            minute: (rem / 60 % 60) as u8,
-            second: (rem % 60) as u8,
-            weekday,
+            year: u32::try_from(t.year()).unwrap_or(0),
+            month: u8::from(t.month()),
+            day: t.day(),
+            hour: t.hour(),
+            minute: t.minute(),
+            second: t.second(),
+            weekday: t.weekday().number_from_sunday(),
         }
     }
 }
@@ -130,8 +132,19 @@ fn to_bcd(v: u8) -> u8 {
 struct State {
     index: u8,
     nmi_masked: bool,
+    flags: u8,
     ram: [u8; CMOS_SIZE],
 }
+
+/// Register B: alarm interrupt enable.
+pub const REG_B_AIE: u8 = 0x20;
+/// Register C: alarm flag.
+pub const REG_C_AF: u8 = 0x20;
+/// Register C: interrupt request flag.
+pub const REG_C_IRQF: u8 = 0x80;
+const REG_ALARM_SECONDS: u8 = 0x01;
+const REG_ALARM_MINUTES: u8 = 0x03;
+const REG_ALARM_HOURS: u8 = 0x05;
 
 /// The CMOS RAM and RTC.
 #[derive(Debug)]
@@ -167,6 +180,7 @@ impl Cmos {
             state: Mutex::new(State {
                 index: 0,
                 nmi_masked: false,
+                flags: 0,
                 ram,
             }),
         }
@@ -175,6 +189,50 @@ impl Cmos {
     /// Whether the guest last wrote the index port with bit 7 (NMI disable) set.
     pub fn nmi_masked(&self) -> bool {
         self.lock().nmi_masked
+    }
+
+    /// How long from now until the host clock matches the alarm, if the guest enabled
+    /// it (AIE); within the next 24 hours, since the alarm names no date.
+    pub fn alarm_wait(&self) -> Option<std::time::Duration> {
+        let st = self.lock();
+        let reg_b = st.ram[REG_B as usize];
+        if reg_b & REG_B_AIE == 0 {
+            return None;
+        }
+        let decode = |v: u8| -> Option<u8> {
+            if v & 0xC0 == 0xC0 {
+                None
+            } else if reg_b & REG_B_BINARY != 0 {
+                Some(v)
+            } else {
+                Some((v >> 4) * 10 + (v & 0xF))
+            }
+        };
+        let want_s = decode(st.ram[REG_ALARM_SECONDS as usize]);
+        let want_m = decode(st.ram[REG_ALARM_MINUTES as usize]);
+        let raw_h = st.ram[REG_ALARM_HOURS as usize];
+        let want_h = if reg_b & REG_B_24H != 0 || raw_h & 0xC0 == 0xC0 {
+            decode(raw_h)
+        } else {
+            decode(raw_h & 0x7F).map(|h| h % 12 + if raw_h & 0x80 != 0 { 12 } else { 0 })
+        };
+        drop(st);
+        let (secs, nanos) = Self::now();
+        (1..=86_400u64).find_map(|d| {
+            let t = RtcTime::from_unix(secs + d);
+            let hit = want_s.is_none_or(|s| s == t.second)
+                && want_m.is_none_or(|m| m == t.minute)
+                && want_h.is_none_or(|h| h == t.hour);
+            hit.then(|| {
+                std::time::Duration::from_secs(d)
+                    .saturating_sub(std::time::Duration::from_nanos(u64::from(nanos)))
+            })
+        })
+    }
+
+    /// Records that the alarm fired (register C reads AF | IRQF until read).
+    pub fn alarm_fired(&self) {
+        self.lock().flags |= REG_C_AF | REG_C_IRQF;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -234,7 +292,7 @@ impl Cmos {
                 };
                 (st.ram[REG_A as usize] & !REG_A_UIP) | uip
             }
-            REG_C => 0,
+            REG_C => std::mem::take(&mut st.flags),
             REG_D => 0x80,
             _ => st.ram.get(usize::from(reg)).copied().unwrap_or(0xFF),
         }
@@ -434,5 +492,36 @@ mod tests {
             let mut b = [0u8; 4];
             c.read(DATA_OFFSET, &mut b);
         }
+    }
+
+    #[test]
+    fn alarm_wait_matches_the_host_clock_and_dont_care_bytes() {
+        let c = Cmos::new(64 * MIB, 0, 1);
+        assert_eq!(c.alarm_wait(), None, "AIE clear: no alarm");
+        c.write(INDEX_OFFSET, &[REG_B]);
+        c.write(DATA_OFFSET, &[REG_B_24H | REG_B_BINARY | REG_B_AIE]);
+        let (secs, _) = Cmos::now();
+        let target = RtcTime::from_unix(secs + 3);
+        for (r, v) in [
+            (REG_ALARM_SECONDS, target.second),
+            (REG_ALARM_MINUTES, 0xC0),
+            (REG_ALARM_HOURS, 0xFF),
+        ] {
+            c.write(INDEX_OFFSET, &[r]);
+            c.write(DATA_OFFSET, &[v]);
+        }
+        let w = c.alarm_wait().expect("armed");
+        assert!(
+            w <= std::time::Duration::from_secs(3) && w > std::time::Duration::from_secs(1),
+            "{w:?}"
+        );
+        // Every byte "don't care": the next second.
+        c.write(INDEX_OFFSET, &[REG_ALARM_SECONDS]);
+        c.write(DATA_OFFSET, &[0xC0]);
+        assert!(c.alarm_wait().expect("armed") <= std::time::Duration::from_secs(1));
+        // Register C: AF | IRQF once after the alarm fired, then 0.
+        c.alarm_fired();
+        assert_eq!(reg(&c, REG_C), REG_C_AF | REG_C_IRQF);
+        assert_eq!(reg(&c, REG_C), 0);
     }
 }

@@ -42,6 +42,9 @@
 //! The file directory is a big-endian u32 count followed by one 64-byte entry per
 //! file: size (u32, big-endian), selector key (u16, big-endian), a reserved u16, and
 //! the name, NUL-padded to 56 bytes.
+//!
+//! Why hand-written: no maintained crate implements the device side of fw_cfg (the
+//! crates that exist are guest-side readers).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -22,6 +22,9 @@
 //!
 //! Other commands are ignored. No keyboard or mouse is attached: data written to the
 //! devices is dropped and nothing answers, and no interrupt is raised (polling only).
+//!
+//! Why hand-written: vm-superio's i8042 answers only the reset command; test kernels
+//! also read the command byte and run the self tests.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

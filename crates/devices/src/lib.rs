@@ -19,11 +19,14 @@ use vmm_sys_util::eventfd::EventFd;
 pub mod cmos;
 pub mod debug_exit;
 pub mod fw_cfg;
+pub mod hpet;
 pub mod i8042;
 pub mod pc;
 pub mod pci;
 pub mod pci_testdev;
+pub mod pm;
 pub mod pm_timer;
+pub mod port92;
 pub mod serial;
 pub mod sink;
 pub mod testdev;
@@ -35,8 +38,12 @@ pub enum IoAction {
     Continue,
     /// The guest asked to end the run with this code (QEMU isa-debug-exit: the value written).
     Exit(u32),
-    /// The guest asked for a reset (i8042 pulse, port 0xCF9).
+    /// The guest asked for a reset (i8042 pulse, port 0xCF9, port 0x92) or a power-off
+    /// (ACPI S5).
     Reset,
+    /// The guest asked for ACPI S3 (suspend to RAM): stop the vCPUs until a wake-up
+    /// event, then resume at the FACS waking vector.
+    Suspend,
 }
 
 /// A device on the port or MMIO bus.

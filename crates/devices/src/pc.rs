@@ -87,6 +87,12 @@ pub const TESTDEV_MEM: IoRange = IoRange::mmio(0xFF00_0000, crate::testdev::TEST
 pub const FW_CFG: IoRange = IoRange::pio(0x510, 2);
 /// ACPI PM timer ([`crate::pm_timer::PmTimer`]); the FADT's PM_TMR_BLK.
 pub const PM_TIMER: IoRange = IoRange::pio(0xB008, 4);
+/// The HPET's registers ([`crate::hpet::Hpet`]); the ACPI HPET table names this base.
+pub const HPET: IoRange = IoRange::mmio(0xFED0_0000, crate::hpet::HPET_LEN);
+/// ACPI PM1a control block ([`crate::pm::PmControl`]); the FADT's PM1a_CNT_BLK.
+pub const PM1A_CONTROL: IoRange = IoRange::pio(0xB004, 2);
+/// System Control Port A ([`crate::port92::Port92`]): fast reset and the A20 gate.
+pub const PORT92: IoRange = IoRange::pio(0x92, 1);
 /// PCI configuration mechanism #1 and the reset control register
 /// ([`crate::pci::PciConfigIo`]).
 pub const PCI_CONFIG: IoRange = IoRange::pio(0xCF8, 8);
@@ -113,6 +119,9 @@ pub const STANDARD_RANGES: &[(&str, IoRange)] = &[
     ("fw-cfg", FW_CFG),
     ("pm-timer", PM_TIMER),
     ("pci-config", PCI_CONFIG),
+    ("port92", PORT92),
+    ("hpet", HPET),
+    ("pm1a-control", PM1A_CONTROL),
 ];
 
 #[cfg(test)]

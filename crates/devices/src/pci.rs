@@ -6,15 +6,21 @@
 //!
 //! - 0xCF8, CONFIG_ADDRESS: a 32-bit write latches it, a 32-bit read returns it.
 //!   Bit 31 enables configuration cycles; bits 23..16 are the bus, 15..11 the device,
-//!   10..8 the function, 7..2 the dword register. Other bits are kept but ignored.
+//!   10..8 the function, 7..0 the register's byte offset (bits 1:0 included, as in
+//!   QEMU's pc machine). Bits 30..24 are kept but ignored.
 //! - 0xCF9, reset control (PIIX3 RCR), byte access only: writing a value with bit 2
 //!   set requests a reset ([`IoAction::Reset`]); bit 1 is kept and read back.
 //! - Other accesses to 0xCF8..=0xCFB read as all ones and are ignored on write.
-//! - 0xCFC..=0xCFF, CONFIG_DATA: a 1-, 2- or 4-byte access at any of the four ports
-//!   reads or writes the selected register's bytes, starting at the byte the port
-//!   selects. With bit 31 of CONFIG_ADDRESS clear, or for a bus, device or function
-//!   that holds nothing, reads return all ones and writes are dropped. Only bus 0
-//!   exists.
+//! - 0xCFC..=0xCFF, CONFIG_DATA: an access of n bytes at port 0xCFC + p reaches the
+//!   configuration bytes from `(CONFIG_ADDRESS & 0xFF) | p` on, exactly as QEMU's
+//!   `pci_host_data_read/write` compute it (`config_reg | (addr & 3)`, an OR, not a
+//!   sum): `0x80000002` then a 16-bit read of 0xCFC reads the device ID, and so does
+//!   `0x80000000` then 0xCFE. The access may run into the next dword register; bytes
+//!   past port 0xCFF are not CONFIG_DATA's (they read as all ones), bytes past offset
+//!   255 of a present function read as zero and are not written (QEMU clamps the
+//!   length to the configuration space). With bit 31 of CONFIG_ADDRESS clear, or for
+//!   a bus, device or function that holds nothing, reads return all ones and writes
+//!   are dropped. Only bus 0 exists.
 //!
 //! # BARs
 //!
@@ -24,6 +30,9 @@
 //! guest writes to size a BAR never maps anything (QEMU applies the same rules).
 //! When a config write changes where a BAR decodes, [`PciConfigIo`] tells its
 //! [`PciBarObserver`], on the vCPU thread that wrote.
+//!
+//! Why hand-written: Cloud Hypervisor's and Firecracker's PCI code is not published as
+//! a crate of its own, and rust-vmm's vm-device has no PCI configuration space.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -537,8 +546,8 @@ impl PciConfigIo {
         })
     }
 
-    /// The function CONFIG_ADDRESS selects and the byte offset of its register, if
-    /// configuration cycles are enabled and the function exists.
+    /// The function CONFIG_ADDRESS selects and the byte offset it names (bits 7..0,
+    /// bits 1:0 included), if configuration cycles are enabled and the function exists.
     fn selected(&self) -> Option<(PciAddress, &Arc<dyn PciDevice>, usize)> {
         let a = self.address.load(Ordering::Relaxed);
         if a & ENABLE_BIT == 0 {
@@ -555,7 +564,7 @@ impl PciConfigIo {
             device: devfn >> 3,
             function: devfn & 7,
         };
-        Some((addr, dev, (a & 0xFC) as usize))
+        Some((addr, dev, (a & 0xFF) as usize))
     }
 
     fn data_read(&self, port_byte: usize, data: &mut [u8]) {
@@ -563,11 +572,15 @@ impl PciConfigIo {
         let Some((_, dev, reg_base)) = self.selected() else {
             return;
         };
+        let start = reg_base | port_byte;
         let mut cached: Option<(usize, u32)> = None;
         for (i, b) in data.iter_mut().enumerate() {
-            let port = port_byte + i;
-            let off = reg_base + port;
-            if port >= 4 || off >= CONFIG_SPACE_SIZE {
+            let off = start + i;
+            if port_byte + i >= 4 {
+                continue;
+            }
+            if off >= CONFIG_SPACE_SIZE {
+                *b = 0;
                 continue;
             }
             let reg = off / 4;
@@ -588,11 +601,11 @@ impl PciConfigIo {
             return;
         };
         // Group the bytes by dword register: (reg, byte enables, value).
+        let start = reg_base | port_byte;
         let mut writes: Vec<(usize, u8, u32)> = Vec::with_capacity(2);
         for (i, b) in data.iter().enumerate() {
-            let port = port_byte + i;
-            let off = reg_base + port;
-            if port >= 4 || off >= CONFIG_SPACE_SIZE {
+            let off = start + i;
+            if port_byte + i >= 4 || off >= CONFIG_SPACE_SIZE {
                 continue;
             }
             let (reg, shift) = (off / 4, off % 4);
@@ -762,6 +775,81 @@ pub(crate) mod tests {
         pci.write(0, &cfg_addr(0, 0, 0, 0x3C).to_le_bytes());
         pci.write(4, &[0x0B]);
         assert_eq!(read32(&pci, 0, 0x3C) & 0xFF, 0x0B);
+    }
+
+    /// The bytes QEMU's `pci_host_data_read` returns for an access of `len` bytes at
+    /// port 0xCFC + `port` with CONFIG_ADDRESS bits 7..0 = `low`, given the function's
+    /// 256 configuration bytes: from `low | port` on, clamped to the port range (the
+    /// rest all ones) and to the configuration space (the rest zero).
+    fn qemu_data_read(space: &[u8; 256], low: usize, port: usize, len: usize) -> Vec<u8> {
+        let start = low | port;
+        (0..len)
+            .map(|i| match (port + i < 4, start + i < 256) {
+                (false, _) => 0xFF,
+                (true, false) => 0,
+                (true, true) => space[start + i],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn config_address_low_bits_select_the_byte_at_every_offset_and_size() {
+        let pci = PciConfigIo::new();
+        let mut space = [0u8; 256];
+        for reg in 0..64u8 {
+            space[usize::from(reg) * 4..][..4]
+                .copy_from_slice(&read32(&pci, 0, reg * 4).to_le_bytes());
+        }
+        for reg in [0x00u8, 0x08, 0x0C, 0x3C, 0xFC] {
+            for low in 0..4u8 {
+                pci.write(0, &(cfg_addr(0, 0, 0, reg) | u32::from(low)).to_le_bytes());
+                for port in 0..4usize {
+                    for len in [1usize, 2, 4] {
+                        let mut got = vec![0u8; len];
+                        pci.read(CONFIG_DATA_OFFSET + port as u64, &mut got);
+                        let want = qemu_data_read(&space, usize::from(reg | low), port, len);
+                        assert_eq!(
+                            got,
+                            want,
+                            "reg {reg:#x} low bits {low} port 0xCF{:X} size {len}",
+                            0xC + port
+                        );
+                    }
+                }
+            }
+        }
+        // The case test libraries rely on: the device ID with a 16-bit read of 0xCFC.
+        pci.write(0, &(cfg_addr(0, 0, 0, 0) | 2).to_le_bytes());
+        let mut w = [0u8; 2];
+        pci.read(CONFIG_DATA_OFFSET, &mut w);
+        assert_eq!(u16::from_le_bytes(w), 0x1237);
+    }
+
+    #[test]
+    fn config_address_low_bits_select_the_byte_written() {
+        let pci = PciConfigIo::new();
+        let command = |pci: &PciConfigIo| read32(pci, 0, 0x04) as u16;
+        write32(&pci, 0, 0x04, 0);
+        // 0x04 | 2 at 0xCFC is the status register, not the command register.
+        pci.write(0, &(cfg_addr(0, 0, 0, 0x04) | 2).to_le_bytes());
+        pci.write(CONFIG_DATA_OFFSET, &0xFFFFu16.to_le_bytes());
+        assert_eq!(command(&pci), 0);
+        // 0x04 | 0 at 0xCFC is.
+        pci.write(0, &cfg_addr(0, 0, 0, 0x04).to_le_bytes());
+        pci.write(CONFIG_DATA_OFFSET, &0x0007u16.to_le_bytes());
+        assert_eq!(command(&pci), 0x0007);
+        // 0x04 | 1 at 0xCFC is the command register's high byte (bits 8 and 10
+        // writable), and so is 0x04 | 1 at 0xCFD (1 | 1 = 1: OR, not a sum).
+        pci.write(0, &(cfg_addr(0, 0, 0, 0x04) | 1).to_le_bytes());
+        pci.write(CONFIG_DATA_OFFSET, &[0x01]);
+        assert_eq!(command(&pci), 0x0107);
+        pci.write(CONFIG_DATA_OFFSET + 1, &[0x04]);
+        assert_eq!(command(&pci), 0x0407);
+        // 0x04 | 3 at 0xCFC, 16 bits: status high byte then 0x08 (read-only revision).
+        pci.write(0, &(cfg_addr(0, 0, 0, 0x04) | 3).to_le_bytes());
+        pci.write(CONFIG_DATA_OFFSET, &[0xFF, 0xFF]);
+        assert_eq!(command(&pci), 0x0407);
+        assert_eq!(read32(&pci, 0, 0x08) & 0xFF, 0x02);
     }
 
     #[test]

@@ -35,8 +35,10 @@ pub fn image() -> &'static [u8] {
 ///
 /// It runs in 32-bit protected mode with paging off and checks, from inside the guest,
 /// the boot information and the PC platform. The command line names the tests to run
-/// (`mbinfo`, `pvhinfo`, `cmdline`, `fwcfg`, `acpi`, `pmtimer`, `pci`, `serial`, `smp`,
-/// and, only when named, `triplefault` and `timeout`; all that apply when none is named)
+/// (`mbinfo`, `pvhinfo`, `cmdline`, `fwcfg`, `acpi`, `pmtimer`, `hpet`, `pci`, `pcicfg`,
+/// `serial`, `smp`, `mce`, and, only when named, `triplefault`, `timeout`, `reset92`,
+/// `nmi`, `strio`, `s3` and `s5`; all that apply when none is named; one source file
+/// per area in `conformance/`, the table of tests in `conformance/main.c`)
 /// and the expected values as `key=value` words: `ram=` (MiB), `cpus=`, `tsc_khz=`,
 /// `initrd_len=`, `initrd_sum=` (FNV-1a 32 of the initrd), `doorbells=` (writes per
 /// pci-testdev doorbell, default 1000). It prints `PASS <test>` or `FAIL <test>: <reason>`
@@ -66,6 +68,13 @@ pub static CONFORMANCE_PVH: &[u8] =
 /// accesses. `harness/harness.c` documents its command line and output. It runs under
 /// any VMM with a 16550 at 0x3F8 and an isa-debug-exit at 0xF4 (`exitlab run`, QEMU).
 pub static HARNESS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitlab-harness.elf"));
+
+/// A real-mode test kernel: a multiboot ELF32 with one segment linked at 0x8000, below
+/// 1 MiB, as real-mode test kernels are. Entered in 32-bit protected mode, it drops to
+/// 16-bit real mode, prints `# realmode: hello from real mode, CR0.PE=0, IP 0x<ip>` on
+/// COM1 and writes 0 to the debug-exit port.
+pub static CONFORMANCE_REALMODE: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/conformance-realmode.elf"));
 
 /// What the conformance kernel's `serial` test writes to COM1, byte for byte.
 pub const CONFORMANCE_SERIAL_PATTERN: &[u8] = b"SERIAL-PATTERN-BEGIN\n \

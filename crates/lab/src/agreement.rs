@@ -183,6 +183,7 @@ pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<Stri
         serial_input: false,
         prefer_pvh: false,
         cancel: None,
+        platform: Default::default(),
     };
     let report = machine::run(kvm.clone(), cfg).map_err(|e| format!("the harness: {e}"))?;
     let text = match out.0.lock() {

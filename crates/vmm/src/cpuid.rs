@@ -46,6 +46,237 @@ pub fn for_vcpu(base: &CpuId, apic_id: u32, nr_cpus: u32) -> CpuId {
     c
 }
 
+/// One CPUID feature bit: leaf `function`, subleaf `index`, register `reg` (0 = EAX,
+/// 1 = EBX, 2 = ECX, 3 = EDX), bit `bit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuidBit {
+    /// Leaf.
+    pub function: u32,
+    /// Subleaf.
+    pub index: u32,
+    /// Register: 0 = EAX, 1 = EBX, 2 = ECX, 3 = EDX.
+    pub reg: u8,
+    /// Bit number.
+    pub bit: u8,
+}
+
+/// CPU features by the names QEMU's `-cpu host,-NAME` uses, for the ones test runners
+/// remove.
+pub const FEATURES: &[(&str, CpuidBit)] = &[
+    (
+        "arch-capabilities",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 3,
+            bit: 29,
+        },
+    ),
+    (
+        "spec-ctrl",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 3,
+            bit: 26,
+        },
+    ),
+    (
+        "ssbd",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 3,
+            bit: 31,
+        },
+    ),
+    (
+        "invpcid",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 1,
+            bit: 10,
+        },
+    ),
+    (
+        "smep",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 1,
+            bit: 7,
+        },
+    ),
+    (
+        "smap",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 1,
+            bit: 20,
+        },
+    ),
+    (
+        "avx2",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 1,
+            bit: 5,
+        },
+    ),
+    (
+        "umip",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 2,
+            bit: 2,
+        },
+    ),
+    (
+        "pku",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 2,
+            bit: 3,
+        },
+    ),
+    (
+        "la57",
+        CpuidBit {
+            function: 7,
+            index: 0,
+            reg: 2,
+            bit: 16,
+        },
+    ),
+    (
+        "vmx",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 5,
+        },
+    ),
+    (
+        "pcid",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 17,
+        },
+    ),
+    (
+        "x2apic",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 21,
+        },
+    ),
+    (
+        "tsc-deadline",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 24,
+        },
+    ),
+    (
+        "xsave",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 26,
+        },
+    ),
+    (
+        "avx",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 2,
+            bit: 28,
+        },
+    ),
+    (
+        "mce",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 3,
+            bit: 7,
+        },
+    ),
+    (
+        "mca",
+        CpuidBit {
+            function: 1,
+            index: 0,
+            reg: 3,
+            bit: 14,
+        },
+    ),
+    (
+        "svm",
+        CpuidBit {
+            function: 0x8000_0001,
+            index: 0,
+            reg: 2,
+            bit: 2,
+        },
+    ),
+    (
+        "pdpe1gb",
+        CpuidBit {
+            function: 0x8000_0001,
+            index: 0,
+            reg: 3,
+            bit: 26,
+        },
+    ),
+    (
+        "rdtscp",
+        CpuidBit {
+            function: 0x8000_0001,
+            index: 0,
+            reg: 3,
+            bit: 27,
+        },
+    ),
+];
+
+/// The feature bit QEMU calls `name`, if it is one of [`FEATURES`].
+pub fn feature(name: &str) -> Option<CpuidBit> {
+    FEATURES.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+}
+
+/// Clears `bits` in every matching entry of `c`.
+pub fn clear_bits(c: &mut CpuId, bits: &[CpuidBit]) {
+    for e in c.as_mut_slice() {
+        for b in bits {
+            let indexed = e.flags & 1 != 0;
+            if e.function == b.function && (!indexed || e.index == b.index) {
+                let r = match b.reg {
+                    0 => &mut e.eax,
+                    1 => &mut e.ebx,
+                    2 => &mut e.ecx,
+                    _ => &mut e.edx,
+                };
+                *r &= !(1u32 << b.bit);
+            }
+        }
+    }
+}
+
 /// Value of the entry for `function`/`index`, as (eax, ebx, ecx, edx).
 pub fn lookup(c: &CpuId, function: u32, index: u32) -> Option<(u32, u32, u32, u32)> {
     c.as_slice()
@@ -75,6 +306,30 @@ mod tests {
 
     fn table(entries: &[kvm_cpuid_entry2]) -> CpuId {
         CpuId::from_entries(entries).unwrap()
+    }
+
+    #[test]
+    fn clear_bits_removes_named_features_only() {
+        let mut c = CpuId::from_entries(&[
+            entry(1, 0, 0, [0, 0, u32::MAX, u32::MAX]),
+            entry(7, 0, 1, [0, u32::MAX, u32::MAX, u32::MAX]),
+            entry(7, 1, 1, [u32::MAX; 4]),
+        ])
+        .unwrap();
+        let bits = [
+            feature("arch-capabilities").unwrap(),
+            feature("x2apic").unwrap(),
+        ];
+        clear_bits(&mut c, &bits);
+        assert_eq!(lookup(&c, 7, 0).unwrap().3, !(1 << 29));
+        assert_eq!(
+            lookup(&c, 7, 1).unwrap().3,
+            u32::MAX,
+            "other subleaves keep it"
+        );
+        assert_eq!(lookup(&c, 1, 0).unwrap().2, !(1 << 21));
+        assert_eq!(lookup(&c, 1, 0).unwrap().3, u32::MAX);
+        assert!(feature("frobnicate").is_none());
     }
 
     fn entry(function: u32, index: u32, flags: u32, regs: [u32; 4]) -> kvm_cpuid_entry2 {

@@ -178,6 +178,7 @@ fn device_stop(a: IoAction) -> Option<VcpuStop> {
         IoAction::Continue => None,
         IoAction::Exit(v) => Some(VcpuStop::DebugExit(v)),
         IoAction::Reset => Some(VcpuStop::Reset),
+        IoAction::Suspend => Some(VcpuStop::Suspend),
     }
 }
 

@@ -13,13 +13,16 @@ use exitlab_boot::{layout, BootError, BootOptions, ImageFormat};
 use exitlab_devices::cmos::Cmos;
 use exitlab_devices::debug_exit::DebugExit;
 use exitlab_devices::fw_cfg::{FwCfg, FwCfgError};
+use exitlab_devices::hpet::Hpet;
 use exitlab_devices::i8042::I8042;
 use exitlab_devices::pc;
 use exitlab_devices::pci::{
     PciAddress, PciBarChange, PciBarObserver, PciConfigIo, PciDevice, PciError,
 };
 use exitlab_devices::pci_testdev::PciTestDev;
+use exitlab_devices::pm::PmControl;
 use exitlab_devices::pm_timer::{PmTimer, PmTimerWidth};
+use exitlab_devices::port92::Port92;
 use exitlab_devices::serial::Serial;
 use exitlab_devices::sink::Sink;
 use exitlab_devices::testdev::{TestDevIrqLines, TestDevMem, TestDevPorts};
@@ -28,6 +31,7 @@ use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
+use crate::suspend::{self, SleepEnd};
 use crate::thread::{self, VcpuThread};
 use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
 use crate::vm::{self, Vm, VmConfig};
@@ -81,6 +85,30 @@ pub struct MachineConfig {
     pub prefer_pvh: bool,
     /// Set from another thread (or from the serial writer) to end the run early.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Platform choices a QEMU command line can make.
+    pub platform: PlatformOptions,
+}
+
+/// Platform choices beyond the defaults, as QEMU's `-machine pit=off`, `-global
+/// kvm-pit.lost_tick_policy=discard` and `-cpu host,-feature` make them.
+#[derive(Debug, Clone)]
+pub struct PlatformOptions {
+    /// Create the in-kernel PIT.
+    pub pit: bool,
+    /// Let the PIT re-inject missed ticks (KVM's default).
+    pub pit_reinject: bool,
+    /// CPUID feature bits to clear.
+    pub cpuid_clear: Vec<crate::cpuid::CpuidBit>,
+}
+
+impl Default for PlatformOptions {
+    fn default() -> Self {
+        PlatformOptions {
+            pit: true,
+            pit_reinject: true,
+            cpuid_clear: Vec::new(),
+        }
+    }
 }
 
 /// How a run ended.
@@ -281,6 +309,7 @@ pub struct PlatformConfig {
 /// what the lab's VMM-overhead experiment measures the exit path against.
 pub struct PcPlatform {
     serial: Arc<Serial>,
+    cmos: Arc<Cmos>,
     // Keeps the BAR observer (and through it the pci-testdev) alive with the platform.
     _remapper: Arc<BarRemapper>,
     pio_ranges: usize,
@@ -308,11 +337,12 @@ pub fn build_pc_platform(vm: &Vm, cfg: PlatformConfig) -> Result<PcPlatform, Mac
     let mmio = vm.mmio_bus().clone();
     let (pio_before, mmio_before) = (pio.len(), mmio.len());
     let serial = add_serial(vm, cfg.serial)?;
-    add_legacy_devices(vm, cfg.ram_bytes, cfg.cpus)?;
+    let cmos = add_legacy_devices(vm, cfg.ram_bytes, cfg.cpus)?;
     add_firmware_interfaces(vm, cfg.ram_bytes, cfg.cpus, &cfg.cmdline)?;
     let remapper = add_pci(vm)?;
     Ok(PcPlatform {
         serial,
+        cmos,
         _remapper: remapper,
         pio_ranges: pio.len() - pio_before,
         mmio_ranges: mmio.len() - mmio_before,
@@ -335,8 +365,9 @@ fn add_serial(vm: &Vm, out: SerialOut) -> Result<Arc<Serial>, MachineError> {
     Ok(serial)
 }
 
-/// Debug-exit, i8042, port 80, CMOS and the pc-testdev ports, IRQ lines and memory.
-fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineError> {
+/// Debug-exit, i8042, port 80, port 0x92, CMOS, the pc-testdev ports, IRQ lines and
+/// memory, and the HPET; returns the CMOS, whose alarm wakes the machine from S3.
+fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<Arc<Cmos>, MachineError> {
     let pio = vm.pio_bus();
     insert(pio, Arc::new(DebugExit::new()), pc::DEBUG_EXIT)?;
     let i8042: Arc<dyn BusDevice> = Arc::new(I8042::new());
@@ -347,18 +378,21 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<(), MachineE
         pc::I8042_COMMAND,
     )?;
     insert(pio, Arc::new(Sink::new()), pc::PORT80)?;
+    insert(pio, Arc::new(Port92::new()), pc::PORT92)?;
     let below = layout::low_ram_end(ram_bytes);
     let above = layout::high_ram_bytes(ram_bytes);
-    insert(pio, Arc::new(Cmos::new(below, above, cpus)), pc::CMOS)?;
+    let cmos = Arc::new(Cmos::new(below, above, cpus));
+    insert(pio, cmos.clone(), pc::CMOS)?;
     insert(pio, Arc::new(TestDevPorts::new()), pc::TESTDEV_PORTS)?;
     let irq_line: Arc<dyn IrqLine> = Arc::new(KvmIrqLine(vm.fd().clone()));
     insert(
         pio,
-        Arc::new(TestDevIrqLines::new(irq_line)),
+        Arc::new(TestDevIrqLines::new(irq_line.clone())),
         pc::TESTDEV_IRQ,
     )?;
     insert(vm.mmio_bus(), Arc::new(TestDevMem::new()), pc::TESTDEV_MEM)?;
-    Ok(())
+    insert(vm.mmio_bus(), Arc::new(Hpet::new(irq_line)), pc::HPET)?;
+    Ok(cmos)
 }
 
 /// fw_cfg, the ACPI PM timer and the PM1a blocks the FADT names.
@@ -377,11 +411,11 @@ fn add_firmware_interfaces(
         Arc::new(PmTimer::new(PmTimerWidth::Bits32)),
         pc::PM_TIMER,
     )?;
-    // PM1a event and control blocks the FADT names: read as zero (SCI not enabled).
+    // PM1a event block the FADT names: reads as zero (SCI not enabled). PM1a control:
+    // S3 and S5.
     pio.insert(Arc::new(Sink::new()), 0xB000, 4)
         .map_err(VmmError::from)?;
-    pio.insert(Arc::new(Sink::new()), 0xB004, 2)
-        .map_err(VmmError::from)?;
+    insert(pio, Arc::new(PmControl::new()), pc::PM1A_CONTROL)?;
     Ok(())
 }
 
@@ -443,10 +477,12 @@ fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, Machi
         VmConfig {
             ram,
             irqchip: true,
-            pit: true,
+            pit: cfg.platform.pit,
             user_msrs: Vec::new(),
             disable_exits: 0,
             cpus: cfg.cpus,
+            pit_reinject: cfg.platform.pit_reinject,
+            cpuid_clear: cfg.platform.cpuid_clear.clone(),
         },
     )?)
 }
@@ -518,6 +554,12 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         kvm_exits: Some(0),
         per_vcpu: Vec::new(),
         last_stop: String::new(),
+        sleep: SleepContext {
+            cmos: platform.cmos.clone(),
+            mem: vm.memory().clone(),
+            facs: loaded.facs,
+        },
+        suspended: None,
     };
     let end = sup.wait_for_end(cfg.timeout.map(|t| started + t), cfg.cancel.as_deref());
     // The guest ended the run: stop the other vCPUs.
@@ -543,22 +585,82 @@ struct Supervisor {
     kvm_exits: Option<u64>,
     per_vcpu: Vec<VcpuExits>,
     last_stop: String,
+    /// What an ACPI S3 sleep needs.
+    sleep: SleepContext,
+    /// The vCPU that entered S3, until the supervisor puts the machine to sleep.
+    suspended: Option<(u32, Vcpu)>,
+}
+
+/// The CMOS whose alarm wakes the machine, and where the FACS waking vector is.
+struct SleepContext {
+    cmos: Arc<Cmos>,
+    mem: Arc<vm_memory::GuestMemoryMmap>,
+    facs: Option<u64>,
 }
 
 impl Supervisor {
     /// Adds a finished vCPU's counts.
     fn collect(&mut self, f: &thread::Finished<NoHook>) {
-        let kvm = f.vcpu.kvm_stats().and_then(|s| s.read("exits"));
-        self.exits = self.exits.plus(f.vcpu.counts());
+        self.collect_vcpu(&f.vcpu);
+    }
+
+    fn collect_vcpu(&mut self, vcpu: &Vcpu) {
+        let kvm = vcpu.kvm_stats().and_then(|s| s.read("exits"));
+        self.exits = self.exits.plus(vcpu.counts());
         self.kvm_exits = match (self.kvm_exits, kvm) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
         self.per_vcpu.push(VcpuExits {
-            vcpu: f.vcpu.id(),
-            exits: *f.vcpu.counts(),
+            vcpu: vcpu.id(),
+            exits: *vcpu.counts(),
             kvm_exits: kvm,
         });
+    }
+
+    /// ACPI S3: stops every vCPU, sleeps until the RTC alarm (crate::suspend), then
+    /// restarts them for the resume at the FACS waking vector; the end of the run if
+    /// the deadline or a cancel came first, or the resume is impossible.
+    fn suspend(
+        &mut self,
+        (id, vcpu): (u32, Vcpu),
+        deadline: Option<Instant>,
+        cancel: Option<&AtomicBool>,
+    ) -> Option<RunEnd> {
+        let mut asleep = vec![(id, vcpu)];
+        for (id, th) in std::mem::take(&mut self.threads) {
+            asleep.extend(th.stop(Duration::from_secs(1)).map(|f| (id, f.vcpu)));
+        }
+        let mut end = match suspend::sleep(&self.sleep.cmos, deadline, cancel) {
+            SleepEnd::Alarm => suspend::resume(&self.sleep.mem, self.sleep.facs, &asleep)
+                .err()
+                .map(|what| RunEnd::Failure {
+                    vcpu: id,
+                    what,
+                    registers: String::new(),
+                }),
+            SleepEnd::Timeout => Some(RunEnd::Timeout {
+                registers: Vec::new(),
+            }),
+            SleepEnd::Cancelled => Some(RunEnd::Cancelled),
+        };
+        for (id, vcpu) in asleep {
+            if end.is_some() {
+                self.collect_vcpu(&vcpu);
+                continue;
+            }
+            match thread::spawn(vcpu, NoHook, None, Handler::Devices) {
+                Ok(th) => self.threads.push((id, th)),
+                Err(e) => {
+                    end = Some(RunEnd::Failure {
+                        vcpu: id,
+                        what: format!("cannot restart the vCPU after the S3 resume: {e}"),
+                        registers: String::new(),
+                    })
+                }
+            }
+        }
+        end
     }
 
     /// Waits until a vCPU ends the run, the deadline passes or the run is cancelled;
@@ -568,9 +670,15 @@ impl Supervisor {
         deadline: Option<Instant>,
         cancel: Option<&AtomicBool>,
     ) -> Option<RunEnd> {
-        while !self.threads.is_empty() {
+        while !self.threads.is_empty() || self.suspended.is_some() {
             if let Some(end) = self.poll_threads() {
                 return Some(end);
+            }
+            if let Some(s) = self.suspended.take() {
+                if let Some(end) = self.suspend(s, deadline, cancel) {
+                    return Some(end);
+                }
+                continue;
             }
             if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
                 return Some(RunEnd::Cancelled);
@@ -592,6 +700,10 @@ impl Supervisor {
                 continue;
             };
             let (id, _) = self.threads.swap_remove(i);
+            if matches!(f.stop, VcpuStop::Suspend) {
+                self.suspended = Some((id, f.vcpu));
+                return None;
+            }
             self.collect(&f);
             self.last_stop = format!("vCPU {id}: {}", f.stop.describe());
             let end = match f.stop {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use kvm_bindings::kvm_device_attr;
 use kvm_ioctls::VcpuFd;
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-use vmm_sys_util::ioctl::{ioctl, ioctl_with_ref};
-use vmm_sys_util::{ioctl_io_nr, ioctl_iow_nr};
+use vmm_sys_util::ioctl::{ioctl, ioctl_with_mut_ref, ioctl_with_ref};
+use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr};
 
 #[allow(missing_docs)]
 mod nr {
@@ -19,8 +19,14 @@ mod nr {
     ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
     ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_bindings::kvm_ioeventfd);
+    ioctl_iow_nr!(KVM_X86_SETUP_MCE, KVMIO, 0x9c, u64);
+    ioctl_io_nr!(KVM_REINJECT_CONTROL, KVMIO, 0x71);
+    ioctl_ior_nr!(KVM_X86_GET_MCE_CAP_SUPPORTED, KVMIO, 0x9d, u64);
 }
-use nr::{KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD};
+use nr::{
+    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL,
+    KVM_X86_GET_MCE_CAP_SUPPORTED, KVM_X86_SETUP_MCE,
+};
 
 /// Assigns (or with `deassign`, removes) an ioeventfd with any combination of length
 /// and datamatch, which kvm-ioctls' typed wrapper cannot express (a port doorbell of
@@ -105,6 +111,45 @@ pub fn vcpu_get_attr_u64(vcpu: &VcpuFd, group: u32, attr: u64) -> std::io::Resul
         return Err(std::io::Error::last_os_error());
     }
     Ok(value)
+}
+
+/// The MCG_CAP bits KVM can give a vCPU (KVM_X86_GET_MCE_CAP_SUPPORTED, on /dev/kvm).
+pub fn mce_cap_supported(kvm: &kvm_ioctls::Kvm) -> std::io::Result<u64> {
+    let mut cap: u64 = 0;
+    // SAFETY: the ioctl writes one u64 to the pointer, which points at a live local; it
+    // does not keep the pointer.
+    let ret = unsafe { ioctl_with_mut_ref(kvm, KVM_X86_GET_MCE_CAP_SUPPORTED(), &mut cap) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cap)
+}
+
+/// Sets a vCPU's MCG_CAP, and so its number of MCE banks (KVM_X86_SETUP_MCE).
+pub fn setup_mce(vcpu: &VcpuFd, mcg_cap: u64) -> std::io::Result<()> {
+    // SAFETY: the ioctl reads one u64 from the pointer, which points at a live value; it
+    // does not keep the pointer.
+    let ret = unsafe { ioctl_with_ref(vcpu, KVM_X86_SETUP_MCE(), &mcg_cap) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the in-kernel PIT re-injects ticks the guest missed (KVM_REINJECT_CONTROL;
+/// KVM's default is on, QEMU's `lost_tick_policy=discard` turns it off).
+pub fn pit_reinject(vm: &kvm_ioctls::VmFd, on: bool) -> std::io::Result<()> {
+    let ctl = kvm_bindings::kvm_reinject_control {
+        pit_reinject: u8::from(on),
+        ..Default::default()
+    };
+    // SAFETY: the ioctl reads one kvm_reinject_control from the pointer, which points at
+    // a live value; it does not keep the pointer.
+    let ret = unsafe { ioctl_with_ref(vm, KVM_REINJECT_CONTROL(), &ctl) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Positional read that fills `buf` completely.

@@ -108,6 +108,8 @@ pub enum VcpuStop {
     DebugExit(u32),
     /// The guest asked for a reset.
     Reset,
+    /// The guest entered ACPI S3 through PM1a_CNT.
+    Suspend,
     /// The guest shut down (triple fault, or a shutdown system event).
     Shutdown,
     /// The guest halted with no in-kernel irqchip to wake it, under [`HltPolicy::Stop`].
@@ -143,6 +145,7 @@ impl VcpuStop {
             VcpuStop::Hook(c) => format!("stopped by the exit hook (code {c})"),
             VcpuStop::DebugExit(v) => format!("the guest wrote {v:#x} to the debug-exit port"),
             VcpuStop::Reset => "the guest requested a reset".into(),
+            VcpuStop::Suspend => "the guest entered ACPI S3 (suspend to RAM)".into(),
             VcpuStop::Shutdown => "the guest shut down (triple fault or shutdown request)".into(),
             VcpuStop::Halted => "the guest halted with nothing to wake it".into(),
             VcpuStop::Kicked => "stopped from outside (timeout or end of run)".into(),
@@ -286,6 +289,16 @@ impl Vcpu {
         self.fd
             .set_lapic(&lapic)
             .map_err(|e| VmmError::Kvm("KVM_SET_LAPIC", e))
+    }
+
+    /// Puts an application processor back in wait-for-SIPI, as after a platform reset
+    /// (the in-kernel LAPIC then starts it on the next INIT/SIPI).
+    pub fn wait_for_sipi(&self) -> Result<(), VmmError> {
+        self.fd
+            .set_mp_state(kvm_bindings::kvm_mp_state {
+                mp_state: kvm_bindings::KVM_MP_STATE_INIT_RECEIVED,
+            })
+            .map_err(|e| VmmError::Kvm("KVM_SET_MP_STATE", e))
     }
 
     /// The vCPU's TSC frequency in kHz (KVM_GET_TSC_KHZ).

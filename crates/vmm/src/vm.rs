@@ -31,6 +31,11 @@ pub struct VmConfig {
     pub disable_exits: u32,
     /// Number of vCPUs that will be created (for CPUID topology).
     pub cpus: u32,
+    /// Whether the in-kernel PIT re-injects missed ticks (KVM's default; off is QEMU's
+    /// `kvm-pit.lost_tick_policy=discard`).
+    pub pit_reinject: bool,
+    /// CPUID feature bits to clear for every vCPU (QEMU's `-cpu host,-feature`).
+    pub cpuid_clear: Vec<cpuid::CpuidBit>,
 }
 
 impl Default for VmConfig {
@@ -42,6 +47,8 @@ impl Default for VmConfig {
             user_msrs: Vec::new(),
             disable_exits: 0,
             cpus: 1,
+            pit_reinject: true,
+            cpuid_clear: Vec::new(),
         }
     }
 }
@@ -133,6 +140,10 @@ impl Vm {
             };
             fd.create_pit2(pit)
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
+            if !config.pit_reinject {
+                crate::sys::pit_reinject(&fd, false)
+                    .map_err(|e| VmmError::Os("KVM_REINJECT_CONTROL", e))?;
+            }
         }
         if !config.user_msrs.is_empty() {
             msr::route_to_userspace(&fd, &config.user_msrs)?;
@@ -223,9 +234,11 @@ impl Vm {
             .fd
             .create_vcpu(config.id.into())
             .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
-        let table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
+        let mut table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
+        cpuid::clear_bits(&mut table, &self.config.cpuid_clear);
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
+        crate::mce::setup(&self.kvm, &fd)?;
         Vcpu::new(
             fd,
             config,

@@ -1,0 +1,216 @@
+/*
+ * exitlab conformance kernel. Timers: the ACPI PM timer's rate against the TSC, and the HPET
+ * (its ACPI table, its main counter's rate, a comparator interrupt in legacy replacement
+ * and in I/O APIC routing).
+ */
+#include "conformance.h"
+
+static uint32_t pm_timer_read(void)
+{
+    return inl(PM_TIMER_PORT);
+}
+
+/* A PM timer reading and the TSC when it was taken, to within +- width / 2. */
+struct pm_sample {
+    uint32_t pm;
+    uint64_t tsc;
+    uint64_t width;
+};
+
+/*
+ * The best of a few TSC-bracketed reads: the VMM samples its clock somewhere between
+ * the two TSC reads around the port access, so the narrowest bracket pins the reading
+ * down best (a read whose exit was delayed by the host scheduler is discarded).
+ */
+static void pm_timer_sample(struct pm_sample *s, uint32_t mask)
+{
+    s->width = ~0ULL;
+    for (int i = 0; i < 8; i++) {
+        uint64_t a = rdtsc();
+        uint32_t v = pm_timer_read() & mask;
+        uint64_t b = rdtsc();
+        if (b - a < s->width) {
+            s->width = b - a;
+            s->tsc = a + (b - a) / 2;
+            s->pm = v;
+        }
+    }
+}
+
+int test_pmtimer(void)
+{
+    CHECK(args.has_tsc_khz && args.tsc_khz,
+          "needs tsc_khz= on the command line (exitlab host --json, tsc.khz)");
+    struct acpi a;
+    if (!acpi_load(&a))
+        return 0;
+    uint32_t bits = a.pm_timer_bits;
+    uint32_t mask = bits == 32 ? 0xFFFFFFFFu : 0xFFFFFFu;
+    uint64_t span = ms_to_tsc(PM_MEASURE_MS);
+    struct pm_sample first, last;
+    pm_timer_sample(&first, mask);
+    uint32_t prev = first.pm, reads = 0;
+    uint64_t t;
+    do {
+        uint32_t v = pm_timer_read() & mask;
+        CHECK(((v - prev) & mask) < mask / 2, "went backwards: %#x after %#x (read %u)", v, prev,
+              reads);
+        prev = v;
+        reads++;
+        t = rdtsc();
+    } while (t - first.tsc < span);
+    pm_timer_sample(&last, mask);
+    CHECK(((last.pm - prev) & mask) < mask / 2, "went backwards: %#x after %#x", last.pm, prev);
+    uint64_t ticks = (last.pm - first.pm) & mask;
+    uint64_t tsc = last.tsc - first.tsc;
+    /* Hz = ticks * tsc_khz * 1000 / tsc; compare without dividing. */
+    uint64_t lhs = ticks * args.tsc_khz * 1000ULL;
+    uint64_t rhs = tsc * PM_TIMER_HZ;
+    uint64_t hz = tsc && tsc <= 0xFFFFFFFFu ? udiv64(lhs, (uint32_t)tsc, NULL) : 0;
+    uint64_t diff = lhs > rhs ? lhs - rhs : rhs - lhs;
+    print("# pmtimer: %u reads, %llu ticks in %llu TSC cycles (%u ms; end reads bracketed by "
+          "%llu and %llu cycles): about %llu Hz, %u bits\n",
+          reads + 16, ticks, tsc, PM_MEASURE_MS, first.width, last.width, hz, bits);
+    CHECK(ticks > 0, "did not advance in %u ms", PM_MEASURE_MS);
+    CHECK(diff * 20 <= rhs, "runs at about %llu Hz, more than 5%% away from %u Hz", hz,
+          PM_TIMER_HZ);
+    return 1;
+}
+
+
+#define HPET_BASE          0xFED00000u
+#define HPET_CAP           0x000
+#define HPET_CONFIG        0x010
+#define HPET_ISR           0x020
+#define HPET_COUNTER       0x0F0
+#define HPET_TN_CONFIG(n)  (0x100 + 0x20 * (n))
+#define HPET_TN_CMP(n)     (0x108 + 0x20 * (n))
+#define HPET_ENABLE        1u
+#define HPET_LEGACY        2u
+#define HPET_TN_INT_ENB    (1u << 2)
+#define HPET_TN_ROUTE(g)   ((uint32_t)(g) << 9)
+#define IOAPIC_REGSEL      0x00
+#define IOAPIC_WIN         0x10
+#define LAPIC_IRR          0x200
+#define HPET_MEASURE_MS    40u
+#define HPET_IRQ_WAIT_MS   1000u
+
+static uint32_t hpet_rd(uint32_t reg) { return rd32(HPET_BASE + reg); }
+static void hpet_wr(uint32_t reg, uint32_t v) { wr32(HPET_BASE + reg, v); }
+
+/* The 64-bit main counter through two 32-bit reads, without tearing. */
+static uint64_t hpet_counter(void)
+{
+    uint32_t hi, lo;
+    do {
+        hi = hpet_rd(HPET_COUNTER + 4);
+        lo = hpet_rd(HPET_COUNTER);
+    } while (hpet_rd(HPET_COUNTER + 4) != hi);
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void ioapic_route(uint32_t pin, uint32_t vector, uint32_t apic_id)
+{
+    wr32(IOAPIC_BASE + IOAPIC_REGSEL, 0x11 + 2 * pin);
+    wr32(IOAPIC_BASE + IOAPIC_WIN, apic_id << 24);
+    wr32(IOAPIC_BASE + IOAPIC_REGSEL, 0x10 + 2 * pin);
+    wr32(IOAPIC_BASE + IOAPIC_WIN, vector); /* fixed, physical, edge, high, unmasked */
+}
+
+static void ioapic_mask(uint32_t pin)
+{
+    wr32(IOAPIC_BASE + IOAPIC_REGSEL, 0x10 + 2 * pin);
+    wr32(IOAPIC_BASE + IOAPIC_WIN, 1u << 16);
+}
+
+static int lapic_irr(uint32_t vector)
+{
+    return (lapic_read(LAPIC_IRR + 0x10 * (vector / 32)) >> (vector % 32)) & 1;
+}
+
+/*
+ * Arms comparator `timer` 1 ms ahead and waits, with interrupts off, for `vector`
+ * (routed from I/O APIC input `pin`) to become pending in the local APIC's IRR: the
+ * interrupt reached the CPU, without the guest having to take it.
+ */
+static int hpet_irq(uint32_t timer, uint32_t config, uint32_t pin, uint32_t vector,
+                    const char *what)
+{
+    ioapic_route(pin, vector, lapic_id());
+    /* The comparator first, interrupts on last: a comparator still at its reset value
+     * (all ones) counts as already passed, and the timer would fire at once (as on
+     * QEMU). The high half first keeps the value ahead of the counter throughout. */
+    hpet_wr(HPET_TN_CONFIG(timer), config);
+    uint64_t now = hpet_counter(), cmp = now + 100000; /* 1 ms at 100 MHz */
+    hpet_wr(HPET_TN_CMP(timer) + 4, (uint32_t)(cmp >> 32));
+    hpet_wr(HPET_TN_CMP(timer), (uint32_t)cmp);
+    hpet_wr(HPET_TN_CONFIG(timer), config | HPET_TN_INT_ENB);
+    uint64_t t0 = rdtsc();
+    int pending = 0;
+    while (!(pending = lapic_irr(vector)) && rdtsc() - t0 < ms_to_tsc(HPET_IRQ_WAIT_MS))
+        ;
+    uint64_t at = hpet_counter();
+    hpet_wr(HPET_TN_CONFIG(timer), 0);
+    ioapic_mask(pin);
+    print("# hpet: %s: comparator %llu, vector %#x pending %s at counter %llu\n", what, cmp,
+          vector, pending ? "yes" : "NO", at);
+    CHECK(pending, "%s: vector %#x (I/O APIC input %u) not pending within %u ms of the "
+          "comparator", what, vector, pin, HPET_IRQ_WAIT_MS);
+    CHECK(at >= cmp, "%s: the interrupt arrived at counter %llu, before the comparator %llu",
+          what, at, cmp);
+    return 1;
+}
+
+int test_hpet(void)
+{
+    CHECK(args.has_tsc_khz && args.tsc_khz,
+          "needs tsc_khz= on the command line (exitlab host --json, tsc.khz)");
+    struct acpi a;
+    if (!acpi_load(&a))
+        return 0;
+    CHECK(a.hpet, "no HPET table in the RSDT");
+    uint32_t block_id = rd32(a.hpet + 36);
+    uint64_t base = rd64(a.hpet + 44);
+    CHECK(rd8(a.hpet + 40) == 0 && base == HPET_BASE, "the HPET table's base is %#llx in "
+          "address space %u; expected system memory %#x", base, rd8(a.hpet + 40), HPET_BASE);
+    uint32_t cap = hpet_rd(HPET_CAP), period = hpet_rd(HPET_CAP + 4);
+    uint32_t timers = ((cap >> 8) & 0x1F) + 1;
+    print("# hpet: table at %x, block id %#x, capabilities %#x, period %u fs, %u timers\n",
+          a.hpet, block_id, cap, period, timers);
+    CHECK(block_id == cap, "the table's block id %#x differs from the capabilities %#x",
+          block_id, cap);
+    CHECK((cap & 0xFF) == 1 && (cap >> 16) == 0x8086 && (cap & (1u << 15)) && (cap & (1u << 13)),
+          "capabilities %#x: expected revision 1, vendor 0x8086, 64-bit, legacy capable", cap);
+    CHECK(period == 10000000, "period %u fs; QEMU's HPET has 10,000,000 (100 MHz)", period);
+    CHECK(timers >= 3, "%u timers, expected at least 3", timers);
+
+    /* The main counter's rate against the TSC. */
+    hpet_wr(HPET_CONFIG, 0);
+    hpet_wr(HPET_COUNTER, 0);
+    hpet_wr(HPET_COUNTER + 4, 0);
+    hpet_wr(HPET_CONFIG, HPET_ENABLE);
+    uint64_t t0 = rdtsc(), c0 = hpet_counter();
+    while (rdtsc() - t0 < ms_to_tsc(HPET_MEASURE_MS))
+        ;
+    uint64_t c1 = hpet_counter(), t1 = rdtsc();
+    uint64_t ticks = c1 - c0, tsc = t1 - t0;
+    uint64_t hz_want = udiv64(1000000000000000ULL, period, NULL);
+    uint64_t lhs = ticks * args.tsc_khz * 1000ULL, rhs = tsc * hz_want;
+    uint64_t diff = lhs > rhs ? lhs - rhs : rhs - lhs;
+    uint64_t hz = tsc && tsc <= 0xFFFFFFFFu ? udiv64(lhs, (uint32_t)tsc, NULL) : 0;
+    print("# hpet: %llu ticks in %llu TSC cycles: about %llu Hz\n", ticks, tsc, hz);
+    CHECK(ticks > 0, "the main counter did not advance in %u ms", HPET_MEASURE_MS);
+    CHECK(diff * 20 <= rhs, "the main counter runs at about %llu Hz, more than 5%% away from "
+          "%llu Hz", hz, hz_want);
+
+    /* Comparator interrupts: timer 2 routed to I/O APIC input 16, then timer 0 in
+     * legacy replacement mode (ISA IRQ 0, I/O APIC input 2). */
+    lapic_write(LAPIC_SVR, lapic_read(LAPIC_SVR) | 0x1FF);
+    if (!hpet_irq(2, HPET_TN_ROUTE(16), 16, 0x51, "timer 2 routed to GSI 16"))
+        return 0;
+    hpet_wr(HPET_CONFIG, HPET_ENABLE | HPET_LEGACY);
+    if (!hpet_irq(0, 0, 2, 0x50, "timer 0 in legacy replacement (GSI 2)"))
+        return 0;
+    hpet_wr(HPET_CONFIG, 0);
+    return 1;
+}
