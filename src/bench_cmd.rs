@@ -11,7 +11,7 @@ use exitlab_lab::report;
 use exitlab_lab::results::{self, TestStatus};
 use exitlab_lab::runner::RunParams;
 
-use crate::exit::{usage_error, EXIT_NO_KVM, EXIT_TEST_FAILED};
+use crate::exit::{usage_error, EXIT_CANT_WRITE, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_VMM_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -30,8 +30,8 @@ pub struct BenchArgs {
     /// Unmeasured iterations before the first sample.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     warmup: u64,
-    /// Guest privilege level of the measured loop (instructions that need ring 0 are skipped at ring 3).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    /// Guest privilege level of the measured loop: 0 or 3 (instructions that need ring 0 are skipped at ring 3).
+    #[arg(long, default_value = "0", value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(["0", "3"]), |s| s.parse::<u8>()))]
     ring: u8,
     /// Write the results as JSON to this file (atomically).
     #[arg(long)]
@@ -121,16 +121,8 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
         return usage_error("--samples times --batch must not exceed 2^32 iterations");
     }
-    if let Some(cpu) = a.pin {
-        let n = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        if cpu >= n {
-            return usage_error(format!(
-                "--pin {cpu}: this host has only {n} CPU(s) available (0..{}); choose one of them",
-                n - 1
-            ));
-        }
+    if let Err(e) = a.pin.map_or(Ok(()), crate::input::check_pin) {
+        return usage_error(e);
     }
     if let Some(p) = &a.json {
         if let Err(e) = results::check_writable(p) {
@@ -171,7 +163,11 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     let mut stderr = std::io::stderr();
     // One line per round with a mark per test, then one line per overhead step.
     let mut in_rounds = false;
+    let quiet = crate::cli::verbosity() < 0;
     let mut progress = |p: Progress<'_>| {
+        if quiet {
+            return;
+        }
         match p {
             Progress::Round(r, n) => {
                 let _ = write!(
@@ -222,14 +218,14 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("exitlab: {e}");
-            return 1;
+            return EXIT_VMM_FAILED;
         }
     };
     print!("{}", report::render_table(&res));
     if let Some(p) = &a.json {
         if let Err(e) = results::write_atomic(p, &res) {
             eprintln!("exitlab: {e}");
-            return 1;
+            return EXIT_CANT_WRITE;
         }
         eprintln!("results written to {}", p.display());
     }

@@ -2,11 +2,14 @@
 
 mod agree_cmd;
 mod bench_cmd;
+mod chaos;
 mod cli;
 mod exit;
 mod host_cmd;
+mod input;
 mod report_cmd;
 mod run;
+mod signals;
 mod trace_cmd;
 
 fn main() {
