@@ -103,8 +103,10 @@ fn a_thousand_vm_cycles_keep_fds_threads_and_rss_flat() {
         mid.2,
         after.2
     );
-    assert_eq!(after.0, before.0, "file descriptors leaked");
-    assert_eq!(after.1, before.1, "threads leaked");
+    // Other tests of this binary run in parallel (a child process, its pipes): they may
+    // end during the soak, never add to it.
+    assert!(after.0 <= before.0, "file descriptors leaked");
+    assert!(after.1 <= before.1, "threads leaked");
     // Flat: the second 500 cycles must not grow RSS by more than 1 MiB (a leak of even
     // one 4 KiB page per VM would be 2 MiB).
     assert!(

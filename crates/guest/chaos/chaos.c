@@ -201,7 +201,7 @@ static void chaos_loop(void) __attribute__((noreturn));
 static void chaos_loop(void)
 {
     for (;;) {
-        if (below(8192) == 0)
+        if (below(1024) == 0)
             chaos_triple_fault();
         one_op();
         ops++;
