@@ -64,7 +64,7 @@ fn the_same_seed_gives_the_same_guest_behaviour() {
         let p = dir.join(name);
         let (code, out, err) = chaos(&[
             "--seconds",
-            "4",
+            "8",
             "--cpus",
             "1",
             "--seed",
@@ -78,11 +78,25 @@ fn the_same_seed_gives_the_same_guest_behaviour() {
     let a = run("7", "a");
     let b = run("7", "b");
     let c = run("8", "c");
+    // The guest's first line (50 bytes, "CHAOS ops=0 ...") is the same for every seed;
+    // what follows is drawn from the seed. How much there is depends on the host's speed
+    // (an emulated L1 gives ~100 bytes in 8 s).
+    const FIRST_LINE: usize = 50;
     let n = a.len().min(b.len());
-    assert!(n > 200, "too little output to compare ({n} bytes)");
+    assert!(
+        n > FIRST_LINE + 16,
+        "too little output to compare ({n} bytes)"
+    );
     assert_eq!(a[..n], b[..n], "seed 7 gave two different guest outputs");
     let m = a.len().min(c.len());
-    assert!(m > 200);
-    assert_ne!(a[..m], c[..m], "seeds 7 and 8 gave the same guest output");
+    assert!(
+        m > FIRST_LINE + 16,
+        "too little output to compare ({m} bytes)"
+    );
+    assert_ne!(
+        a[FIRST_LINE..m],
+        c[FIRST_LINE..m],
+        "seeds 7 and 8 gave the same guest output"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
