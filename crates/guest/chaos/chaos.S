@@ -63,11 +63,13 @@ fault_common:
     hlt
     jmp 3b
 
-/* void chaos_triple_fault(void): an IDT with limit 0, then int3. */
+/* void chaos_triple_fault(void): an IDT with limit 0, then #UD (not int3, which some
+ * hosts' instruction emulators cannot run in ring 0): #UD, #GP and #DF cannot be
+ * delivered, so the CPU shuts down. */
     .globl chaos_triple_fault
 chaos_triple_fault:
     lidt null_idt
-    int3
+    ud2
     jmp chaos_triple_fault
 
     .section .rodata
