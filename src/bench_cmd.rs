@@ -18,7 +18,9 @@ use exitlab_lab::report;
 use exitlab_lab::results::{self, Results, TestStatus};
 use exitlab_lab::runner::RunParams;
 
-use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED};
+use crate::exit::{
+    usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_VMM_FAILED,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -37,8 +39,8 @@ pub struct BenchArgs {
     /// Unmeasured iterations before the first sample.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     warmup: u64,
-    /// Guest privilege level of the measured loop (instructions that need ring 0 are skipped at ring 3).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    /// Guest privilege level of the measured loop: 0 or 3 (instructions that need ring 0 are skipped at ring 3).
+    #[arg(long, default_value = "0", value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(["0", "3"]), |s| s.parse::<u8>()))]
     ring: u8,
     /// Write the results as JSON to this file (atomically).
     #[arg(long)]
@@ -68,9 +70,6 @@ pub struct BenchArgs {
     /// %Reduction, as patch cover letters show them).
     #[arg(long, default_value = "table", value_parser = ["table", "seed"])]
     format: String,
-    /// No progress display.
-    #[arg(long, short)]
-    quiet: bool,
 }
 
 fn list_tests() {
@@ -134,17 +133,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
         return Err("--samples times --batch must not exceed 2^32 iterations".into());
     }
-    if let Some(cpu) = a.pin {
-        let n = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        if cpu >= n {
-            return Err(format!(
-                "--pin {cpu}: this host has only {n} CPU(s) available (0..{}); choose one of them",
-                n - 1
-            ));
-        }
-    }
+    a.pin.map_or(Ok(()), crate::input::check_pin)?;
     if let Some(p) = &a.json {
         results::check_writable(p).map_err(|e| e.to_string())?;
     }
@@ -333,7 +322,7 @@ fn run(
     };
     outcome.map_err(|e| {
         eprintln!("exitlab: {e}");
-        EXIT_TEST_FAILED
+        EXIT_VMM_FAILED
     })
 }
 
@@ -384,8 +373,10 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     };
     let (host, notes) = host_context();
     opts.cancel = Some(arm_signals());
-    let mut display = Display::new(a.quiet, progress_steps(&opts, ab.as_ref()));
-    if !a.quiet {
+    // -q/--quiet is global (every subcommand takes it).
+    let quiet = crate::cli::verbosity() < 0;
+    let mut display = Display::new(quiet, progress_steps(&opts, ab.as_ref()));
+    if !quiet {
         eprintln!(
             "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s), {} round(s){}",
             opts.tests.len(),
@@ -408,7 +399,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     if let Some(p) = &a.json {
         if let Err(e) = results::write_atomic(p, &res) {
             eprintln!("exitlab: {e}");
-            return EXIT_TEST_FAILED;
+            return EXIT_CANT_WRITE;
         }
         eprintln!(
             "results written to {}{}",

@@ -4,11 +4,13 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use std::sync::atomic::{AtomicI8, Ordering};
+
+use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 
 use crate::agree_cmd::AgreeArgs;
 use crate::bench_cmd::BenchArgs;
-use crate::exit::EXIT_USAGE;
+use crate::exit::{exit_codes_help, EXIT_INTERNAL, EXIT_USAGE};
 use crate::run::RunArgs;
 use crate::trace_cmd::TraceArgs;
 
@@ -16,11 +18,30 @@ use crate::trace_cmd::TraceArgs;
 #[command(
     name = "exitlab",
     version,
-    about = "A KVM VMM built to make VM exits cheap and to measure them"
+    about = "A KVM VMM built to make VM exits cheap and to measure them",
+    after_help = exit_codes_help(),
+    after_long_help = exit_codes_help()
 )]
 struct Cli {
+    /// Say more about what is done (repeat for more).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
+    /// Say only what was asked for: no progress or notes on stderr (errors still are).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Run vCPU threads without their seccomp filter (for debugging; bench and run).
+    #[arg(long, global = true)]
+    no_seccomp: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// -1 with --quiet, 0 by default, N with N times --verbose.
+static VERBOSITY: AtomicI8 = AtomicI8::new(0);
+
+/// How much the user asked to hear: -1 quiet, 0 normal, 1+ verbose.
+pub fn verbosity() -> i8 {
+    VERBOSITY.load(Ordering::Relaxed)
 }
 
 #[derive(Subcommand, Debug)]
@@ -38,15 +59,8 @@ enum Command {
     /// takes a QEMU-style command line instead.
     Run(RunArgs),
     /// Compare two results files (before, after): per test, the change of the net
-    /// figures with a 95% interval from a bootstrap over rounds, and a verdict.
-    #[command(after_help = "\
-Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
-±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
-side has fewer rounds than needed. Differences of host (CPU model, microcode, kernel,
-KVM module parameters), exitlab revision and configuration are printed as warnings.
-
-Exit status: 0 when no test is slower beyond the threshold with confidence; 1 when some
-test is (the tests are named on the last line); 2 when a file cannot be read.")]
+    /// figures with a 95% interval from resampling rounds, and a verdict; exits 4 when
+    /// some test is slower beyond the threshold with confidence.
     Compare {
         /// Results file of the baseline run.
         before: PathBuf,
@@ -65,10 +79,31 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
     /// Render one or more results files: terminal table, Markdown, CSV, OpenMetrics, or
     /// one self-contained HTML page with CDF plots.
     Report(crate::report_cmd::ReportArgs),
+    /// Print a shell completion script (e.g. `exitlab completions bash > /etc/bash_completion.d/exitlab`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page in roff (e.g. `exitlab man | man -l -`).
+    Man,
 }
 
-/// Runs the command line; returns the process exit code.
+/// The command-line definition, for completions and the man page.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// Runs the command line; returns the process exit code. A panic (a bug: exitlab must
+/// not panic on any input) becomes [`EXIT_INTERNAL`] rather than Rust's 101, which is
+/// odd and so belongs to the guest's debug-exit codes.
 pub fn main() -> i32 {
+    std::panic::catch_unwind(parse_and_run).unwrap_or_else(|_| {
+        eprintln!("exitlab: internal error (a bug); please report it with the command line");
+        EXIT_INTERNAL
+    })
+}
+
+fn parse_and_run() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
         return crate::qemu::qemu_cmd(qemu_args);
@@ -81,10 +116,30 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    VERBOSITY.store(
+        if cli.quiet {
+            -1
+        } else {
+            cli.verbose.min(i8::MAX as u8) as i8
+        },
+        Ordering::Relaxed,
+    );
+    exitlab_vmm::seccomp::set_enabled(!cli.no_seccomp);
     match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
+            0
+        }
+        Command::Man => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("exitlab: cannot write the man page: {e}");
+                crate::exit::EXIT_CANT_WRITE
+            }
+        },
         Command::Bench(a) => crate::bench_cmd::bench_cmd(a),
         Command::Host { json } => crate::host_cmd::host_cmd(json),
-        Command::Run(a) => crate::run::run_cmd(a.into()),
+        Command::Run(a) => crate::run::run_main(a),
         Command::Compare {
             before,
             after,

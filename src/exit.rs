@@ -1,30 +1,114 @@
 //! Process exit codes and the one way every subcommand reports bad input.
 //!
-//! Every subcommand maps its outcome to one of these codes here, so that no two meanings
-//! share a number.
+//! One scheme for every subcommand, so that no two meanings share a number. As with
+//! QEMU's isa-debug-exit, a guest that writes V to the debug-exit port makes `run` exit
+//! with `(V << 1) | 1`: every odd code is the guest's. exitlab's own outcomes are even,
+//! each with one meaning (the classes follow sysexits: bad input, service unavailable,
+//! OS error, cannot create output, internal software error).
 
-/// Exit code for bad input.
+/// Success: the command did what was asked (`run`: the guest reset or powered off).
+pub const EXIT_OK: i32 = 0;
+/// Bad input: an option, an image, an initrd or a results file was refused; nothing ran.
 pub const EXIT_USAGE: i32 = 2;
-/// Exit code when KVM cannot be used on this host.
-pub const EXIT_NO_KVM: i32 = 3;
-/// Exit code when a test failed or an exit-count check did not hold.
-pub const EXIT_TEST_FAILED: i32 = 1;
-
-/// Exit code when `bench` was interrupted by SIGINT or SIGTERM (128 + SIGINT, as a
-/// shell reports it); the results of the completed rounds were still written.
-pub const EXIT_INTERRUPTED: i32 = 130;
-/// Exit code of `compare` when a test got slower beyond the threshold with confidence.
-pub const EXIT_REGRESSION: i32 = 1;
-
-/// Exit code when the timeout expired (as `timeout(1)`).
+/// `bench`: a test failed or an exit-count check did not hold.
+pub const EXIT_TEST_FAILED: i32 = 4;
+/// `compare`: some test got slower beyond the threshold with confidence. The same code
+/// as a failed bench test: a check on the measurements did not hold.
+pub const EXIT_REGRESSION: i32 = EXIT_TEST_FAILED;
+/// KVM cannot be used on this host (no /dev/kvm, no permission, unsupported API).
+pub const EXIT_NO_KVM: i32 = 6;
+/// The host refused to set up the VM (a KVM ioctl or an OS call failed, e.g. no memory).
+pub const EXIT_VMM_FAILED: i32 = 8;
+/// An output file (results JSON) could not be written.
+pub const EXIT_CANT_WRITE: i32 = 10;
+/// exitlab itself failed (a bug: please report it with the command line).
+pub const EXIT_INTERNAL: i32 = 70;
+/// `run`: a vCPU triple-faulted (the machine shut down).
+pub const EXIT_TRIPLE_FAULT: i32 = 120;
+/// `run`: KVM could not run the guest (emulation failure, failed entry, an exit reason
+/// exitlab does not know, every vCPU stopped without the guest ending the run).
+pub const EXIT_KVM_FAILURE: i32 = 122;
+/// `run`: the `--timeout` expired (as `timeout(1)`).
 pub const EXIT_TIMEOUT: i32 = 124;
-/// Exit code for a triple fault.
-pub const EXIT_TRIPLE_FAULT: i32 = 125;
-/// Exit code when KVM could not run the guest (internal error, failed entry).
-pub const EXIT_KVM_FAILURE: i32 = 126;
+/// Interrupted by SIGINT or SIGTERM; the VM was torn down (and results kept, for bench).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Largest debug-exit value whose exit code is exact; larger values give 255.
+pub const GUEST_VALUE_MAX: u32 = 127;
+
+/// `run`'s exit code when the guest wrote `v` to the debug-exit port: `(v << 1) | 1`,
+/// with values above [`GUEST_VALUE_MAX`] reported as 255.
+pub fn guest_exit_code(v: u32) -> i32 {
+    ((v.min(GUEST_VALUE_MAX) << 1) | 1) as i32
+}
+
+/// Every exit code with its meaning, in order; `--help` and the README print this.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    ("0", "success (run: the guest reset or powered off the machine)"),
+    ("2", "bad input: options, image, initrd or results file refused; nothing ran"),
+    ("4", "bench: a test failed or an exit-count check did not hold; compare: a test is slower beyond --threshold with confidence"),
+    ("6", "KVM unavailable (no /dev/kvm, no permission); see `exitlab host`"),
+    ("8", "the host refused to set up the VM (KVM or OS call failed)"),
+    ("10", "an output file could not be written"),
+    ("70", "internal error in exitlab (a bug)"),
+    ("120", "run: a vCPU triple-faulted"),
+    ("122", "run: KVM could not run the guest (emulation failure, failed entry, unknown exit)"),
+    ("124", "run: --timeout expired"),
+    ("130", "interrupted by SIGINT/SIGTERM; the VM was torn down"),
+    ("odd N", "run: the guest wrote V=(N-1)/2 to the debug-exit port 0xf4 (as QEMU isa-debug-exit; V>=127: 255)"),
+];
+
+/// The exit-code table as `--help` prints it.
+pub fn exit_codes_help() -> String {
+    let mut s = String::from("Exit codes (every subcommand):\n");
+    for (code, what) in EXIT_CODES {
+        s += &format!("  {code:>5}  {what}\n");
+    }
+    s
+}
 
 /// Prints `msg` as exitlab's error and returns the bad-input exit code.
 pub fn usage_error(msg: impl std::fmt::Display) -> i32 {
     eprintln!("exitlab: {msg}");
     EXIT_USAGE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exitlab_codes_are_even_and_distinct_and_guest_codes_odd() {
+        let own = [
+            EXIT_OK,
+            EXIT_USAGE,
+            EXIT_TEST_FAILED,
+            EXIT_NO_KVM,
+            EXIT_VMM_FAILED,
+            EXIT_CANT_WRITE,
+            EXIT_INTERNAL,
+            EXIT_TRIPLE_FAULT,
+            EXIT_KVM_FAILURE,
+            EXIT_TIMEOUT,
+            EXIT_INTERRUPTED,
+        ];
+        for (i, a) in own.iter().enumerate() {
+            assert_eq!(a % 2, 0, "{a} is odd: odd codes belong to the guest");
+            assert!((0..=255).contains(a));
+            for b in &own[i + 1..] {
+                assert_ne!(a, b);
+            }
+            // Each code is in the table --help prints.
+            assert!(EXIT_CODES.iter().any(|(c, _)| *c == a.to_string()), "{a}");
+        }
+        for v in 0..=1000u32 {
+            let c = guest_exit_code(v);
+            assert_eq!(c % 2, 1);
+            assert!((1..=255).contains(&c));
+        }
+        assert_eq!(guest_exit_code(0), 1);
+        assert_eq!(guest_exit_code(1), 3);
+        assert_eq!(guest_exit_code(127), 255);
+        assert_eq!(guest_exit_code(u32::MAX), 255);
+    }
 }

@@ -2,12 +2,15 @@
 
 mod agree_cmd;
 mod bench_cmd;
+mod chaos;
 mod cli;
 mod exit;
 mod host_cmd;
+mod input;
 mod qemu;
 mod report_cmd;
 mod run;
+mod signals;
 mod trace_cmd;
 
 fn main() {

@@ -75,6 +75,7 @@ pub fn parse(args: &[OsString]) -> Result<RunOptions, String> {
         exit_stats: false,
         prefer_pvh: true,
         verbose: false,
+        quiet: false,
         platform: PlatformOptions::default(),
     };
     let mut kernel = None;

@@ -3,13 +3,17 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_boot::ImageFormat;
 use exitlab_vmm::machine::{self, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut};
 
-use crate::exit::{usage_error, EXIT_KVM_FAILURE, EXIT_NO_KVM, EXIT_TIMEOUT, EXIT_TRIPLE_FAULT};
+use crate::exit::{
+    guest_exit_code, usage_error, EXIT_INTERRUPTED, EXIT_KVM_FAILURE, EXIT_NO_KVM, EXIT_OK,
+    EXIT_TIMEOUT, EXIT_TRIPLE_FAULT, EXIT_VMM_FAILED,
+};
 
 /// Options of `exitlab run`.
 #[derive(Debug)]
@@ -24,14 +28,26 @@ pub struct RunOptions {
     pub exit_stats: bool,
     pub prefer_pvh: bool,
     pub verbose: bool,
+    pub quiet: bool,
     /// Platform choices (set by the QEMU-style command line, `crate::qemu`).
     pub platform: PlatformOptions,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Kernel image.
-    kernel: PathBuf,
+    /// Kernel image (multiboot, PVH ELF, Linux bzImage or vmlinux).
+    #[arg(required_unless_present = "builtin")]
+    kernel: Option<PathBuf>,
+    /// Boot a kernel built into exitlab instead: `chaos`, a seeded hostile guest booted
+    /// again and again for --seconds, ending with an account of exits and faults.
+    #[arg(long, value_parser = ["chaos"], conflicts_with_all = ["kernel", "initrd", "cmdline", "timeout", "exit_stats", "no_pvh"])]
+    builtin: Option<String>,
+    /// With --builtin chaos: how long to run, in seconds.
+    #[arg(long, default_value_t = 30.0, requires = "builtin")]
+    seconds: f64,
+    /// With --builtin chaos: the seed (the same seed gives the same guest behaviour).
+    #[arg(long, default_value_t = 1, requires = "builtin")]
+    seed: u64,
     /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd), or
     /// `builtin:hackbench` for exitlab's Linux workload (a hackbench-style messaging load
     /// run as /init; set it with `HB_GROUPS=`, `HB_FDS=`, `HB_LOOPS=`, `HB_MODE=socket|pipe`
@@ -41,45 +57,60 @@ pub struct RunArgs {
     /// Kernel command line.
     #[arg(long, visible_alias = "append", default_value = "")]
     cmdline: String,
-    /// Number of vCPUs.
-    #[arg(long, visible_alias = "smp", default_value_t = 1)]
-    cpus: u32,
-    /// Guest RAM in MiB.
-    #[arg(long, default_value_t = 128)]
-    mem: u64,
+    /// Number of vCPUs [default: 1; 2 for --builtin chaos].
+    #[arg(long, visible_alias = "smp")]
+    cpus: Option<u32>,
+    /// Guest RAM in MiB [default: 128; 64 for --builtin chaos].
+    #[arg(long)]
+    mem: Option<u64>,
     /// Stop the guest after this many seconds (exit code 124); 0 = no limit.
     #[arg(long, default_value_t = 0.0)]
     timeout: f64,
-    /// Serial console: stdio, file:PATH or none.
-    #[arg(long, default_value = "stdio")]
-    serial: String,
+    /// Serial console: stdio, file:PATH or none [default: stdio; none for --builtin chaos].
+    #[arg(long)]
+    serial: Option<String>,
     /// Print the exits by reason at the end.
     #[arg(long)]
     exit_stats: bool,
     /// Enter an ELF vmlinux at its 64-bit entry point instead of its PVH entry.
     #[arg(long)]
     no_pvh: bool,
-    /// Say what was detected and how long setup took.
-    #[arg(short, long)]
-    verbose: bool,
 }
 
-impl From<RunArgs> for RunOptions {
-    fn from(a: RunArgs) -> Self {
-        RunOptions {
-            kernel: a.kernel,
-            initrd: a.initrd,
-            cmdline: a.cmdline,
-            cpus: a.cpus,
-            mem_mib: a.mem,
-            timeout: a.timeout,
-            serial: a.serial,
-            exit_stats: a.exit_stats,
-            prefer_pvh: !a.no_pvh,
-            verbose: a.verbose,
-            platform: PlatformOptions::default(),
-        }
+/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one).
+pub fn run_main(a: RunArgs) -> i32 {
+    if a.builtin.is_some() {
+        let serial = match a.serial.as_deref().map(crate::input::parse_serial) {
+            None | Some(Ok(SerialOut::None)) => None,
+            Some(Ok(SerialOut::File(p))) => Some(p),
+            Some(Ok(_)) => {
+                return usage_error("--builtin chaos writes its serial output to none or file:PATH")
+            }
+            Some(Err(e)) => return usage_error(e),
+        };
+        return crate::chaos::chaos_cmd(crate::chaos::ChaosOptions {
+            seconds: a.seconds,
+            seed: a.seed,
+            cpus: a.cpus.unwrap_or(2),
+            mem_mib: a.mem.unwrap_or(64),
+            serial,
+            verbose: crate::cli::verbosity() > 0,
+        });
     }
+    run_cmd(RunOptions {
+        kernel: a.kernel.unwrap_or_default(),
+        initrd: a.initrd,
+        cmdline: a.cmdline,
+        cpus: a.cpus.unwrap_or(1),
+        mem_mib: a.mem.unwrap_or(128),
+        timeout: a.timeout,
+        serial: a.serial.unwrap_or_else(|| "stdio".into()),
+        exit_stats: a.exit_stats,
+        prefer_pvh: !a.no_pvh,
+        verbose: crate::cli::verbosity() > 0,
+        quiet: crate::cli::verbosity() < 0,
+        platform: PlatformOptions::default(),
+    })
 }
 
 /// The `--initrd` value that selects exitlab's built-in Linux workload.
@@ -132,56 +163,163 @@ fn format_name(f: ImageFormat) -> &'static str {
     }
 }
 
-fn parse_serial(s: &str) -> Result<SerialOut, String> {
-    match s {
-        "stdio" => Ok(SerialOut::Stdio),
-        "none" => Ok(SerialOut::None),
-        _ => match s.strip_prefix("file:") {
-            Some(p) if !p.is_empty() => Ok(SerialOut::File(PathBuf::from(p))),
-            _ => Err(format!("--serial {s}: use stdio, file:PATH or none")),
-        },
+/// Largest kernel image or initrd exitlab reads.
+pub const MAX_IMAGE_BYTES: u64 = 1 << 30;
+/// Largest `--timeout`, in seconds (30 days).
+pub const MAX_TIMEOUT_S: f64 = 30.0 * 86400.0;
+/// Largest `--mem`, in MiB (1 TiB).
+pub const MAX_MEM_MIB: u64 = 1 << 20;
+
+/// Everything `run` needs, checked: nothing here has touched KVM.
+struct Checked {
+    kernel: Vec<u8>,
+    initrd: Option<Vec<u8>>,
+    serial: SerialOut,
+    format: ImageFormat,
+}
+
+/// Checks every option and input of `run` before KVM is opened: the numbers, the serial
+/// target, the files (regular files, bounded sizes), and the image itself, which is
+/// loaded into a scratch copy of the guest's address space (not a VM) so that every
+/// loader check runs: nothing is mapped into KVM or run when this fails.
+fn check(o: &RunOptions) -> Result<Checked, String> {
+    if o.cpus == 0 || o.cpus > machine::MAX_CPUS {
+        return Err(format!(
+            "--cpus {} is out of range: use 1..={}",
+            o.cpus,
+            machine::MAX_CPUS
+        ));
     }
+    if o.mem_mib < 2 || o.mem_mib > MAX_MEM_MIB {
+        return Err(format!(
+            "--mem {} MiB is out of range: use 2..={MAX_MEM_MIB}",
+            o.mem_mib
+        ));
+    }
+    let ram_bytes = o.mem_mib << 20;
+    if let Some(limit) = crate::input::host_memory_limit() {
+        if ram_bytes > limit {
+            return Err(format!(
+                "--mem {} MiB is more than this host can back ({} MiB of RAM and swap): the \
+                 guest would be killed for lack of memory halfway; give less",
+                o.mem_mib,
+                limit >> 20
+            ));
+        }
+    }
+    if !(o.timeout.is_finite() && (0.0..=MAX_TIMEOUT_S).contains(&o.timeout)) {
+        return Err(format!(
+            "--timeout {} must be a number of seconds in 0..={MAX_TIMEOUT_S} (0 for no limit)",
+            o.timeout
+        ));
+    }
+    let serial = crate::input::parse_serial(&o.serial)?;
+    let (kernel_file, kernel_len) =
+        crate::input::open_regular(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?;
+    drop(kernel_file);
+    if kernel_len > ram_bytes {
+        return Err(format!(
+            "the kernel image {} ({kernel_len} bytes) is bigger than guest RAM ({} MiB): give \
+             --mem more",
+            o.kernel.display(),
+            o.mem_mib
+        ));
+    }
+    let kernel = crate::input::read_bounded(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?;
+    let initrd = match &o.initrd {
+        Some(p) if p.as_os_str() == BUILTIN_HACKBENCH => {
+            Some(exitlab_guest::hackbench::INITRD.to_vec())
+        }
+        Some(p) => {
+            let (_, len) = crate::input::open_regular(p, "the initrd", MAX_IMAGE_BYTES)?;
+            if len > ram_bytes {
+                return Err(format!(
+                    "the initrd {} ({len} bytes) does not fit in guest RAM ({} MiB): give \
+                     --mem more",
+                    p.display(),
+                    o.mem_mib
+                ));
+            }
+            Some(crate::input::read_bounded(
+                p,
+                "the initrd",
+                MAX_IMAGE_BYTES,
+            )?)
+        }
+        None => None,
+    };
+    let format = exitlab_boot::detect(&kernel)
+        .map_err(|e| format!("cannot boot {}: {e}", o.kernel.display()))?;
+    dry_load(o, &kernel, &initrd, ram_bytes)?;
+    if let SerialOut::File(p) = &serial {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(p)
+            .map_err(|e| {
+                format!(
+                    "--serial file:{}: cannot create it ({e}); choose a writable path",
+                    p.display()
+                )
+            })?;
+    }
+    Ok(Checked {
+        kernel,
+        initrd,
+        serial,
+        format,
+    })
+}
+
+/// Loads the image as `run` will, into anonymous memory laid out as the guest's RAM
+/// (reserved, not committed: only what the loader writes is touched).
+fn dry_load(
+    o: &RunOptions,
+    kernel: &[u8],
+    initrd: &Option<Vec<u8>>,
+    ram_bytes: u64,
+) -> Result<(), String> {
+    let ranges = exitlab_boot::layout::ram_regions(ram_bytes);
+    let mem = vm_memory::GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(|e| {
+        format!(
+            "cannot reserve {} MiB of address space for guest RAM: {e}",
+            o.mem_mib
+        )
+    })?;
+    let opts = exitlab_boot::BootOptions {
+        kernel_path: o.kernel.display().to_string(),
+        cmdline: o.cmdline.clone(),
+        initrd: initrd.clone(),
+        cpus: o.cpus,
+        ram_bytes,
+        acpi: true,
+        pm_timer_32bit: true,
+        prefer_pvh: o.prefer_pvh,
+    };
+    exitlab_boot::load(&mem, kernel, &opts)
+        .map(drop)
+        .map_err(|e| format!("cannot boot {}: {e}", o.kernel.display()))
 }
 
 /// Runs `exitlab run`; returns the process exit code.
 pub fn run_cmd(o: RunOptions) -> i32 {
     let process_start = std::time::Instant::now();
-    let kernel = match std::fs::read(&o.kernel) {
-        Ok(k) => k,
-        Err(e) => {
-            return usage_error(format!(
-                "cannot read the kernel image {}: {e}",
-                o.kernel.display()
-            ))
-        }
-    };
-    let initrd = match &o.initrd {
-        Some(p) if p.as_os_str() == BUILTIN_HACKBENCH => {
-            Some(exitlab_guest::hackbench::INITRD.to_vec())
-        }
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => Some(b),
-            Err(e) => return usage_error(format!("cannot read the initrd {}: {e}", p.display())),
-        },
-        None => None,
-    };
-    if o.mem_mib == 0 || o.mem_mib > (1 << 20) {
-        return usage_error(format!(
-            "--mem {} MiB is out of range: use 2..=1048576",
-            o.mem_mib
-        ));
-    }
-    if !(o.timeout.is_finite() && o.timeout >= 0.0) {
-        return usage_error(format!(
-            "--timeout {} must be a number of seconds, 0 for none",
-            o.timeout
-        ));
-    }
-    let serial = match parse_serial(&o.serial) {
-        Ok(s) => s,
+    let checked = match check(&o) {
+        Ok(c) => c,
         Err(e) => return usage_error(e),
     };
-    let serial_input = matches!(serial, SerialOut::Stdio);
+    if o.verbose {
+        eprintln!(
+            "exitlab: {} is a {} image",
+            o.kernel.display(),
+            format_name(checked.format)
+        );
+    }
+    let serial_input = matches!(checked.serial, SerialOut::Stdio);
+    if o.verbose {
+        eprintln!("exitlab: every input checked; opening /dev/kvm");
+    }
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
         Err(e) => {
@@ -189,35 +327,30 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             return EXIT_NO_KVM;
         }
     };
-    if o.verbose {
-        match exitlab_boot::detect(&kernel) {
-            Ok(f) => eprintln!(
-                "exitlab: {} is a {} image",
-                o.kernel.display(),
-                format_name(f)
-            ),
-            Err(e) => return usage_error(format!("cannot boot {}: {e}", o.kernel.display())),
-        }
+    let cancel = Arc::new(AtomicBool::new(false));
+    if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {
+        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
+        return EXIT_VMM_FAILED;
     }
     let cfg = MachineConfig {
-        kernel,
+        kernel: checked.kernel,
         kernel_path: o.kernel.display().to_string(),
         cmdline: o.cmdline.clone(),
-        initrd,
+        initrd: checked.initrd,
         cpus: o.cpus,
         ram_bytes: o.mem_mib << 20,
         timeout: (o.timeout > 0.0).then(|| Duration::from_secs_f64(o.timeout)),
-        serial,
+        serial: checked.serial,
         serial_input,
         prefer_pvh: o.prefer_pvh,
-        cancel: None,
+        cancel: Some(cancel),
         platform: o.platform.clone(),
     };
     let report = match machine::run(kvm, cfg) {
         Ok(r) => r,
         Err(MachineError::Vmm(e)) => {
             eprintln!("exitlab: {e}");
-            return 1;
+            return EXIT_VMM_FAILED;
         }
         Err(e) => return usage_error(e),
     };
@@ -239,11 +372,13 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             if o.verbose {
                 eprintln!("exitlab: the guest wrote {v:#x} to the debug-exit port");
             }
-            ((v << 1) | 1) as i32 & 0xff
+            guest_exit_code(v)
         }
         RunEnd::Reset => {
-            eprintln!("exitlab: the guest reset or shut down the machine");
-            0
+            if !o.quiet {
+                eprintln!("exitlab: the guest reset or shut down the machine");
+            }
+            EXIT_OK
         }
         RunEnd::TripleFault { vcpu, registers } => {
             eprintln!("exitlab: vCPU {vcpu} triple-faulted (the machine shut down)\n{registers}");
@@ -265,8 +400,9 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             EXIT_KVM_FAILURE
         }
         RunEnd::Cancelled => {
-            eprintln!("exitlab: the run was cancelled");
-            1
+            crate::signals::restore_terminal();
+            eprintln!("exitlab: interrupted: the vCPUs were stopped and the VM torn down");
+            EXIT_INTERRUPTED
         }
         RunEnd::Stopped(why) => {
             eprintln!("exitlab: every vCPU stopped without the guest ending the run ({why})");

@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
 fn exitlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_exitlab"))
         .args(args)
@@ -54,6 +56,75 @@ fn pinning_to_a_missing_cpu_says_how_many_there_are() {
 }
 
 #[test]
+fn pinning_outside_the_affinity_mask_is_refused() {
+    // CPU 1 exists on this 2-CPU host, but a process confined to CPU 0 cannot use it.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        panic!("this test needs a host with at least 2 CPUs");
+    }
+    let o = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_exitlab"))
+        .args(["bench", "--pin", "1", "--samples", "1"])
+        .output()
+        .expect("taskset (util-linux) runs");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CPUs 0 available to exitlab (its affinity mask)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn exit_codes_and_ring_values_are_in_help() {
+    let o = exitlab(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let h = stdout(&o);
+    for line in ["Exit codes", "124", "130", "isa-debug-exit"] {
+        assert!(h.contains(line), "{line} missing from:\n{h}");
+    }
+    let b = stdout(&exitlab(&["bench", "--help"]));
+    assert!(b.contains("[possible values: 0, 3]"), "{b}");
+    for sub in ["bench", "run", "host", "report", "compare"] {
+        let o = exitlab(&[sub, "-q", "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{sub} -q");
+        let o = exitlab(&[sub, "-v", "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{sub} -v");
+    }
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_command_definition() {
+    let o = exitlab(&["completions", "bash"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains("exitlab") && s.contains("--no-overhead"), "{s}");
+    let o = exitlab(&["completions", "zsh"]);
+    assert!(stdout(&o).contains("#compdef exitlab"));
+    let o = exitlab(&["man"]);
+    assert_eq!(o.status.code(), Some(0));
+    let m = stdout(&o);
+    assert!(m.contains(".TH exitlab") && m.contains("Exit codes"), "{m}");
+    assert_eq!(
+        exitlab(&["completions", "nosuchshell"]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn results_files_that_are_not_regular_files_are_refused() {
+    for args in [
+        &["report", "/dev/zero"][..],
+        &["compare", "/dev/zero", "/dev/zero"],
+        &["report", "/"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains("give a regular file"), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn unwritable_json_path_is_rejected_before_running() {
     let o = exitlab(&["bench", "--json", "/nonexistent-dir/x/results.json"]);
     assert_eq!(o.status.code(), Some(2));
@@ -97,6 +168,7 @@ fn list_names_every_test() {
 
 #[test]
 fn host_json_has_the_documented_keys() {
+    common::require_kvm();
     let o = exitlab(&["host", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -111,6 +183,7 @@ fn host_json_has_the_documented_keys() {
 
 #[test]
 fn bench_writes_json_that_report_and_compare_read_back() {
+    common::require_kvm();
     let dir = tempdir();
     let a = dir.join("a.json");
     let b = dir.join("b.json");
@@ -165,6 +238,41 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert!(stdout(&c).contains("outl_to_user"));
     let bad = exitlab(&["report", dir.join("missing.json").to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
+    // Tampered files: negative cycles are refused; terminal escapes are not printed.
+    let mut t = v.clone();
+    t["tests"][1]["cycles"]["median"] = serde_json::json!(-5.0);
+    let neg = dir.join("negative.json");
+    std::fs::write(&neg, serde_json::to_vec(&t).unwrap()).unwrap();
+    for args in [
+        vec!["report", neg.to_str().unwrap()],
+        vec!["compare", a.to_str().unwrap(), neg.to_str().unwrap()],
+    ] {
+        let o = exitlab(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&o).contains("must be finite and not negative"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let mut t = v.clone();
+    t["tests"][1]["name"] = serde_json::json!("\u{1b}]0;owned\u{7}\u{1b}[2Jcpuid");
+    t["notes"] = serde_json::json!(["\u{1b}[31mred\u{9b}2J"]);
+    let esc = dir.join("escapes.json");
+    std::fs::write(&esc, serde_json::to_vec(&t).unwrap()).unwrap();
+    for args in [
+        vec!["report", esc.to_str().unwrap()],
+        vec!["report", "--markdown", esc.to_str().unwrap()],
+        vec!["compare", a.to_str().unwrap(), esc.to_str().unwrap()],
+    ] {
+        let o = exitlab(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{9b}') && !out.contains('\u{7}'),
+            "{args:?}"
+        );
+    }
 }
 
 fn tempdir_named(tag: &str) -> std::path::PathBuf {
@@ -251,7 +359,7 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
     edit_json(&a, &slow, scaled(1.3));
     let a_s = tight.to_str().unwrap();
     let c = exitlab(&["compare", a_s, slow.to_str().unwrap()]);
-    assert_eq!(c.status.code(), Some(1), "{}", stdout(&c));
+    assert_eq!(c.status.code(), Some(4), "{}", stdout(&c));
     let out = stdout(&c);
     assert!(
         out.contains("slower beyond 10.0% with 95% confidence: outl_to_user"),

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use exitlab_boot::{E820Entry, E820Kind};
 use exitlab_vmm::machine::{self, MachineConfig, RunEnd, SerialOut};
 
+mod common;
+
 const RAM_BYTES: u64 = 256 << 20;
 
 fn cache_dir() -> PathBuf {
@@ -173,7 +175,7 @@ struct Boot<'a> {
 }
 
 fn boot(kernel: &Path, b: Boot<'_>) -> (String, machine::RunReport, Option<Duration>) {
-    let kvm = Arc::new(exitlab_vmm::open_kvm().expect("these tests need a usable /dev/kvm"));
+    let kvm = common::kvm();
     let watch = Watch {
         buf: Arc::default(),
         banner_at: Arc::default(),
@@ -309,12 +311,15 @@ fn check_boot(kernel: &Path, pvh: bool) {
 
 #[test]
 fn linux_pvh_vmlinux_prints_banner_cmdline_and_our_e820() {
+    // KVM first: nothing is downloaded on a host that could not boot it.
+    common::require_kvm();
     let (_, vmlinux) = kernel();
     check_boot(&vmlinux, true);
 }
 
 #[test]
 fn linux_bzimage_decompresses_and_prints_banner_cmdline_and_our_e820() {
+    common::require_kvm();
     let (bz, _) = kernel();
     check_boot(&bz, false);
 }
@@ -372,6 +377,7 @@ const CPUS: u32 = 1;
 ///   reported as not started.
 #[test]
 fn linux_runs_the_hackbench_initrd_to_completion() {
+    common::require_kvm();
     let (_, vmlinux) = kernel();
     let (_, summary) = host_kind();
     let host = linux_host();

@@ -150,6 +150,7 @@ fn run() -> Result<(), String> {
     build_conformance(&manifest, &out)?;
     build_initrd::build(&manifest, &out)?;
     build_harness(&manifest, &out)?;
+    build_chaos(&manifest, &out)?;
     Ok(())
 }
 
@@ -775,4 +776,50 @@ fn build_harness(manifest: &Path, out: &Path) -> Result<(), String> {
         .arg(out.join("exitlab-harness.elf"))
         .args(&objects);
     run_tool(&mut ld, "ld (second harness)")
+}
+
+// ---- The chaos kernel (`exitlab run --builtin chaos`) ----------------------------------
+
+/// Chaos kernel sources in `chaos/`.
+const CHAOS_SOURCES: &[&str] = &["chaos.S", "chaos.c"];
+
+/// Builds `chaos/` into `$OUT_DIR/chaos.elf`: a multiboot ELF32 for 32-bit protected mode.
+fn build_chaos(manifest: &Path, out: &Path) -> Result<(), String> {
+    let src = manifest.join("chaos");
+    for f in CHAOS_SOURCES.iter().chain(&["chaos.ld"]) {
+        println!("cargo:rerun-if-changed=chaos/{f}");
+    }
+    let obj_dir = out.join("chaos");
+    fs::create_dir_all(&obj_dir)
+        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
+    let objects = cc::Build::new()
+        .compiler("gcc")
+        .cargo_metadata(false)
+        .out_dir(&obj_dir)
+        .pic(false)
+        .opt_level(2)
+        .debug(false)
+        .warnings(true)
+        .flag("-m32")
+        .flag("-march=i686")
+        .flag("-ffreestanding")
+        .flag("-fno-pic")
+        .flag("-fno-pie")
+        .flag("-mgeneral-regs-only")
+        .flag("-fno-stack-protector")
+        .flag("-fno-asynchronous-unwind-tables")
+        .flag("-fcf-protection=none")
+        .flag("-nostdlib")
+        .files(CHAOS_SOURCES.iter().map(|f| src.join(f)))
+        .try_compile_intermediates()
+        .map_err(|e| format!("compiling the chaos kernel with gcc -m32 failed: {e}"))?;
+    let mut ld = Command::new("ld");
+    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+        .arg("-T")
+        .arg(src.join("chaos.ld"))
+        .arg("-o")
+        .arg(out.join("chaos.elf"))
+        .args(&objects);
+    run_tool(&mut ld, "ld (chaos kernel)")
 }

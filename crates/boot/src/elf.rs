@@ -275,6 +275,7 @@ pub(crate) fn load_segments<M: GuestMemoryBackend>(
     for s in &elf.segments {
         check_segment(ram_bytes, s.paddr, s.memsz, low)?;
     }
+    check_no_overlap(elf)?;
     let mut lo = u64::MAX;
     let mut hi = 0;
     for s in &elf.segments {
@@ -285,6 +286,27 @@ pub(crate) fn load_segments<M: GuestMemoryBackend>(
         hi = hi.max(s.paddr + s.memsz);
     }
     Ok((lo, hi))
+}
+
+/// Refuses PT_LOAD segments whose physical ranges overlap: one would silently overwrite
+/// the other. (Ranges are known to be in RAM, so their ends do not overflow.)
+fn check_no_overlap(elf: &Elf) -> Result<()> {
+    let mut r: Vec<(u64, u64)> = elf
+        .segments
+        .iter()
+        .filter(|s| s.memsz > 0)
+        .map(|s| (s.paddr, s.paddr + s.memsz))
+        .collect();
+    r.sort_unstable();
+    for w in r.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(BootError::SegmentsOverlap {
+                first: w[0],
+                second: w[1],
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Translates a virtual entry point to a physical one when it falls in a segment whose

@@ -116,6 +116,17 @@ pub enum BootError {
         /// One past its last byte.
         end: u64,
     },
+    /// Two PT_LOAD segments overlap in physical memory.
+    #[error(
+        "image segments {:#x}..{:#x} and {:#x}..{:#x} overlap in physical memory; the image is corrupt",
+        first.0, first.1, second.0, second.1
+    )]
+    SegmentsOverlap {
+        /// The lower segment (start, end).
+        first: (u64, u64),
+        /// The segment that starts inside it (start, end).
+        second: (u64, u64),
+    },
     /// A segment does not fit in guest RAM.
     #[error(
         "image segment {start:#x}..{end:#x} is outside guest RAM (RAM: {ram}); give the guest more \

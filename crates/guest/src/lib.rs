@@ -93,6 +93,13 @@ const _: () = {
     assert!(abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES <= abi::SAMPLES_BYTES_PER_CPU);
 };
 
+/// The chaos kernel (`exitlab run --builtin chaos`): a multiboot ELF32 that, from the seed
+/// on its command line (`seed=N`), issues random port, string-I/O, MMIO and MSR accesses,
+/// serial floods, garbage to the lab control page and doorbell, INIT/SIPI storms and
+/// triple faults, counting the faults it takes. Every 256 operations it prints
+/// `CHAOS ops=<hex> faults=<hex> last=<hex>` on COM1.
+pub static CHAOS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/chaos.elf"));
+
 #[cfg(test)]
 mod tests {
     extern crate std;

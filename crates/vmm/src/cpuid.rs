@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn supported_is_cached() {
-        let kvm = crate::open_kvm().expect("these tests need a usable /dev/kvm");
+        let kvm = crate::testing::kvm_or_fail();
         let a = supported(&kvm).unwrap() as *const CpuId;
         let b = supported(&kvm).unwrap() as *const CpuId;
         assert_eq!(a, b);

@@ -69,4 +69,7 @@ pub enum VmmError {
     /// An OS call failed.
     #[error("{0}: {1}")]
     Os(&'static str, std::io::Error),
+    /// The seccomp filter of a thread could not be built or installed.
+    #[error("seccomp filter: {0}; run with --no-seccomp to go without it")]
+    Seccomp(String),
 }

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use exitlab_boot::{layout, BootError, BootOptions, ImageFormat};
@@ -219,19 +219,21 @@ impl IrqLine for KvmIrqLine {
 /// Moves PCI BAR registrations (bus ranges and ioeventfds) when the guest reprograms a
 /// BAR. Runs on the vCPU thread that wrote the BAR: it publishes new bus snapshots and
 /// never waits for anything that thread holds.
+/// It holds the buses weakly: the PCI device on the port bus holds it, and a strong
+/// reference back would keep the whole VM (fds, guest RAM) alive after the run.
 struct BarRemapper {
     vm: Arc<VmFd>,
-    pio: Arc<Bus>,
-    mmio: Arc<Bus>,
+    pio: Weak<Bus>,
+    mmio: Weak<Bus>,
     device: Mutex<Option<Arc<dyn PciDevice>>>,
     registered: Mutex<Vec<IoEventSpec>>,
 }
 
 impl BarRemapper {
-    fn bus(&self, space: IoSpace) -> &Arc<Bus> {
+    fn bus(&self, space: IoSpace) -> Option<Arc<Bus>> {
         match space {
-            IoSpace::Pio => &self.pio,
-            IoSpace::Mmio => &self.mmio,
+            IoSpace::Pio => self.pio.upgrade(),
+            IoSpace::Mmio => self.mmio.upgrade(),
         }
     }
 
@@ -261,12 +263,12 @@ impl PciBarObserver for BarRemapper {
             Err(p) => p.into_inner().clone(),
         };
         let Some(dev) = dev else { return };
-        if let Some(old) = change.old {
-            let _ = self.bus(old.space).remove(old.addr);
+        if let Some((old, bus)) = change.old.and_then(|o| Some((o, self.bus(o.space)?))) {
+            let _ = bus.remove(old.addr);
         }
-        if let Some(new) = change.new {
+        if let Some((new, bus)) = change.new.and_then(|n| Some((n, self.bus(n.space)?))) {
             if let Some(bar) = dev.bar_device(new.index) {
-                let _ = self.bus(new.space).insert(bar, new.addr, new.size);
+                let _ = bus.insert(bar, new.addr, new.size);
             }
         }
         self.sync_ioeventfds(&dev);
@@ -434,8 +436,8 @@ fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
     )?);
     let remapper = Arc::new(BarRemapper {
         vm: vm.fd().clone(),
-        pio: vm.pio_bus().clone(),
-        mmio: vm.mmio_bus().clone(),
+        pio: Arc::downgrade(vm.pio_bus()),
+        mmio: Arc::downgrade(vm.mmio_bus()),
         device: Mutex::new(Some(testdev.clone())),
         registered: Mutex::new(Vec::new()),
     });
@@ -445,10 +447,12 @@ fn add_pci(vm: &Vm) -> Result<Arc<BarRemapper>, MachineError> {
     pci.set_bar_observer(remapper.clone());
     for bar in testdev.bars() {
         if let Some(dev) = testdev.bar_device(bar.index) {
-            remapper
-                .bus(bar.space)
-                .insert(dev, bar.addr, bar.size)
-                .map_err(VmmError::from)?;
+            match bar.space {
+                IoSpace::Pio => vm.pio_bus(),
+                IoSpace::Mmio => vm.mmio_bus(),
+            }
+            .insert(dev, bar.addr, bar.size)
+            .map_err(VmmError::from)?;
         }
     }
     remapper.sync_ioeventfds(&testdev);
@@ -772,6 +776,9 @@ fn forward_stdin(serial: Arc<Serial>) {
     let _ = std::thread::Builder::new()
         .name("serial-input".into())
         .spawn(move || {
+            if crate::seccomp::apply(crate::seccomp::ThreadKind::SerialInput).is_err() {
+                return;
+            }
             let mut buf = [0u8; 64];
             let mut stdin = std::io::stdin();
             while let Ok(n) = stdin.read(&mut buf) {

@@ -50,7 +50,10 @@ pub fn spawn<H: ExitHook + Send + 'static>(
         .name(format!("vcpu{}", vcpu.id()))
         .spawn(move || {
             let pin_error = pin.and_then(|cpu| sys::pin_current_thread(cpu).err());
-            let stop = vcpu.run_with(handler, &mut hook);
+            let stop = match crate::seccomp::apply(crate::seccomp::ThreadKind::Vcpu) {
+                Err(e) => VcpuStop::RunError(std::io::Error::other(e.to_string())),
+                Ok(()) => vcpu.run_with(handler, &mut hook),
+            };
             let _ = tx.send(Finished {
                 vcpu,
                 hook,

@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_refused() {
-        let kvm = Arc::new(open_kvm().expect("these tests need a usable /dev/kvm"));
+        let kvm = Arc::new(crate::testing::kvm_or_fail());
         let e = Vm::new(
             kvm.clone(),
             VmConfig {
