@@ -61,6 +61,14 @@ enum Command {
     /// Compare two results files (before, after): per test, the change of the net
     /// figures with a 95% interval from resampling rounds, and a verdict; exits 4 when
     /// some test is slower beyond the threshold with confidence.
+    #[command(after_help = "\
+Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
+±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
+side has fewer rounds than needed. Differences of host (CPU model, microcode, kernel,
+KVM module parameters), exitlab revision and configuration are printed as warnings.
+
+Exit status: 0 when no test is slower beyond the threshold with confidence; 4 when some
+test is (the tests are named on the last line); 2 when a file cannot be read.")]
     Compare {
         /// Results file of the baseline run.
         before: PathBuf,

@@ -28,8 +28,10 @@
 //! edge-triggered timers pulse it, level-triggered ones hold it until the guest clears
 //! the status bit. With legacy replacement on, timer 0 drives GSI 2 (ISA IRQ 0 after
 //! the MADT's override) and timer 1 GSI 8 (the RTC's IRQ), whatever their route.
-//! Comparators fire from a thread the device starts when a timer is first armed; it
-//! sleeps until the next deadline and ends when the device is dropped.
+//! Comparators fire from a thread the device starts when it is created (on the thread
+//! that builds the platform: vCPU threads run under a seccomp filter that allows no new
+//! threads); it sleeps until the next deadline, or until a timer is armed, and ends when
+//! the device is dropped.
 //!
 //! Why hand-written: no maintained crate models an HPET (rust-vmm has none); the
 //! register semantics follow the IA-PC HPET specification 1.0a and QEMU's hw/timer/hpet.c.
@@ -221,7 +223,7 @@ impl Hpet {
             period: 0,
             fired: false,
         }; HPET_TIMERS];
-        Self {
+        let hpet = Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     config: 0,
@@ -235,7 +237,10 @@ impl Hpet {
                 wake: Condvar::new(),
                 irq,
             }),
-        }
+        };
+        let started = hpet.start_thread();
+        hpet.shared.lock().thread_started = started;
+        hpet
     }
 
     fn read_reg(&self, reg: u64) -> u64 {
@@ -358,7 +363,8 @@ impl Hpet {
     }
 
     /// Starts the comparator thread; false if the host would not start it (the
-    /// comparators then fire on the guest's next HPET access).
+    /// comparators then fire on the guest's next HPET access, and arming a timer tries
+    /// again).
     fn start_thread(&self) -> bool {
         let shared = self.shared.clone();
         thread::Builder::new()
