@@ -244,7 +244,7 @@ fn printed_e820(text: &str) -> Vec<(u64, u64, bool)> {
 }
 
 fn host_kind() -> (bool, String) {
-    let h = exitlab_vmm::host::probe();
+    let h = exitlab_host::survey();
     (
         h.is_nested_or_paravirtual(),
         h.virtualization.summary.clone(),

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod catalogue;
 pub mod compare;
 pub mod figures;
+pub mod host_report;
 pub mod html;
 mod kernel;
 pub mod knobs;
