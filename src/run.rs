@@ -132,6 +132,13 @@ fn format_name(f: ImageFormat) -> &'static str {
     }
 }
 
+fn mib(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
+        None => "unknown".into(),
+    }
+}
+
 fn parse_serial(s: &str) -> Result<SerialOut, String> {
     match s {
         "stdio" => Ok(SerialOut::Stdio),
@@ -145,7 +152,7 @@ fn parse_serial(s: &str) -> Result<SerialOut, String> {
 
 /// Runs `exitlab run`; returns the process exit code.
 pub fn run_cmd(o: RunOptions) -> i32 {
-    let process_start = std::time::Instant::now();
+    let process_start = crate::started();
     let kernel = match std::fs::read(&o.kernel) {
         Ok(k) => k,
         Err(e) => {
@@ -224,11 +231,13 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     let _ = std::io::stdout().flush();
     if o.verbose {
         eprintln!(
-            "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s",
+            "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s; {} resident outside guest RAM (peak RSS {})",
             format_name(report.format),
             (process_start.elapsed() - report.run_time).as_secs_f64() * 1e3,
             report.setup_time.as_secs_f64() * 1e3,
-            report.run_time.as_secs_f64()
+            report.run_time.as_secs_f64(),
+            mib(report.vmm_rss_bytes),
+            mib(exitlab_vmm::sys::peak_rss()),
         );
     }
     if o.exit_stats {

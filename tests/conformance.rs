@@ -10,6 +10,7 @@
 //! These tests need a usable /dev/kvm, as `exitlab run` does. The NMI latching test
 //! also needs a KVM that can run a ring-0 IRET (not kvm_pvm, which emulates ring 0
 //! and stops on it): there it fails saying so.
+#![deny(unsafe_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};

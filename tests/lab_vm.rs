@@ -2,6 +2,7 @@
 //!
 //! They need a usable /dev/kvm and fail without one (CI=true or not): a missing KVM is
 //! reported by the first test with the reason.
+#![deny(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

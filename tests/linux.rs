@@ -14,6 +14,7 @@
 //! reasonable time; on a host with hardware virtualization the PVH boot must also reach
 //! the end of early boot (the kernel's "Freeing unused kernel image" message, printed
 //! just before it runs init). The test says which host it ran on.
+#![deny(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
 //! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod ab;
