@@ -49,7 +49,7 @@ fn parse(stderr: &str) -> (Option<f64>, Option<f64>) {
     let outside = line
         .split(';')
         .find(|p| p.contains("resident outside guest RAM"))
-        .and_then(|p| p.trim().split_whitespace().next()?.parse().ok());
+        .and_then(|p| p.split_whitespace().next()?.parse().ok());
     (first, outside)
 }
 
