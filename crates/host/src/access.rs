@@ -66,7 +66,7 @@ pub struct Diagnosis {
 pub struct Node {
     /// A character device (as `/dev/kvm` must be).
     pub char_device: bool,
-    /// Device major and minor numbers.
+    /// Device major number.
     pub major: u32,
     /// Device minor number.
     pub minor: u32,
