@@ -334,7 +334,7 @@ enum LinuxHost {
 }
 
 fn linux_host() -> LinuxHost {
-    let v = exitlab_vmm::host::probe().virtualization;
+    let v = exitlab_host::survey().virtualization;
     if v.kvm_pvm_loaded {
         LinuxHost::EmulatedRing0
     } else if v.hypervisor_signature.as_deref() == Some("TCGTCGTCGTCG") {
