@@ -112,9 +112,6 @@ impl Vm {
         // in the PCI hole, away from RAM. Other hosts accept and ignore them.
         let _ = fd.set_tss_address(0xfffb_d000);
         let _ = fd.set_identity_map_address(0xfffb_c000);
-        // Memory first: registering a slot after the irqchip and PIT exist cost 5-12 ms
-        // here (0.1 ms before them), most of `exitlab run`'s time to the first instruction.
-        let mem = memory::create(&fd, &config.ram)?;
         if config.disable_exits != 0 {
             let supported =
                 fd.check_extension_raw(kvm_bindings::KVM_CAP_X86_DISABLE_EXITS.into()) as u32;
@@ -151,6 +148,7 @@ impl Vm {
         if !config.user_msrs.is_empty() {
             msr::route_to_userspace(&fd, &config.user_msrs)?;
         }
+        let mem = memory::create(&fd, &config.ram)?;
         Ok(Vm {
             kvm,
             fd: Arc::new(fd),
