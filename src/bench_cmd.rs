@@ -14,9 +14,9 @@ use std::time::Duration;
 use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
 use exitlab_lab::knobs::{self, AbSpec};
-use exitlab_lab::{host_report, report};
 use exitlab_lab::results::{self, Results, TestStatus};
 use exitlab_lab::runner::RunParams;
+use exitlab_lab::{host_report, report};
 
 use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED};
 
