@@ -14,9 +14,9 @@ use std::time::Duration;
 use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
 use exitlab_lab::knobs::{self, AbSpec};
-use exitlab_lab::report;
 use exitlab_lab::results::{self, Results, TestStatus};
 use exitlab_lab::runner::RunParams;
+use exitlab_lab::{host_report, report};
 
 use crate::exit::{
     usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_VMM_FAILED,
@@ -153,6 +153,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         rounds: a.rounds,
         cancel: None,
         knobs: Default::default(),
+        phases_off: None,
     };
     opts.knobs = knobs::values(&opts);
     let ab =
@@ -165,18 +166,15 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     Ok((opts, ab))
 }
 
-/// Surveys the host; returns it as JSON and the notes every report carries.
-fn host_context() -> (serde_json::Value, Vec<String>) {
-    let host = exitlab_vmm::host::probe();
-    let mut notes = Vec::new();
-    if host.is_nested_or_paravirtual() {
-        notes.push(format!(
-            "This host is itself virtualized: {}. Its figures are not hardware figures.",
-            host.virtualization.summary
-        ));
-    }
-    let json = serde_json::to_value(&host).unwrap_or(serde_json::Value::Null);
-    (json, notes)
+/// Surveys the host (KVM's answers from the VMM's capabilities); returns it as JSON, the
+/// notes every report carries, and why phase figures are off, if they are.
+fn host_context() -> (serde_json::Value, Vec<String>, Option<String>) {
+    let host = host_report::survey(None);
+    (
+        host_report::to_json(&host),
+        host_report::notes(&host),
+        host_report::phases_off_reason(&host),
+    )
 }
 
 /// SIGINT and SIGTERM set the returned flag, which the run checks between tests (the VM
@@ -371,7 +369,8 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
-    let (host, notes) = host_context();
+    let (host, notes, phases_off) = host_context();
+    opts.phases_off = phases_off;
     opts.cancel = Some(arm_signals());
     // -q/--quiet is global (every subcommand takes it).
     let quiet = crate::cli::verbosity() < 0;

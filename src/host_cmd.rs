@@ -1,17 +1,28 @@
-//! `exitlab host`: what matters for exit cost on this host.
+//! `exitlab host`: what matters for exit cost on this host, and why KVM is unusable when
+//! it is.
 
+use exitlab_lab::host_report;
+
+use crate::exit::EXIT_NO_KVM;
+
+/// Prints the host report; exits with the KVM-unavailable code when /dev/kvm cannot be
+/// used, so that scripts can test for it.
 pub fn host_cmd(json: bool) -> i32 {
-    let info = exitlab_vmm::host::probe();
+    let report = host_report::survey(None);
     if json {
-        match serde_json::to_string_pretty(&info) {
+        match serde_json::to_string_pretty(&host_report::to_json(&report)) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("exitlab: cannot encode the host description: {e}");
-                return 1;
+                return crate::exit::EXIT_INTERNAL;
             }
         }
     } else {
-        print!("{}", info.render_text());
+        print!("{}", host_report::render_text(&report));
     }
-    0
+    if report.kvm.available {
+        0
+    } else {
+        EXIT_NO_KVM
+    }
 }

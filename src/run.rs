@@ -154,6 +154,13 @@ fn exit_table(report: &machine::RunReport) -> String {
     s
 }
 
+fn mib(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
+        None => "unknown".into(),
+    }
+}
+
 fn format_name(f: ImageFormat) -> &'static str {
     match f {
         ImageFormat::Multiboot => "multiboot",
@@ -304,7 +311,7 @@ fn dry_load(
 
 /// Runs `exitlab run`; returns the process exit code.
 pub fn run_cmd(o: RunOptions) -> i32 {
-    let process_start = std::time::Instant::now();
+    let process_start = crate::started();
     let checked = match check(&o) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
@@ -357,11 +364,13 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     let _ = std::io::stdout().flush();
     if o.verbose {
         eprintln!(
-            "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s",
+            "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s; {} resident outside guest RAM (peak RSS {})",
             format_name(report.format),
             (process_start.elapsed() - report.run_time).as_secs_f64() * 1e3,
             report.setup_time.as_secs_f64() * 1e3,
-            report.run_time.as_secs_f64()
+            report.run_time.as_secs_f64(),
+            mib(report.vmm_rss_bytes),
+            mib(exitlab_vmm::sys::peak_rss()),
         );
     }
     if o.exit_stats {

@@ -65,7 +65,7 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         (Some(s), _) if !(s.is_finite() && s > 0.0) => {
             return usage_error(format!("--phase-seconds {s} must be a positive number"))
         }
-        (Some(s), _) => match exitlab_vmm::host::probe().tsc.khz {
+        (Some(s), _) => match exitlab_lab::host_report::survey(None).tsc.khz {
             Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
             None => {
                 return usage_error(

@@ -1,5 +1,6 @@
 //! Tests of the `exitlab` command line: bad input gets a clear message and exit code 2,
 //! and the main commands produce what they promise.
+#![deny(unsafe_code)]
 
 use std::process::{Command, Output};
 

@@ -10,6 +10,7 @@
 //! These tests need a usable /dev/kvm, as `exitlab run` does. The NMI latching test
 //! also needs a KVM that can run a ring-0 IRET (not kvm_pvm, which emulates ring 0
 //! and stops on it): there it fails saying so.
+#![deny(unsafe_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -522,7 +523,7 @@ fn nmi_latching_one_more_after_iret() {
         // known to; anywhere else this is a failure. What can be checked here is that
         // exitlab reports the stop as an emulation failure naming the instruction.
         assert!(
-            exitlab_vmm::host::probe().virtualization.kvm_pvm_loaded,
+            exitlab_host::survey().virtualization.kvm_pvm_loaded,
             "KVM could not run a ring-0 IRET on a host that does not emulate ring 0\n{}",
             r.describe()
         );

@@ -7,6 +7,7 @@
 //! accepts, and `exitlab agree` gives every test a figure from both harnesses.
 //!
 //! These tests need /dev/kvm and fail, saying so, without it.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Command;

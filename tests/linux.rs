@@ -14,6 +14,7 @@
 //! reasonable time; on a host with hardware virtualization the PVH boot must also reach
 //! the end of early boot (the kernel's "Freeing unused kernel image" message, printed
 //! just before it runs init). The test says which host it ran on.
+#![deny(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -246,7 +247,7 @@ fn printed_e820(text: &str) -> Vec<(u64, u64, bool)> {
 }
 
 fn host_kind() -> (bool, String) {
-    let h = exitlab_vmm::host::probe();
+    let h = exitlab_host::survey();
     (
         h.is_nested_or_paravirtual(),
         h.virtualization.summary.clone(),
@@ -338,7 +339,7 @@ enum LinuxHost {
 }
 
 fn linux_host() -> LinuxHost {
-    let v = exitlab_vmm::host::probe().virtualization;
+    let v = exitlab_host::survey().virtualization;
     if v.kvm_pvm_loaded {
         LinuxHost::EmulatedRing0
     } else if v.hypervisor_signature.as_deref() == Some("TCGTCGTCGTCG") {

@@ -6,6 +6,7 @@
 //!
 //! These tests need root, tracefs (the command mounts it if needed) and /dev/kvm; they
 //! fail, saying which is missing, without them.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Command;

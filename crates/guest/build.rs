@@ -12,6 +12,7 @@
 //!    linked three times with `conformance/conformance.ld`: as a multiboot ELF32
 //!    (`conformance-multiboot.elf`), as a multiboot a.out-kludge flat binary
 //!    (`conformance-multiboot.bin`) and as a PVH ELF32 (`conformance-pvh.elf`).
+#![deny(unsafe_code)]
 
 use std::any::TypeId;
 use std::collections::BTreeSet;

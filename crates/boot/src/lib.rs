@@ -3,6 +3,7 @@
 //! Everything here works on guest memory (`vm_memory`) and byte slices; nothing touches
 //! KVM. The VMM maps [`layout::ram_regions`], calls [`load`], and applies the returned
 //! [`entry::EntryState`] to the boot vCPU.
+#![deny(unsafe_code)]
 
 pub mod acpi;
 mod elf;

@@ -11,6 +11,7 @@
 //! `EventFd` the VMM registers as an irqfd (the serial port's interrupt).
 //!
 //! [`pc`] lists where each device sits on a standard PC.
+#![deny(unsafe_code)]
 
 use std::sync::Arc;
 

@@ -7,6 +7,7 @@
 //! protected mode with EAX = 0x2BADB002, flat 4 GiB code and data segments, paging off
 //! and IF = 0, as multiboot prescribes. The kernel sets up its own GDT, IDT, TSS, page
 //! tables and stack. [`image_info`] has the header's addresses.
+#![deny(unsafe_code)]
 #![no_std]
 
 #[allow(missing_docs)]

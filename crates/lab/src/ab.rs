@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use kvm_ioctls::Kvm;
+use exitlab_vmm::Kvm;
 
 use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use kvm_ioctls::Kvm;
+use exitlab_vmm::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
@@ -40,6 +40,9 @@ pub struct BenchOptions {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Knobs to record in the results besides the run parameters (name, value).
     pub knobs: BTreeMap<String, String>,
+    /// Why phase figures cannot be trusted on this host (an unstable TSC), if they
+    /// cannot: then no test reports phases (see `host_report::phases_off_reason`).
+    pub phases_off: Option<String>,
 }
 
 /// Progress events for the caller to show.
@@ -155,6 +158,9 @@ pub fn run(
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
         r.net_percentiles = crate::figures::net_percentiles(&m);
+        if opts.phases_off.is_some() {
+            r.phases = None;
+        }
         if m.outcome != Outcome::Completed {
             // Not run to the end: report what was asked for, not one round's share.
             r.samples = opts.params.samples;

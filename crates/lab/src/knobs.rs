@@ -150,6 +150,7 @@ mod tests {
             rounds: 1,
             cancel: None,
             knobs: BTreeMap::new(),
+            phases_off: None,
         }
     }
 

@@ -1,4 +1,5 @@
 //! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod ab;
@@ -8,6 +9,7 @@ pub mod bench;
 pub mod catalogue;
 pub mod compare;
 pub mod figures;
+pub mod host_report;
 pub mod html;
 mod kernel;
 pub mod knobs;

@@ -14,8 +14,7 @@ use exitlab_vmm::vcpu::{
     DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
 };
 use exitlab_vmm::vm::{IoSpace, Vm, VmConfig};
-use exitlab_vmm::{cpuid, VmmError};
-use kvm_ioctls::{Cap, Kvm};
+use exitlab_vmm::{Capabilities, Kvm, VmmError};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::catalogue::{Platform, TestDef};
@@ -353,40 +352,38 @@ fn vector_name(v: u64) -> &'static str {
     }
 }
 
-/// Why `def` cannot run on this host with `params`, if it cannot.
+/// Why `cpuid_0xd` is skipped on a host whose guests see no XSAVE.
+pub const NO_XSAVE: &str = "the guest CPUID has no leaf 0xD (no XSAVE)";
+
+/// Why `def` cannot run on this host with `params`, if it cannot (KVM's answers come from
+/// the VMM's [`Capabilities`]; the lab asks KVM nothing itself).
 pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
     if ring == 3 && !def.ring3 {
         return Some("the instruction is privileged: it only runs at ring 0".into());
     }
+    let caps = Capabilities::get(kvm);
     match def.platform {
         Platform::UserMsr => {
-            if !kvm.check_extension(Cap::X86UserSpaceMsr) || !kvm.check_extension(Cap::X86MsrFilter)
-            {
+            if !caps.user_space_msr() {
                 return Some(
                     "KVM lacks KVM_CAP_X86_USER_SPACE_MSR / KVM_CAP_X86_MSR_FILTER".into(),
                 );
             }
         }
         Platform::MmioIoeventfd => {
-            if !kvm.check_extension(Cap::Ioeventfd) {
+            if !caps.ioeventfd() {
                 return Some("KVM lacks KVM_CAP_IOEVENTFD".into());
             }
         }
         Platform::Irqchip => {
-            if !kvm.check_extension(Cap::Irqchip) {
+            if !caps.irqchip() {
                 return Some("KVM lacks an in-kernel irqchip (KVM_CAP_IRQCHIP)".into());
             }
         }
         Platform::NoIrqchip => {}
     }
-    if def.id == abi::TEST_CPUID_0XD {
-        match cpuid::supported(kvm)
-            .ok()
-            .and_then(cpuid::xsave_max_subleaf)
-        {
-            Some(_) => {}
-            None => return Some("the guest CPUID has no leaf 0xD (no XSAVE)".into()),
-        }
+    if def.id == abi::TEST_CPUID_0XD && caps.xsave_max_subleaf.is_none() {
+        return Some(NO_XSAVE.into());
     }
     None
 }
@@ -463,11 +460,7 @@ pub fn run_test(
         return Ok(m);
     }
     let arg0 = if def.id == abi::TEST_CPUID_0XD {
-        cpuid::supported(kvm)
-            .ok()
-            .and_then(cpuid::xsave_max_subleaf)
-            .unwrap_or(1)
-            .into()
+        Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into()
     } else {
         0
     };

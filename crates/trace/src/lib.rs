@@ -11,6 +11,7 @@
 //!
 //! The crate knows nothing of VMs or statistics beyond what it parses: pairing events
 //! into exits and summarising them is the lab's job.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod parse;

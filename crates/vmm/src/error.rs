@@ -4,13 +4,13 @@
 #[derive(Debug, thiserror::Error)]
 pub enum VmmError {
     /// /dev/kvm does not exist.
-    #[error("/dev/kvm does not exist: KVM is not available on this host; load the kvm_intel or kvm_amd module (and enable virtualization in the firmware), or run on a host that offers KVM")]
+    #[error("/dev/kvm does not exist: KVM is not available on this host; load the kvm_intel or kvm_amd module (and enable virtualization in the firmware), or run on a host that offers KVM; `exitlab host` says why it is missing here")]
     KvmMissing,
     /// /dev/kvm exists but cannot be opened.
-    #[error("/dev/kvm cannot be opened ({0}): run as root or add your user to the group that owns /dev/kvm (usually `kvm`)")]
+    #[error("/dev/kvm cannot be opened ({0}): run as root or add your user to the group that owns /dev/kvm (usually `kvm`); `exitlab host` shows who owns it")]
     KvmPermission(std::io::Error),
     /// /dev/kvm opened but failed otherwise.
-    #[error("/dev/kvm cannot be used: {0}")]
+    #[error("/dev/kvm cannot be used: {0}; `exitlab host` says why")]
     KvmOpen(std::io::Error),
     /// The host's KVM API version is not 12.
     #[error("KVM API version {0} is not supported (exitlab needs 12)")]

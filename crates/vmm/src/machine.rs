@@ -166,6 +166,8 @@ pub struct RunReport {
     pub run_time: Duration,
     /// The e820 map the guest was given.
     pub e820: Vec<exitlab_boot::E820Entry>,
+    /// Resident memory of the process outside guest RAM when the guest stopped (bytes).
+    pub vmm_rss_bytes: Option<u64>,
 }
 
 /// The exits of one vCPU of a run.
@@ -579,6 +581,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         setup_time,
         run_time: started.elapsed(),
         e820: loaded.e820,
+        vmm_rss_bytes: crate::sys::rss_outside_guest(vm.memory()),
     })
 }
 

@@ -67,13 +67,44 @@ pub fn ioeventfd(
     Ok(())
 }
 
-/// Reads the TSC after all earlier instructions have executed (`rdtscp`).
+/// Whether this CPU executes `rdtscp`: 0 not asked yet, 1 no, 2 yes.
+static RDTSCP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Asks CPUID whether the CPU has RDTSCP (leaf 0x80000001 EDX bit 27) and remembers it.
+#[cold]
+fn probe_rdtscp() -> bool {
+    use core::arch::x86_64::__cpuid_count;
+    let has = __cpuid_count(0x8000_0000, 0).eax >= 0x8000_0001
+        && __cpuid_count(0x8000_0001, 0).edx & (1 << 27) != 0;
+    RDTSCP.store(
+        if has { 2 } else { 1 },
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    has
+}
+
+/// Reads the TSC after all earlier instructions have executed: `rdtscp`, or `lfence;
+/// rdtsc` on a CPU without RDTSCP (asked of CPUID once per process; a relaxed load after).
 #[inline(always)]
 pub fn rdtscp() -> u64 {
-    let mut aux = 0u32;
-    // SAFETY: rdtscp has no memory effects besides writing `aux`; every x86-64 CPU KVM
-    // runs on with an invariant TSC supports it (the host probe reports it).
-    unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+    let has = match RDTSCP.load(std::sync::atomic::Ordering::Relaxed) {
+        2 => true,
+        1 => false,
+        _ => probe_rdtscp(),
+    };
+    if has {
+        let mut aux = 0u32;
+        // SAFETY: CPUID says this CPU has RDTSCP; it has no memory effects besides
+        // writing `aux`.
+        unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+    } else {
+        // SAFETY: lfence and rdtsc exist on every x86-64 CPU; lfence waits for earlier
+        // instructions to complete, rdtsc only reads the counter.
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            core::arch::x86_64::_rdtsc()
+        }
+    }
 }
 
 /// Reads the TSC (`rdtsc`), not serialized.
@@ -387,5 +418,30 @@ pub fn kick_thread(thread: libc::pthread_t) {
     // installed, so the signal cannot terminate the process.
     unsafe {
         libc::pthread_kill(thread, kick_signal());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn rdtscp_follows_cpuid_and_both_paths_count_forward() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let listed = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .is_some_and(|l| l.split_whitespace().any(|f| f == "rdtscp"));
+        RDTSCP.store(0, Ordering::Relaxed);
+        let a = rdtscp();
+        assert_eq!(RDTSCP.load(Ordering::Relaxed), if listed { 2 } else { 1 });
+        // The fallback (lfence; rdtsc) works on every CPU; force it for two reads.
+        RDTSCP.store(1, Ordering::Relaxed);
+        let b = rdtscp();
+        let c = rdtscp();
+        RDTSCP.store(0, Ordering::Relaxed);
+        let d = rdtscp();
+        assert!(0 < a && a <= b && b <= c && c <= d, "{a} {b} {c} {d}");
     }
 }
