@@ -9,6 +9,7 @@ pub mod cpuid;
 mod error;
 pub mod exit;
 pub mod host;
+pub mod knobs;
 pub mod kvmstats;
 pub mod machine;
 pub mod mce;
