@@ -180,6 +180,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 pin: None,
                 bare: false,
+                irq: Default::default(),
             },
             raw: false,
             overhead: false,
