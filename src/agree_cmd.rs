@@ -71,6 +71,7 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
             timeout: Duration::from_secs(3),
             pin: None,
             bare: false,
+            irq: Default::default(),
         },
         harness_timeout_s: 120,
     };

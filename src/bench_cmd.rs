@@ -16,6 +16,7 @@ use exitlab_lab::catalogue::{self, TestDef, Where};
 use exitlab_lab::knobs::{self, AbSpec};
 use exitlab_lab::results::{self, Results, TestStatus};
 use exitlab_lab::runner::RunParams;
+use exitlab_lab::smp::{self, IrqKnobs};
 use exitlab_lab::{host_report, report};
 
 use crate::exit::{
@@ -48,9 +49,9 @@ pub struct BenchArgs {
     /// Keep every sample in the JSON.
     #[arg(long)]
     raw: bool,
-    /// Pin the vCPU thread to this host CPU.
-    #[arg(long)]
-    pin: Option<usize>,
+    /// Pin the vCPU threads to these host CPUs (vCPU 0 first, one CPU per vCPU).
+    #[arg(long, value_delimiter = ',')]
+    pin: Vec<usize>,
     /// Stop a test that makes no progress for this many seconds.
     #[arg(long, default_value_t = 3.0)]
     timeout: f64,
@@ -70,11 +71,86 @@ pub struct BenchArgs {
     /// %Reduction, as patch cover letters show them).
     #[arg(long, default_value = "table", value_parser = ["table", "seed"])]
     format: String,
+    #[command(flatten)]
+    irq: IrqArgs,
+}
+
+/// The interrupt knobs (issue 9); each also settable by name (`IrqKnobs::set`, `--ab`).
+#[derive(clap::Args, Debug)]
+pub struct IrqArgs {
+    /// APIC mode of the interrupt tests: xapic or x2apic (x2apic_* tests always x2apic).
+    #[arg(long, default_value = "xapic")]
+    apic: String,
+    /// vCPUs per VM (default: as each test needs, 2 for the IPI tests, else 1).
+    #[arg(long)]
+    cpus: Option<String>,
+    /// What waiting vCPUs do: poll, hlt or mwait (mwait only where the guest CPUID offers it).
+    #[arg(long, default_value = "poll")]
+    idle: String,
+    /// Exits to disable (KVM_CAP_X86_DISABLE_EXITS): comma-separated hlt, mwait, pause, cstate.
+    #[arg(long)]
+    disable_exits: Option<String>,
+    /// Per-VM halt-polling window in ns (KVM_CAP_HALT_POLL).
+    #[arg(long)]
+    halt_poll_ns: Option<String>,
+    /// KVM's PV send-IPI feature in the guest CPUID: on or off (default: as KVM offers).
+    #[arg(long)]
+    pv_ipi: Option<String>,
+}
+
+impl IrqArgs {
+    fn knobs(&self, pins: &[usize]) -> Result<IrqKnobs, String> {
+        let mut k = IrqKnobs::default();
+        k.set("apic", &self.apic)?;
+        k.set("idle", &self.idle)?;
+        let opt = [
+            ("cpus", &self.cpus),
+            ("disable-exits", &self.disable_exits),
+            ("halt-poll-ns", &self.halt_poll_ns),
+            ("pv-ipi", &self.pv_ipi),
+        ];
+        for (name, v) in opt {
+            if let Some(v) = v {
+                k.set(name, v)?;
+            }
+        }
+        k.set_ap_pins(pins.get(1..).unwrap_or(&[]))?;
+        Ok(k)
+    }
+}
+
+/// Warnings about the vCPUs' host CPUs: IPI figures mean little when vCPUs share one.
+fn irq_notes(opts: &BenchOptions) -> Vec<String> {
+    let irq = &opts.params.irq;
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let most = opts
+        .tests
+        .iter()
+        .map(|t| irq.cpus_for(t))
+        .max()
+        .unwrap_or(1);
+    let mut notes = Vec::new();
+    if most < 2 {
+        return notes;
+    }
+    let shared = smp::shared_host_cpus(opts.params.pin, irq, most);
+    if !shared.is_empty() {
+        let s: Vec<String> = shared.iter().map(usize::to_string).collect();
+        notes.push(format!(
+            "warning: several vCPUs are pinned to host CPU(s) {}: IPI figures mean little when vCPUs share a host CPU",
+            s.join(", ")
+        ));
+    } else if most as usize > host_cpus {
+        notes.push(format!(
+            "warning: {most} vCPUs on {host_cpus} host CPU(s): vCPUs share host CPUs, and IPI figures mean little then"
+        ));
+    }
+    notes
 }
 
 fn list_tests() {
     println!("{:<22} {:<8} {:<6} what", "test", "handled", "ring3");
-    for t in catalogue::TESTS {
+    for t in catalogue::TESTS.iter().chain(catalogue::IRQ_TESTS) {
         let w = match t.expected {
             Where::Kernel => "kernel",
             Where::User => "user",
@@ -100,11 +176,19 @@ fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
         if n.is_empty() {
             continue;
         }
-        match catalogue::TESTS.iter().find(|t| t.name == n) {
+        match catalogue::TESTS
+            .iter()
+            .chain(catalogue::IRQ_TESTS)
+            .find(|t| t.name == n)
+        {
             Some(t) if !out.contains(&t) => out.push(t),
             Some(_) => {}
             None => {
-                let valid: Vec<&str> = catalogue::TESTS.iter().map(|t| t.name).collect();
+                let valid: Vec<&str> = catalogue::TESTS
+                    .iter()
+                    .chain(catalogue::IRQ_TESTS)
+                    .map(|t| t.name)
+                    .collect();
                 return Err(format!(
                     "unknown test '{n}'; valid tests: {}",
                     valid.join(", ")
@@ -133,7 +217,9 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
         return Err("--samples times --batch must not exceed 2^32 iterations".into());
     }
-    a.pin.map_or(Ok(()), crate::input::check_pin)?;
+    for &cpu in &a.pin {
+        crate::input::check_pin(cpu)?;
+    }
     if let Some(p) = &a.json {
         results::check_writable(p).map_err(|e| e.to_string())?;
     }
@@ -145,8 +231,9 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             batch: a.batch,
             warmup: a.warmup,
             timeout: Duration::from_secs_f64(a.timeout),
-            pin: a.pin,
+            pin: a.pin.first().copied(),
             bare: false,
+            irq: a.irq.knobs(&a.pin)?,
         },
         raw: a.raw,
         overhead: !a.no_overhead,
@@ -369,8 +456,15 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
-    let (host, notes, phases_off) = host_context();
+    let (host, mut notes, phases_off) = host_context();
     opts.phases_off = phases_off;
+    if let Ok(kvm) = exitlab_vmm::open_kvm() {
+        if let Err(e) = opts.params.irq.probe(&kvm) {
+            eprintln!("exitlab: {e}");
+            return EXIT_NO_KVM;
+        }
+    }
+    notes.extend(irq_notes(&opts));
     opts.cancel = Some(arm_signals());
     // -q/--quiet is global (every subcommand takes it).
     let quiet = crate::cli::verbosity() < 0;

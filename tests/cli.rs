@@ -492,7 +492,7 @@ fn report_formats_csv_openmetrics_and_html() {
     let text = stdout(&om);
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
-        text.contains("exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"default\",host=\""),
+        text.contains("exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""),
         "{text}"
     );
     let html = dir.join("r.html");

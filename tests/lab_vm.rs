@@ -23,6 +23,7 @@ fn params(samples: u64, batch: u64) -> RunParams {
         timeout: Duration::from_secs(3),
         pin: None,
         bare: false,
+        irq: Default::default(),
     }
 }
 

@@ -35,9 +35,14 @@ const MULTIBOOT_MAGIC: u32 = 0x1BAD_B002;
 const MULTIBOOT_SEARCH: usize = 8192;
 
 /// Kernel sources, relative to the crate root.
-const ASM_SOURCES: &[&str] = &["kernel/boot.S"];
-const C_SOURCES: &[&str] = &["kernel/kmain.c"];
-const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "src/abi.rs"];
+const ASM_SOURCES: &[&str] = &["kernel/boot.S", "kernel/smp.S"];
+const C_SOURCES: &[&str] = &["kernel/kmain.c", "kernel/apic.c"];
+const OTHER_SOURCES: &[&str] = &[
+    "kernel/kernel.ld",
+    "kernel/kernel.h",
+    "kernel/apic.h",
+    "src/abi.rs",
+];
 
 /// Conformance kernel sources in `conformance/`: the code shared by every image...
 const CONFORMANCE_COMMON: &[&str] = &[
@@ -444,6 +449,41 @@ fn generate_abi(abi_text: &str) -> Result<(String, String), String> {
         TEST_WRMSR_USER,
         TEST_MOV_FROM_CR8,
         TEST_MOV_TO_CR8,
+        PERCPU_GPA,
+        PERCPU_BYTES,
+        AP_TRAMPOLINE_GPA,
+        LAPIC_GPA,
+        GUEST_ERR_FEATURE,
+        GUEST_ERR_AP_TIMEOUT,
+        APIC_XAPIC,
+        APIC_X2APIC,
+        IDLE_POLL,
+        IDLE_HLT,
+        IDLE_MWAIT,
+        VECTOR_IPI,
+        VECTOR_SELF,
+        VECTOR_LOCK,
+        VECTOR_TIMER,
+        VECTOR_SPURIOUS,
+        TSC_DEADLINE_DELTA,
+        KVM_HC_SEND_IPI,
+        TEST_IPI,
+        TEST_IPI_HALT,
+        TEST_IPI_ONE_WAY,
+        TEST_SELF_IPI_STI_NOP,
+        TEST_SELF_IPI_STI_HLT,
+        TEST_SELF_IPI_TPR,
+        TEST_SELF_IPI_TPR_STI_NOP,
+        TEST_SELF_IPI_TPR_STI_HLT,
+        TEST_EOI,
+        TEST_TSCDEADLINE_IMMED,
+        TEST_TSCDEADLINE,
+        TEST_LAPIC_TIMER_ONESHOT,
+        TEST_BROADCAST_IPI,
+        TEST_BROADCAST_LOCK,
+        TEST_PV_SEND_IPI,
+        TEST_HLT_WAKE,
+        TEST_SMP_BRINGUP,
         TEST_SELFTEST_GARBAGE,
         TEST_SELFTEST_TRIPLE_FAULT,
         TEST_SELFTEST_SPIN,
@@ -471,6 +511,24 @@ fn generate_abi(abi_text: &str) -> Result<(String, String), String> {
                 fault_error,
                 fault_cr2,
                 ready_tsc,
+                apic_mode,
+                cpus,
+                idle,
+                cpus_online,
+            ]
+        ),
+        abi_struct!(
+            PerCpu,
+            "percpu",
+            [
+                online,
+                apic_id,
+                irqs,
+                last_entry_tsc,
+                acks,
+                wake_tsc,
+                wakes,
+                spare
             ]
         ),
         abi_struct!(Stamps, "stamps", [seq, t_return, t_reenter]),

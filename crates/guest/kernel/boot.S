@@ -12,10 +12,6 @@
 #define MULTIBOOT_FLAGS       ((1 << 16) | (1 << 1))
 
 #define CR0_PE                (1 << 0)
-#define CR0_PG                (1 << 31)
-#define CR4_PAE               (1 << 5)
-#define MSR_EFER              0xC0000080
-#define EFER_LME              (1 << 8)
 
 /* Page-table entry bits. */
 #define PTE_P                 (1 << 0)
@@ -51,28 +47,12 @@ _start32:
     cli
     cld
     lgdt gdt_ptr
-    movl $CR4_PAE, %eax
-    movl %eax, %cr4
-    movl $pml4, %eax
-    movl %eax, %cr3
-    movl $MSR_EFER, %ecx
-    xorl %edx, %edx
-    movl $EFER_LME, %eax
-    wrmsr
-    movl %cr0, %eax
-    orl $(CR0_PG | CR0_PE), %eax
-    movl %eax, %cr0
-    ljmp $SEL_KERNEL_CODE, $start64
+    /* The flat data segments of multiboot are still loaded. */
+    ENTER_LONG_MODE start64
 
     .code64
 start64:
-    movl $SEL_KERNEL_DATA, %eax
-    movl %eax, %ds
-    movl %eax, %es
-    movl %eax, %ss
-    xorl %eax, %eax
-    movl %eax, %fs
-    movl %eax, %gs
+    LOAD_SEGMENTS_64
     movq $kernel_stack_top, %rsp
     lidt idt_ptr
     movl $SEL_TSS, %eax
@@ -152,11 +132,13 @@ isr_common:
     .section .rodata.boot, "a"
     .balign 16
     .word 0, 0, 0
+    .globl gdt_ptr
 gdt_ptr:
     .word gdt_end - gdt - 1
     .quad gdt
 
     .word 0, 0, 0
+    .globl idt_ptr
 idt_ptr:
     .word idt_end - idt - 1
     .quad idt
@@ -169,6 +151,7 @@ empty_idt_ptr:
 /* ---------------------------------------------------------------------------------- */
     .section .data.boot, "aw"
     .balign 16
+    .globl gdt, gdt_end
 gdt:
     .quad 0                             /* 0x00 null */
     .quad 0x00AF9A000000FFFF            /* 0x08 kernel code, 64-bit, DPL 0 */
@@ -184,9 +167,11 @@ gdt:
     .byte __tss_base_24_31
     .long __tss_base_32_63
     .long 0
+    .quad 0x00CF9A000000FFFF            /* 0x38 kernel code, 32-bit (the AP trampoline's step) */
 gdt_end:
 
     .balign 16
+    .globl idt
 idt:
 .irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     .word __isr_stubs_0_15 + 16 * \v     /* offset 15:0 */
@@ -197,7 +182,8 @@ idt:
     .long __isr_stubs_32_63             /* offset 63:32 */
     .long 0
 .endr
-    /* Vectors 32..255 are not present: delivering one raises #GP, which is reported. */
+    /* Vectors 32..255 are not present (delivering one raises #GP, which is reported)
+       until apic.c installs the interrupt handlers. */
     .fill (256 - 32) * 2, 8, 0
 idt_end:
 
@@ -225,6 +211,7 @@ tss_end:
  */
     .section .data.pagetables, "aw"
     .balign 4096
+    .globl pml4
 pml4:
     .quad pdpt + PTE_TABLE
     .fill 511, 8, 0

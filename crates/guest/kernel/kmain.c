@@ -8,6 +8,7 @@
  */
 #include "abi.h"
 #include "kernel.h"
+#include "apic.h"
 
 #define CONTROL ((volatile struct control *)CONTROL_GPA)
 #define STAMPS  ((volatile struct stamps *)STAMPS_GPA)
@@ -39,6 +40,9 @@ static struct {
     uint64_t batch;
     uint64_t warmup;
     uint64_t arg0;
+    uint64_t apic_mode;
+    uint64_t cpus;
+    uint64_t idle;
 } params;
 
 /* Whether the CPU wants `vmmcall` (AMD, Hygon) rather than `vmcall`. */
@@ -210,6 +214,171 @@ DEFINE_TEST(mov_from_cr8, NO_STATE, __asm__ volatile("mov %%cr8, %%rax" : : : "r
 
 DEFINE_TEST(mov_to_cr8, NO_STATE, __asm__ volatile("mov %0, %%cr8" : : "r"(0ULL)))
 
+/*
+ * Interrupt tests. vCPU 0 measures; vCPU 1 (and the other APs) wait in their idle loop
+ * and acknowledge in their handlers (struct percpu). Ring 0 only, IF=0 unless a test
+ * says otherwise.
+ */
+#define IPI_TARGET PERCPU(1)
+
+/* Round trip: fixed IPI to APIC id 1, wait for its handler's acknowledgement. */
+DEFINE_TEST(ipi, volatile struct percpu *t = IPI_TARGET, {
+    const uint64_t a = t->acks;
+    apic_icr(1, ICR_FIXED | VECTOR_IPI);
+    while (t->acks == a)
+        cpu_pause();
+})
+
+/* The same through KVM_HC_SEND_IPI (bitmap of APIC ids from 0, fixed delivery), with
+   the vendor's hypercall instruction. */
+#define DEFINE_PV_SEND_IPI(name, insn)                                                     \
+    DEFINE_TEST(name, volatile struct percpu *t = IPI_TARGET, {                            \
+        const uint64_t a = t->acks;                                                        \
+        uint64_t nr = KVM_HC_SEND_IPI;                                                     \
+        __asm__ volatile(insn                                                              \
+                         : "+a"(nr)                                                        \
+                         : "b"(1ULL << 1), "c"(0ULL), "d"(0ULL),                           \
+                           "S"((uint64_t)(ICR_FIXED | VECTOR_IPI))                         \
+                         : "memory");                                                      \
+        while (t->acks == a)                                                               \
+            cpu_pause();                                                                   \
+    })
+
+DEFINE_PV_SEND_IPI(pv_send_ipi, "vmcall")
+DEFINE_PV_SEND_IPI(pv_send_ipi_amd, "vmmcall")
+
+/* Sum of the acknowledgements of every AP. */
+static inline uint64_t ap_acks(uint64_t cpus)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 1; i < cpus; i++)
+        n += PERCPU(i)->acks;
+    return n;
+}
+
+/* All-but-self fixed IPI; wait until every AP acknowledged. */
+DEFINE_TEST(broadcast_ipi, const uint64_t cpus = params.cpus, {
+    const uint64_t want = ap_acks(cpus) + cpus - 1;
+    apic_icr(0, ICR_ALL_BUT_SELF | ICR_FIXED | VECTOR_IPI);
+    while (ap_acks(cpus) != want)
+        cpu_pause();
+})
+
+/* All-but-self; each AP's handler takes one shared spinlock to count. */
+DEFINE_TEST(broadcast_lock, const uint64_t cpus = params.cpus, {
+    const uint64_t want = lock_count + cpus - 1;
+    apic_icr(0, ICR_ALL_BUT_SELF | ICR_FIXED | VECTOR_LOCK);
+    while (lock_count != want)
+        cpu_pause();
+})
+
+/* Self-IPI while IF=0, then an interrupt window of one NOP (kvm-unit-tests self_ipi_*). */
+DEFINE_TEST(self_ipi_sti_nop, NO_STATE, {
+    apic_icr(0, ICR_SELF | ICR_FIXED | VECTOR_SELF);
+    __asm__ volatile("sti; nop; cli" : : : "memory");
+})
+
+DEFINE_TEST(self_ipi_sti_hlt, NO_STATE, {
+    apic_icr(0, ICR_SELF | ICR_FIXED | VECTOR_SELF);
+    __asm__ volatile("sti; hlt; cli" : : : "memory");
+})
+
+/* TPR raised above the vector, self-IPI (held pending), TPR lowered: delivered at once (IF=1). */
+DEFINE_TEST(self_ipi_tpr, __asm__ volatile("sti" : : : "memory"), {
+    const uint64_t a = ME->acks;
+    apic_write(APIC_TPR, 0xF0);
+    apic_icr(0, ICR_SELF | ICR_FIXED | VECTOR_SELF);
+    apic_write(APIC_TPR, 0);
+    while (ME->acks == a)
+        cpu_pause();
+})
+
+DEFINE_TEST(self_ipi_tpr_sti_nop, NO_STATE, {
+    apic_write(APIC_TPR, 0xF0);
+    apic_icr(0, ICR_SELF | ICR_FIXED | VECTOR_SELF);
+    apic_write(APIC_TPR, 0);
+    __asm__ volatile("sti; nop; cli" : : : "memory");
+})
+
+DEFINE_TEST(self_ipi_tpr_sti_hlt, NO_STATE, {
+    apic_write(APIC_TPR, 0xF0);
+    apic_icr(0, ICR_SELF | ICR_FIXED | VECTOR_SELF);
+    apic_write(APIC_TPR, 0);
+    __asm__ volatile("sti; hlt; cli" : : : "memory");
+})
+
+/* An EOI write with nothing in service (kvm-unit-tests eoi). */
+DEFINE_TEST(eoi, NO_STATE, apic_eoi())
+
+/* TSC deadline already passed when armed: interrupt at once (IF=1). */
+DEFINE_TEST(tscdeadline_immed, __asm__ volatile("sti" : : : "memory"), {
+    const uint64_t n = timer_count;
+    wrmsr(MSR_TSC_DEADLINE, rdtsc_plain());
+    while (timer_count == n)
+        cpu_pause();
+})
+
+/* Armed TSC_DEADLINE_DELTA cycles ahead: arm to delivery. */
+DEFINE_TEST(tscdeadline, __asm__ volatile("sti" : : : "memory"), {
+    const uint64_t n = timer_count;
+    wrmsr(MSR_TSC_DEADLINE, rdtsc_plain() + TSC_DEADLINE_DELTA);
+    while (timer_count == n)
+        cpu_pause();
+})
+
+/* One-shot LAPIC timer, divide by 1, initial count 1: arm to delivery. */
+DEFINE_TEST(lapic_timer_oneshot, __asm__ volatile("sti" : : : "memory"), {
+    const uint64_t n = timer_count;
+    apic_write(APIC_TMICT, 1);
+    while (timer_count == n)
+        cpu_pause();
+})
+
+/*
+ * One-way latencies, from the sender's TSC just before the ICR write to a TSC the target
+ * read: its handler's entry (ipi_one_way) or its first instruction after HLT returned
+ * (hlt_wake, with the target idling in HLT). All vCPUs read one TSC (KVM keeps the
+ * offsets of one VM's vCPUs equal). A sample's g_end - g_start is the sum over its batch.
+ */
+static void __attribute__((noreturn, noinline)) test_one_way(int wake)
+{
+    volatile struct percpu *t = IPI_TARGET;
+    uint64_t idx = 0;
+    const uint64_t total = params.warmup + params.samples;
+    for (uint64_t s = 0; s < total; s++) {
+        const uint64_t l_start = tsc_begin();
+        REPEAT(params.batch, __asm__ volatile("" : : : "memory"));
+        const uint64_t g_loop = tsc_end() - l_start;
+        const uint64_t seq_before = STAMPS->seq;
+        const uint64_t prev_reenter = STAMPS->t_reenter;
+        uint64_t sum = 0;
+        const uint64_t g_start = tsc_begin();
+        for (uint64_t i = params.batch; i != 0; i--) {
+            const uint64_t a = wake ? t->wakes : t->acks;
+            const uint64_t t0 = rdtsc_plain();
+            apic_icr(1, ICR_FIXED | VECTOR_IPI);
+            if (wake) {
+                while (t->wakes == a)
+                    cpu_pause();
+                sum += t->wake_tsc - t0;
+            } else {
+                while (t->acks == a)
+                    cpu_pause();
+                sum += t->last_entry_tsc - t0;
+            }
+        }
+        if (s < params.warmup)
+            continue;
+        const uint64_t seq_after = STAMPS->seq;
+        idx = store_sample(idx, g_start, g_start + sum, prev_reenter, STAMPS->t_return,
+                           STAMPS->t_reenter, seq_after - seq_before, g_loop);
+    }
+    finish(idx);
+}
+
+/* SMP bring-up: every AP came up before READY; each sample is one empty iteration. */
+DEFINE_TEST(smp_bringup, NO_STATE, __asm__ volatile("" : : : "memory"))
+
 /* Hands the host a batch count no ring can hold; if resumed, garbage and an unknown command. */
 static void __attribute__((noreturn)) selftest_garbage(void)
 {
@@ -264,6 +433,26 @@ static void __attribute__((noreturn)) run_test(void)
     case TEST_WRMSR_USER: test_wrmsr_user();
     case TEST_MOV_FROM_CR8: test_mov_from_cr8();
     case TEST_MOV_TO_CR8: test_mov_to_cr8();
+    case TEST_IPI:
+    case TEST_IPI_HALT: test_ipi();
+    case TEST_IPI_ONE_WAY: test_one_way(0);
+    case TEST_HLT_WAKE: test_one_way(1);
+    case TEST_PV_SEND_IPI:
+        if (use_vmmcall)
+            test_pv_send_ipi_amd();
+        test_pv_send_ipi();
+    case TEST_BROADCAST_IPI: test_broadcast_ipi();
+    case TEST_BROADCAST_LOCK: test_broadcast_lock();
+    case TEST_SELF_IPI_STI_NOP: test_self_ipi_sti_nop();
+    case TEST_SELF_IPI_STI_HLT: test_self_ipi_sti_hlt();
+    case TEST_SELF_IPI_TPR: test_self_ipi_tpr();
+    case TEST_SELF_IPI_TPR_STI_NOP: test_self_ipi_tpr_sti_nop();
+    case TEST_SELF_IPI_TPR_STI_HLT: test_self_ipi_tpr_sti_hlt();
+    case TEST_EOI: test_eoi();
+    case TEST_TSCDEADLINE_IMMED: test_tscdeadline_immed();
+    case TEST_TSCDEADLINE: test_tscdeadline();
+    case TEST_LAPIC_TIMER_ONESHOT: test_lapic_timer_oneshot();
+    case TEST_SMP_BRINGUP: test_smp_bringup();
     case TEST_SELFTEST_GARBAGE: selftest_garbage();
     case TEST_SELFTEST_TRIPLE_FAULT: load_empty_idt_and_fault();
     case TEST_SELFTEST_SPIN: selftest_spin();
@@ -295,6 +484,23 @@ static uint32_t allowed_rings(uint64_t test)
     case TEST_WRMSR_USER:
     case TEST_MOV_FROM_CR8:
     case TEST_MOV_TO_CR8:
+    case TEST_IPI:
+    case TEST_IPI_HALT:
+    case TEST_IPI_ONE_WAY:
+    case TEST_HLT_WAKE:
+    case TEST_PV_SEND_IPI:
+    case TEST_BROADCAST_IPI:
+    case TEST_BROADCAST_LOCK:
+    case TEST_SELF_IPI_STI_NOP:
+    case TEST_SELF_IPI_STI_HLT:
+    case TEST_SELF_IPI_TPR:
+    case TEST_SELF_IPI_TPR_STI_NOP:
+    case TEST_SELF_IPI_TPR_STI_HLT:
+    case TEST_EOI:
+    case TEST_TSCDEADLINE_IMMED:
+    case TEST_TSCDEADLINE:
+    case TEST_LAPIC_TIMER_ONESHOT:
+    case TEST_SMP_BRINGUP:
     case TEST_SELFTEST_GARBAGE:
     case TEST_SELFTEST_TRIPLE_FAULT:
     case TEST_SELFTEST_SPIN:
@@ -327,6 +533,33 @@ static uint64_t check_params(void)
         return GUEST_ERR_COUNTS;
     if (params.test == TEST_CPUID_0XD && (params.arg0 < 1 || params.arg0 > 0xffffffffULL))
         return GUEST_ERR_COUNTS;
+    params.apic_mode = c->apic_mode;
+    params.cpus = c->cpus;
+    params.idle = c->idle;
+    switch (params.test) {
+    case TEST_IPI_HALT:
+    case TEST_HLT_WAKE:
+        params.idle = IDLE_HLT; /* the target waits in HLT whatever the run's idle mode */
+        /* fall through */
+    case TEST_IPI:
+    case TEST_IPI_ONE_WAY:
+    case TEST_BROADCAST_IPI:
+    case TEST_BROADCAST_LOCK:
+        if (params.cpus < 2)
+            return GUEST_ERR_FEATURE;
+        break;
+    case TEST_PV_SEND_IPI:
+        if (params.cpus < 2 || !cpu_has(FEAT_PV_SEND_IPI))
+            return GUEST_ERR_FEATURE;
+        break;
+    case TEST_TSCDEADLINE_IMMED:
+    case TEST_TSCDEADLINE:
+        if (!cpu_has(FEAT_TSC_DEADLINE))
+            return GUEST_ERR_FEATURE;
+        break;
+    default:
+        break;
+    }
     return 0;
 }
 
@@ -352,6 +585,24 @@ void kmain(void)
         spin();
     }
     use_vmmcall = cpu_wants_vmmcall();
+    err = smp_init(params.apic_mode, params.cpus, params.idle);
+    if (err != 0) {
+        CONTROL->guest_error = err;
+        doorbell(DOORBELL_BAD_PARAMS);
+        spin();
+    }
+    switch (params.test) {
+    case TEST_TSCDEADLINE_IMMED:
+    case TEST_TSCDEADLINE:
+        apic_write(APIC_LVTT, LVTT_TSC_DEADLINE | VECTOR_TIMER);
+        break;
+    case TEST_LAPIC_TIMER_ONESHOT:
+        apic_write(APIC_TDCR, 0xB); /* divide by 1 */
+        apic_write(APIC_LVTT, VECTOR_TIMER);
+        break;
+    default:
+        break;
+    }
     CONTROL->ready_tsc = rdtsc();
     doorbell(DOORBELL_READY);
     if (params.ring == 3)

@@ -6,16 +6,18 @@
 //
 // Guest-physical layout (identity-mapped by the guest kernel):
 //
-//   0x0000_0000 .. 0x0000_1000   left alone (real-mode IVT; later issues put an AP trampoline there)
+//   0x0000_0000 .. 0x0000_1000   left alone (real-mode IVT)
+//   AP_TRAMPOLINE_GPA            one page: the real-mode entry the SIPI starts each AP at
 //   0x0010_0000 .. 0x0040_0000   the kernel image, its bss, stacks and static page tables
 //   CONTROL_GPA                  one page: parameters in, guest status out
+//   PERCPU_GPA + n * 64          one record per vCPU: its state and interrupt counters (`PerCpu`)
 //   STAMPS_GPA + n * 4 KiB       one page per vCPU: the host's TSC stamps of its last userspace exit
 //   SAMPLES_GPA + n * 1 MiB      one sample ring per vCPU
 //   MMIO_USER_GPA                a page with no memory slot, answered by the VMM in userspace
 //   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
 
 /// Version of this contract; the guest refuses to run against another one.
-pub const ABI_VERSION: u64 = 2;
+pub const ABI_VERSION: u64 = 3;
 /// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
 pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
 
@@ -27,6 +29,14 @@ pub const KERNEL_END_GPA: u64 = 0x0040_0000;
 pub const CONTROL_GPA: u64 = 0x0040_0000;
 /// Guest-physical address of vCPU 0's stamp page; vCPU n's is `STAMPS_GPA + n * PAGE_SIZE`.
 pub const STAMPS_GPA: u64 = 0x0040_1000;
+/// Guest-physical address of the page of per-vCPU records (`PerCpu`, `PERCPU_BYTES` each).
+pub const PERCPU_GPA: u64 = 0x0048_0000;
+/// Bytes of one `PerCpu` record.
+pub const PERCPU_BYTES: u64 = 64;
+/// Guest-physical address of the AP trampoline (a page below 1 MiB, SIPI vector 0x08).
+pub const AP_TRAMPOLINE_GPA: u64 = 0x8000;
+/// The local APIC's MMIO base in xAPIC mode.
+pub const LAPIC_GPA: u64 = 0xFEE0_0000;
 /// Guest-physical address of vCPU 0's sample ring; vCPU n's is `SAMPLES_GPA + n * SAMPLES_BYTES_PER_CPU`.
 pub const SAMPLES_GPA: u64 = 0x0050_0000;
 /// Bytes reserved for each vCPU's sample ring.
@@ -80,6 +90,40 @@ pub const GUEST_ERR_RING: u64 = 3;
 /// `Control::guest_error`: samples, batch or warm-up out of range.
 pub const GUEST_ERR_COUNTS: u64 = 4;
 
+/// `Control::guest_error`: APIC mode, vCPU count or idle mode invalid, or the guest CPUID
+/// lacks what the test or the mode needs (x2APIC, TSC deadline, MWAIT, PV send-IPI).
+pub const GUEST_ERR_FEATURE: u64 = 5;
+/// `Control::guest_error`: an AP did not come up after INIT-SIPI-SIPI; `Control::cpus_online`
+/// says which did.
+pub const GUEST_ERR_AP_TIMEOUT: u64 = 6;
+
+/// `Control::apic_mode`: the local APIC through its MMIO page (xAPIC).
+pub const APIC_XAPIC: u64 = 1;
+/// `Control::apic_mode`: the local APIC through MSRs (x2APIC).
+pub const APIC_X2APIC: u64 = 2;
+
+/// `Control::idle`: idle vCPUs spin on memory with `pause`.
+pub const IDLE_POLL: u64 = 0;
+/// `Control::idle`: idle vCPUs `sti; hlt`.
+pub const IDLE_HLT: u64 = 1;
+/// `Control::idle`: idle vCPUs `monitor`/`mwait` on their doorbell word.
+pub const IDLE_MWAIT: u64 = 2;
+
+/// Interrupt vector of IPIs to other vCPUs (handler: stamp entry, acknowledge, EOI).
+pub const VECTOR_IPI: u64 = 0x40;
+/// Interrupt vector of self-IPIs and timer interrupts (handler: count, EOI).
+pub const VECTOR_SELF: u64 = 0x41;
+/// Interrupt vector of the broadcast-lock IPI (handler takes a shared lock).
+pub const VECTOR_LOCK: u64 = 0x42;
+/// Interrupt vector of the LAPIC timer.
+pub const VECTOR_TIMER: u64 = 0x43;
+/// Spurious-interrupt vector.
+pub const VECTOR_SPURIOUS: u64 = 0xFF;
+/// TSC cycles from arming to the deadline in `tscdeadline`.
+pub const TSC_DEADLINE_DELTA: u64 = 10_000;
+/// KVM_HC_SEND_IPI.
+pub const KVM_HC_SEND_IPI: u64 = 10;
+
 /// Test ids (`Control::test`). Names follow kvm-unit-tests `vmexit` where the test is the same.
 pub const TEST_LOOP_OVERHEAD: u64 = 0;
 pub const TEST_CPUID: u64 = 1;
@@ -99,6 +143,25 @@ pub const TEST_RDMSR_USER: u64 = 14;
 pub const TEST_WRMSR_USER: u64 = 15;
 pub const TEST_MOV_FROM_CR8: u64 = 16;
 pub const TEST_MOV_TO_CR8: u64 = 17;
+pub const TEST_IPI: u64 = 20;
+pub const TEST_IPI_HALT: u64 = 21;
+pub const TEST_IPI_ONE_WAY: u64 = 22;
+pub const TEST_SELF_IPI_STI_NOP: u64 = 23;
+pub const TEST_SELF_IPI_STI_HLT: u64 = 24;
+pub const TEST_SELF_IPI_TPR: u64 = 25;
+pub const TEST_SELF_IPI_TPR_STI_NOP: u64 = 26;
+pub const TEST_SELF_IPI_TPR_STI_HLT: u64 = 27;
+pub const TEST_EOI: u64 = 28;
+pub const TEST_TSCDEADLINE_IMMED: u64 = 29;
+pub const TEST_TSCDEADLINE: u64 = 30;
+pub const TEST_LAPIC_TIMER_ONESHOT: u64 = 31;
+pub const TEST_BROADCAST_IPI: u64 = 32;
+pub const TEST_BROADCAST_LOCK: u64 = 33;
+pub const TEST_PV_SEND_IPI: u64 = 34;
+pub const TEST_HLT_WAKE: u64 = 35;
+/// SMP bring-up only: every AP is started and reports online, then DONE with no samples
+/// beyond one per sample asked (each the bring-up time of the whole set).
+pub const TEST_SMP_BRINGUP: u64 = 36;
 /// Self-test: writes garbage into the control page and rings the doorbell with it.
 pub const TEST_SELFTEST_GARBAGE: u64 = 100;
 /// Self-test: triple-faults (loads an empty IDT and raises an exception).
@@ -145,6 +208,37 @@ pub struct Control {
     pub fault_cr2: u64,
     /// Guest → host: the guest's TSC when it rang `DOORBELL_READY`.
     pub ready_tsc: u64,
+    /// `APIC_XAPIC` or `APIC_X2APIC`: how every vCPU drives its local APIC.
+    pub apic_mode: u64,
+    /// vCPUs to bring up (1..=MAX_CPUS; APIC ids 0..cpus).
+    pub cpus: u64,
+    /// An `IDLE_*`: what the vCPUs that wait for interrupts do.
+    pub idle: u64,
+    /// Guest → host: bit n set once the vCPU with APIC id n runs the kernel's C code.
+    pub cpus_online: u64,
+}
+
+/// One vCPU's record at `PERCPU_GPA + id * PERCPU_BYTES`, written by that vCPU (and read
+/// by the others and the host).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerCpu {
+    /// 1 once the vCPU is up.
+    pub online: u64,
+    /// Its APIC id, as it read it from its local APIC.
+    pub apic_id: u64,
+    /// Interrupts its handlers took (all vectors but spurious).
+    pub irqs: u64,
+    /// Guest TSC at the entry of its last IPI handler.
+    pub last_entry_tsc: u64,
+    /// Acknowledgements of IPIs (incremented by the IPI handlers).
+    pub acks: u64,
+    /// Guest TSC of its first instruction after its last HLT.
+    pub wake_tsc: u64,
+    /// Times it woke from HLT or MWAIT.
+    pub wakes: u64,
+    /// Spare.
+    pub spare: u64,
 }
 
 /// The per-vCPU stamp page. The host writes it on every userspace exit before it

@@ -17,6 +17,10 @@ pub mod abi {
 
 pub mod hackbench;
 
+// The per-vCPU page lies between the last stamp page and the first sample ring.
+const _: () = assert!(abi::PERCPU_GPA + abi::MAX_CPUS * abi::PERCPU_BYTES <= abi::SAMPLES_GPA);
+const _: () = assert!(abi::PERCPU_GPA >= abi::STAMPS_GPA + abi::MAX_CPUS * abi::PAGE_SIZE);
+
 /// The addresses in the image's multiboot header, as the build checked them.
 pub mod image_info {
     include!(concat!(env!("OUT_DIR"), "/image_info.rs"));
@@ -237,7 +241,13 @@ mod tests {
 
     #[test]
     fn abi_layout_is_stable() {
-        assert_eq!(core::mem::size_of::<abi::Control>(), 128);
+        assert_eq!(core::mem::size_of::<abi::Control>(), 160);
+        assert_eq!(core::mem::offset_of!(abi::Control, apic_mode), 128);
+        assert_eq!(core::mem::offset_of!(abi::Control, cpus_online), 152);
+        assert_eq!(
+            core::mem::size_of::<abi::PerCpu>() as u64,
+            abi::PERCPU_BYTES
+        );
         assert_eq!(core::mem::size_of::<abi::Stamps>(), 24);
         assert_eq!(core::mem::offset_of!(abi::Control, batch_count), 72);
         assert_eq!(core::mem::offset_of!(abi::Sample, seq_delta), 40);

@@ -233,6 +233,11 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         raw_samples: None,
         rounds: Vec::new(),
         net_percentiles: None,
+        irq: Some(crate::smp::IrqResult {
+            apic: m.apic,
+            cpus: m.params.irq.cpus_for(def),
+            per_vcpu: m.per_vcpu.clone(),
+        }),
     };
     match &m.outcome {
         Outcome::Completed => {}
@@ -271,6 +276,9 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         .collect();
     r.kvm_exits = m.kvm_exits;
     r.exit_check = Some(exit_check(m));
+    if let Some(c) = r.exit_check.as_mut() {
+        crate::smp::check_disabled_exits(m, c);
+    }
     r.handled = Some(observed_handling(m, base));
     if let Some(c) = &r.cycles {
         // Net of the loop: the median of each sample minus the empty loop measured just

@@ -229,6 +229,7 @@ pub fn run(
             tsc_khz_source,
             rounds: rounds as u32,
             knobs: opts.knobs.clone(),
+            irq: Some(opts.params.irq.record(opts.params.pin)),
         },
         tests: results,
         vmm_overhead,

@@ -88,6 +88,10 @@ pub struct TestDef {
     /// tests derive one KVM_RUN per sample from the stamps instead, so that their exit
     /// loop does exactly what it does outside the lab.
     pub kvm_run_log: bool,
+    /// APIC mode the test fixes (`x2apic_*`); `None`: the run's `--apic`.
+    pub apic: Option<crate::smp::ApicMode>,
+    /// vCPUs the test needs (the IPI tests: a target besides vCPU 0).
+    pub min_cpus: u32,
 }
 
 const fn t(
@@ -110,8 +114,155 @@ const fn t(
         default: true,
         phases: false,
         kvm_run_log: false,
+        apic: None,
+        min_cpus: 1,
     }
 }
+
+/// An interrupt test: ring 0, handled in the kernel, not in the default suite.
+const fn irq(name: &'static str, id: u64, what: &'static str, min_cpus: u32) -> TestDef {
+    TestDef {
+        default: false,
+        min_cpus,
+        ..t(
+            name,
+            id,
+            what,
+            Where::Kernel,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    }
+}
+
+/// The same interrupt test with the APIC in x2APIC mode whatever `--apic` says.
+const fn x2(def: TestDef, name: &'static str) -> TestDef {
+    TestDef {
+        name,
+        apic: Some(crate::smp::ApicMode::X2apic),
+        ..def
+    }
+}
+
+const SELF_IPI_STI_NOP: TestDef = irq(
+    "self_ipi_sti_nop",
+    abi::TEST_SELF_IPI_STI_NOP,
+    "self-IPI with IF=0, then STI; NOP (the handler runs in the window)",
+    1,
+);
+const SELF_IPI_STI_HLT: TestDef = irq(
+    "self_ipi_sti_hlt",
+    abi::TEST_SELF_IPI_STI_HLT,
+    "self-IPI with IF=0, then STI; HLT (pending: HLT does not block)",
+    1,
+);
+const SELF_IPI_TPR: TestDef = irq(
+    "self_ipi_tpr",
+    abi::TEST_SELF_IPI_TPR,
+    "TPR 0xF0, self-IPI (held), TPR 0: delivered at once (IF=1)",
+    1,
+);
+const SELF_IPI_TPR_STI_NOP: TestDef = irq(
+    "self_ipi_tpr_sti_nop",
+    abi::TEST_SELF_IPI_TPR_STI_NOP,
+    "TPR 0xF0, self-IPI, TPR 0 with IF=0, then STI; NOP",
+    1,
+);
+const SELF_IPI_TPR_STI_HLT: TestDef = irq(
+    "self_ipi_tpr_sti_hlt",
+    abi::TEST_SELF_IPI_TPR_STI_HLT,
+    "TPR 0xF0, self-IPI, TPR 0 with IF=0, then STI; HLT",
+    1,
+);
+const EOI: TestDef = irq(
+    "eoi",
+    abi::TEST_EOI,
+    "an EOI write with nothing in service",
+    1,
+);
+
+/// The interrupt tests: IPIs between vCPUs, self-IPIs, EOI, LAPIC timers.
+pub const IRQ_TESTS: &[TestDef] = &[
+    irq(
+        "ipi",
+        abi::TEST_IPI,
+        "fixed IPI to vCPU 1 (idling as --idle says) until its handler acknowledges",
+        2,
+    ),
+    irq(
+        "ipi_halt",
+        abi::TEST_IPI_HALT,
+        "fixed IPI to vCPU 1 waiting in HLT, until its handler acknowledges",
+        2,
+    ),
+    irq(
+        "ipi_one_way",
+        abi::TEST_IPI_ONE_WAY,
+        "fixed IPI to vCPU 1: send (TSC before the ICR write) to handler entry",
+        2,
+    ),
+    irq(
+        "hlt_wake",
+        abi::TEST_HLT_WAKE,
+        "fixed IPI to vCPU 1 in HLT: send to its first instruction after HLT",
+        2,
+    ),
+    irq(
+        "broadcast_ipi",
+        abi::TEST_BROADCAST_IPI,
+        "all-but-self fixed IPI until every other vCPU acknowledges",
+        2,
+    ),
+    irq(
+        "broadcast_lock",
+        abi::TEST_BROADCAST_LOCK,
+        "all-but-self IPI; each handler takes one shared spinlock",
+        2,
+    ),
+    irq(
+        "pv_send_ipi",
+        abi::TEST_PV_SEND_IPI,
+        "KVM_HC_SEND_IPI hypercall to vCPU 1 until its handler acknowledges",
+        2,
+    ),
+    SELF_IPI_STI_NOP,
+    SELF_IPI_STI_HLT,
+    SELF_IPI_TPR,
+    SELF_IPI_TPR_STI_NOP,
+    SELF_IPI_TPR_STI_HLT,
+    x2(SELF_IPI_STI_NOP, "x2apic_self_ipi_sti_nop"),
+    x2(SELF_IPI_STI_HLT, "x2apic_self_ipi_sti_hlt"),
+    x2(SELF_IPI_TPR, "x2apic_self_ipi_tpr"),
+    x2(SELF_IPI_TPR_STI_NOP, "x2apic_self_ipi_tpr_sti_nop"),
+    x2(SELF_IPI_TPR_STI_HLT, "x2apic_self_ipi_tpr_sti_hlt"),
+    EOI,
+    x2(EOI, "x2apic_eoi"),
+    irq(
+        "tscdeadline_immed",
+        abi::TEST_TSCDEADLINE_IMMED,
+        "TSC deadline armed in the past: interrupt at once",
+        1,
+    ),
+    irq(
+        "tscdeadline",
+        abi::TEST_TSCDEADLINE,
+        "TSC deadline armed 10,000 cycles ahead: arm to delivery",
+        1,
+    ),
+    irq(
+        "lapic_timer_oneshot",
+        abi::TEST_LAPIC_TIMER_ONESHOT,
+        "one-shot LAPIC timer, count 1, divide 1: arm to delivery",
+        1,
+    ),
+    irq(
+        "smp_bringup",
+        abi::TEST_SMP_BRINGUP,
+        "INIT-SIPI-SIPI of every AP before READY; then the empty loop",
+        1,
+    ),
+];
 
 /// Every test, in the order the default suite runs them.
 pub const TESTS: &[TestDef] = &[
@@ -342,7 +493,11 @@ pub const SELFTESTS: &[TestDef] = &[
 
 /// Finds a test (benchmark or self-test) by name.
 pub fn find(name: &str) -> Option<&'static TestDef> {
-    TESTS.iter().chain(SELFTESTS).find(|t| t.name == name)
+    TESTS
+        .iter()
+        .chain(IRQ_TESTS)
+        .chain(SELFTESTS)
+        .find(|t| t.name == name)
 }
 
 /// The default suite.

@@ -76,6 +76,42 @@ pub const KNOBS: &[Knob] = &[
             Ok(())
         },
     },
+    Knob {
+        name: "apic",
+        help: "APIC mode of the interrupt tests: xapic or x2apic",
+        get: |o| o.params.irq.get("apic"),
+        set: |o, v| o.params.irq.set("apic", v),
+    },
+    Knob {
+        name: "cpus",
+        help: "vCPUs per VM: 1 to 64 (0: as each test needs)",
+        get: |o| o.params.irq.get("cpus"),
+        set: |o, v| o.params.irq.set("cpus", v),
+    },
+    Knob {
+        name: "idle",
+        help: "what waiting vCPUs do: poll, hlt or mwait",
+        get: |o| o.params.irq.get("idle"),
+        set: |o, v| o.params.irq.set("idle", v),
+    },
+    Knob {
+        name: "disable-exits",
+        help: "exits disabled with KVM_CAP_X86_DISABLE_EXITS: none or hlt,mwait,pause,cstate",
+        get: |o| o.params.irq.get("disable-exits"),
+        set: |o, v| o.params.irq.set("disable-exits", v),
+    },
+    Knob {
+        name: "halt-poll-ns",
+        help: "per-VM halt-polling window in ns (KVM_CAP_HALT_POLL)",
+        get: |o| o.params.irq.get("halt-poll-ns"),
+        set: |o, v| o.params.irq.set("halt-poll-ns", v),
+    },
+    Knob {
+        name: "pv-ipi",
+        help: "KVM PV send-IPI in the guest CPUID: on or off",
+        get: |o| o.params.irq.get("pv-ipi"),
+        set: |o, v| o.params.irq.set("pv-ipi", v),
+    },
 ];
 
 /// The knob called `name`.
@@ -144,6 +180,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 pin: None,
                 bare: false,
+                irq: Default::default(),
             },
             raw: false,
             overhead: false,

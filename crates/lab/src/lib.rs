@@ -17,6 +17,7 @@ pub mod openmetrics;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod smp;
 pub mod stats;
 pub mod trace_report;
 pub mod verdict;

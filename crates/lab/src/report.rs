@@ -180,6 +180,9 @@ fn summary_lines(results: &Results) -> Vec<String> {
         let _ = write!(cfg, "; pinned to CPU {cpu}");
     }
     lines.push(cfg);
+    if let Some(irq) = &c.irq {
+        lines.push(irq.describe());
+    }
     lines
 }
 
@@ -219,6 +222,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
         }
     }
+    lines.extend(crate::smp::per_vcpu_lines(&results.tests));
     for t in &results.tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
             if h != t.expected_handling {
@@ -361,6 +365,15 @@ fn fmt_ratio(r: f64) -> String {
     }
 }
 
+/// The APIC mode of a test's VM, with its vCPU count when it had more than one.
+fn apic_cell(t: &TestResult) -> String {
+    match &t.irq {
+        Some(i) if i.cpus > 1 => format!("{} x{}", i.apic.name(), i.cpus),
+        Some(i) => i.apic.name().to_string(),
+        None => "-".into(),
+    }
+}
+
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
 /// "test" and "handled".
 fn numeric_cells(t: &TestResult) -> Vec<String> {
@@ -379,9 +392,10 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
     ]
 }
 
-const TABLE_HEADERS: [&str; 11] = [
+const TABLE_HEADERS: [&str; 12] = [
     "test",
     "handled",
+    "apic",
     "median",
     "p10",
     "p90",
@@ -408,7 +422,7 @@ pub fn render_table(results: &Results) -> String {
         .tests
         .iter()
         .map(|t| {
-            let mut row = vec![t.name.clone(), handled_cell(t)];
+            let mut row = vec![t.name.clone(), handled_cell(t), apic_cell(t)];
             row.extend(numeric_cells(t));
             row
         })
@@ -416,6 +430,7 @@ pub fn render_table(results: &Results) -> String {
     let mut aligns = vec![Align::Right; TABLE_HEADERS.len()];
     aligns[0] = Align::Left;
     aligns[1] = Align::Left;
+    aligns[2] = Align::Left;
     if rows.is_empty() {
         out.push_str("(no tests)\n");
     } else {
@@ -447,10 +462,14 @@ pub fn render_markdown(results: &Results) -> String {
         let _ = writeln!(out, "- {}", md_cell(&line));
     }
     out.push('\n');
-    out.push_str("| test | handled | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
-    out.push_str("|:-----|:--------|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    out.push_str("| test | handled | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:--------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
     for t in &results.tests {
-        let mut cells = vec![format!("`{}`", t.name.replace('`', "'")), handled_cell(t)];
+        let mut cells = vec![
+            format!("`{}`", t.name.replace('`', "'")),
+            handled_cell(t),
+            apic_cell(t),
+        ];
         cells.extend(numeric_cells(t));
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
@@ -835,7 +854,7 @@ mod tests {
             );
         }
         assert!(md.contains("`odd\\|name`"), "{md}");
-        assert!(md.contains("| `cpuid` | kernel | 1,250 |"), "{md}");
+        assert!(md.contains("| `cpuid` | kernel | - | 1,250 |"), "{md}");
         assert!(md.contains("note: this host is nested/paravirtual"));
     }
 }

@@ -209,6 +209,9 @@ pub struct BenchConfig {
     /// `apic`, `halt-poll-ns`; knobs at their defaults are recorded too.
     #[serde(default)]
     pub knobs: BTreeMap<String, String>,
+    /// The interrupt knobs of the run (APIC mode, vCPUs, idle, disabled exits, ...).
+    #[serde(default)]
+    pub irq: Option<crate::smp::IrqConfig>,
 }
 
 fn one() -> u32 {
@@ -343,6 +346,9 @@ pub struct TestResult {
     /// 0th, 1st, ..., 100th percentiles (what the report's CDFs draw).
     #[serde(default)]
     pub net_percentiles: Option<Vec<f64>>,
+    /// APIC mode, vCPUs and exits per vCPU of the test's VM.
+    #[serde(default)]
+    pub irq: Option<crate::smp::IrqResult>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -783,6 +789,7 @@ pub(crate) mod tests {
                 })
                 .collect(),
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
+            irq: None,
         }
     }
 
@@ -873,6 +880,7 @@ pub(crate) mod tests {
                 tsc_khz_source: "KVM_GET_TSC_KHZ".to_string(),
                 rounds: 6,
                 knobs: BTreeMap::from([("ring".to_string(), "3".to_string())]),
+                irq: Some(crate::smp::IrqKnobs::default().record(Some(1))),
             },
             tests: vec![lo, kernel, full, skipped, dnc, failed],
             vmm_overhead: Some(Overhead::new(

@@ -42,6 +42,8 @@ pub struct RunParams {
     pub pin: Option<usize>,
     /// Use the bare KVM_RUN loop instead of the full VMM loop.
     pub bare: bool,
+    /// Interrupt knobs: APIC mode, vCPUs, idle, disabled exits, halt polling, PV IPI.
+    pub irq: crate::smp::IrqKnobs,
 }
 
 /// How a test run ended.
@@ -90,6 +92,10 @@ pub struct Measurement {
     /// Resident memory of the process outside guest RAM, just before the VM was torn
     /// down (bytes).
     pub vmm_rss_bytes: Option<u64>,
+    /// APIC mode the guest ran in.
+    pub apic: crate::smp::ApicMode,
+    /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
+    pub per_vcpu: Vec<crate::smp::VcpuExits>,
 }
 
 impl Measurement {
@@ -120,6 +126,7 @@ impl Measurement {
             m.doorbells += r.doorbells;
             m.kvm_run_log.extend(r.kvm_run_log);
             m.vmm_rss_bytes = m.vmm_rss_bytes.max(r.vmm_rss_bytes);
+            crate::smp::merge_vcpu_exits(&mut m.per_vcpu, &r.per_vcpu);
             m.wall += r.wall;
             if m.tsc_offset != r.tsc_offset {
                 // Phases need one offset; keep only the samples that share the first.
@@ -310,6 +317,8 @@ impl ExitHook for LabHook {
                     abi::GUEST_ERR_TEST => "unknown test id",
                     abi::GUEST_ERR_RING => "the test cannot run in that ring",
                     abi::GUEST_ERR_COUNTS => "samples, batch or warm-up out of range",
+                    abi::GUEST_ERR_FEATURE => "the guest CPUID lacks what the test or its mode needs (x2APIC, TSC deadline, MONITOR/MWAIT, PV send-IPI), or the APIC mode, vCPU count or idle mode is invalid",
+                    abi::GUEST_ERR_AP_TIMEOUT => "an AP did not come up after INIT-SIPI-SIPI",
                     _ => "unknown reason",
                 };
                 self.fail(format!(
@@ -388,7 +397,7 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
     None
 }
 
-fn vm_config(def: &TestDef) -> VmConfig {
+fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
     let mut c = VmConfig {
         ram: vec![(0, LAB_RAM_BYTES)],
         ..VmConfig::default()
@@ -404,6 +413,7 @@ fn vm_config(def: &TestDef) -> VmConfig {
         }),
         Platform::Irqchip | Platform::MmioIoeventfd => {}
     }
+    irq.configure(def, &mut c);
     c
 }
 
@@ -454,8 +464,10 @@ pub fn run_test(
         pin_error: None,
         kvm_run_log: Vec::new(),
         vmm_rss_bytes: None,
+        apic: params.irq.apic_for(def),
+        per_vcpu: Vec::new(),
     };
-    if let Some(why) = skip_reason(kvm, def, params.ring) {
+    if let Some(why) = skip_reason(kvm, def, params.ring).or_else(|| params.irq.skip_reason(def)) {
         m.outcome = Outcome::Skipped(why);
         return Ok(m);
     }
@@ -464,7 +476,8 @@ pub fn run_test(
     } else {
         0
     };
-    let mut vm = Vm::new(kvm.clone(), vm_config(def))?;
+    let cpus = params.irq.cpus_for(def);
+    let mut vm = Vm::new(kvm.clone(), vm_config(def, &params.irq))?;
     vm.mmio_bus()
         .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
         .map_err(VmmError::from)?;
@@ -476,6 +489,7 @@ pub fn run_test(
     };
     let entry = crate::kernel::load(vm.memory(), image, LAB_RAM_BYTES).map_err(RunError::Load)?;
     write_control(vm.memory(), def, &params, arg0).map_err(RunError::Load)?;
+    crate::smp::write_control(vm.memory(), &params.irq, def).map_err(RunError::Load)?;
     let vcpu = vm.create_vcpu(VcpuConfig {
         id: 0,
         stamp_gpa: Some(abi::STAMPS_GPA),
@@ -497,6 +511,8 @@ pub fn run_test(
     } else {
         Handler::Devices
     };
+    // The APs exist (waiting for their SIPI) before vCPU 0 can send it.
+    let aps = crate::smp::spawn_aps(&vm, &params.irq, cpus)?;
     let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
     let mut seen = 0;
     let mut last_change = Instant::now();
@@ -534,7 +550,9 @@ pub fn run_test(
         }
     };
     m.wall = started.elapsed();
+    let ap_report = aps.stop();
     let Some(f) = finished else {
+        crate::smp::account(&mut m, vm.memory(), cpus, ap_report);
         return Ok(m);
     };
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
@@ -564,6 +582,7 @@ pub fn run_test(
             };
             m.doorbells = hook.doorbells;
             m.samples = hook.records;
+            crate::smp::account_bsp(&mut m, f.vcpu.kvm_stats());
         }
         (stop, None) => {
             let mut msg = stop.describe();
@@ -581,5 +600,6 @@ pub fn run_test(
             ));
         }
     }
+    crate::smp::account(&mut m, vm.memory(), cpus, ap_report);
     Ok(m)
 }

@@ -489,6 +489,7 @@ fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, Machi
             cpus: cfg.cpus,
             pit_reinject: cfg.platform.pit_reinject,
             cpuid_clear: cfg.platform.cpuid_clear.clone(),
+            knobs: Default::default(),
         },
     )?)
 }

@@ -36,6 +36,8 @@ pub struct VmConfig {
     pub pit_reinject: bool,
     /// CPUID feature bits to clear for every vCPU (QEMU's `-cpu host,-feature`).
     pub cpuid_clear: Vec<cpuid::CpuidBit>,
+    /// Halt polling and CPUID knobs ([`crate::knobs`]).
+    pub knobs: crate::knobs::VmKnobs,
 }
 
 impl Default for VmConfig {
@@ -49,6 +51,7 @@ impl Default for VmConfig {
             cpus: 1,
             pit_reinject: true,
             cpuid_clear: Vec::new(),
+            knobs: crate::knobs::VmKnobs::default(),
         }
     }
 }
@@ -129,6 +132,7 @@ impl Vm {
             fd.enable_cap(&cap)
                 .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
         }
+        crate::knobs::apply_vm(&fd, &config.knobs)?;
         if config.irqchip {
             fd.create_irq_chip()
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
@@ -236,6 +240,12 @@ impl Vm {
             .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
         let mut table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
         cpuid::clear_bits(&mut table, &self.config.cpuid_clear);
+        crate::knobs::patch_cpuid(
+            &mut table,
+            self.config.disable_exits,
+            &self.config.knobs,
+            self.config.irqchip && crate::knobs::tsc_deadline_offered(&self.fd),
+        );
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
         crate::mce::setup(&self.kvm, &fd)?;

@@ -1,0 +1,732 @@
+//! Interrupt experiments on several vCPUs: the knobs of a run (APIC mode, vCPU count,
+//! idle behaviour, disabled exits, halt polling, PV send-IPI, pinning), the extra
+//! control-page words the lab kernel reads for them, and the APs' threads (created,
+//! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
+
+use std::time::Duration;
+
+use exitlab_guest::abi;
+use exitlab_vmm::knobs::{self, VmKnobs};
+use exitlab_vmm::thread::{self, VcpuThread};
+use exitlab_vmm::vcpu::{
+    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig,
+};
+use exitlab_vmm::vm::{Vm, VmConfig};
+use exitlab_vmm::Kvm;
+use exitlab_vmm::VmmError;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::catalogue::TestDef;
+use crate::runner::{Measurement, Outcome};
+
+/// How the guest drives its local APICs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApicMode {
+    /// MMIO at 0xFEE00000.
+    #[default]
+    Xapic,
+    /// MSRs 0x800..0x8FF.
+    X2apic,
+}
+
+impl ApicMode {
+    /// "xapic" or "x2apic".
+    pub fn name(self) -> &'static str {
+        match self {
+            ApicMode::Xapic => "xapic",
+            ApicMode::X2apic => "x2apic",
+        }
+    }
+
+    /// Parses "xapic" or "x2apic".
+    pub fn parse(s: &str) -> Result<ApicMode, String> {
+        match s.trim() {
+            "xapic" => Ok(ApicMode::Xapic),
+            "x2apic" => Ok(ApicMode::X2apic),
+            o => Err(format!("unknown APIC mode '{o}': use xapic or x2apic")),
+        }
+    }
+
+    fn abi(self) -> u64 {
+        match self {
+            ApicMode::Xapic => abi::APIC_XAPIC,
+            ApicMode::X2apic => abi::APIC_X2APIC,
+        }
+    }
+}
+
+/// What vCPUs waiting for an interrupt do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Idle {
+    /// Spin with `pause` (the seed's idle=poll).
+    #[default]
+    Poll,
+    /// `sti; hlt`.
+    Hlt,
+    /// `monitor; mwait` (only where the guest CPUID offers MONITOR/MWAIT).
+    Mwait,
+}
+
+impl Idle {
+    /// "poll", "hlt" or "mwait".
+    pub fn name(self) -> &'static str {
+        match self {
+            Idle::Poll => "poll",
+            Idle::Hlt => "hlt",
+            Idle::Mwait => "mwait",
+        }
+    }
+
+    /// Parses "poll", "hlt" or "mwait".
+    pub fn parse(s: &str) -> Result<Idle, String> {
+        match s.trim() {
+            "poll" => Ok(Idle::Poll),
+            "hlt" => Ok(Idle::Hlt),
+            "mwait" => Ok(Idle::Mwait),
+            o => Err(format!("unknown idle mode '{o}': use poll, hlt or mwait")),
+        }
+    }
+
+    fn abi(self) -> u64 {
+        match self {
+            Idle::Poll => abi::IDLE_POLL,
+            Idle::Hlt => abi::IDLE_HLT,
+            Idle::Mwait => abi::IDLE_MWAIT,
+        }
+    }
+}
+
+/// Most host CPUs `--pin` can name for the APs.
+pub const MAX_AP_PINS: usize = 15;
+
+/// The interrupt knobs of a run. `Default` is the lab's plain setup: xAPIC, 2 vCPUs for
+/// the tests that need them (1 otherwise), idle loop polling, nothing disabled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IrqKnobs {
+    /// APIC mode of the tests that do not fix their own.
+    pub apic: ApicMode,
+    /// vCPUs of each VM; 0 = as the test needs (2 for the IPI tests, else 1).
+    pub cpus: u32,
+    /// What the APs do while they wait.
+    pub idle: Idle,
+    /// KVM_CAP_X86_DISABLE_EXITS bits.
+    pub disable_exits: u32,
+    /// Per-VM halt polling window (ns).
+    pub halt_poll_ns: Option<u32>,
+    /// PV send-IPI feature bit in the guest CPUID (None: as KVM offers).
+    pub pv_ipi: Option<bool>,
+    /// Host CPUs of APs 1, 2, ... (vCPU 0's is `RunParams::pin`); `ap_pins_len` used.
+    pub ap_pins: [u16; MAX_AP_PINS],
+    /// Entries of `ap_pins` in use.
+    pub ap_pins_len: u8,
+    /// Fault injection for tests: the AP with this vCPU index (> 0) is never created, so
+    /// the guest's SIPI to it goes nowhere; 0 = every AP is created.
+    pub withhold_ap: u32,
+}
+
+/// The knob names `set` takes (and `--ab KNOB=A,B` can vary).
+pub const KNOB_NAMES: &[&str] = &[
+    "apic",
+    "cpus",
+    "idle",
+    "disable-exits",
+    "halt-poll-ns",
+    "pv-ipi",
+];
+
+impl IrqKnobs {
+    /// Sets one knob by name from its command-line text.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        match name {
+            "apic" => self.apic = ApicMode::parse(value)?,
+            "cpus" => {
+                let n: u32 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("cpus '{value}' is not a number"))?;
+                if n == 0 || u64::from(n) > abi::MAX_CPUS {
+                    return Err(format!("cpus {n} is out of range 1..={}", abi::MAX_CPUS));
+                }
+                self.cpus = n;
+            }
+            "idle" => self.idle = Idle::parse(value)?,
+            "disable-exits" => {
+                self.disable_exits = if value.trim() == "none" {
+                    0
+                } else {
+                    knobs::parse_disable_exits(value)?
+                }
+            }
+            "halt-poll-ns" => {
+                self.halt_poll_ns = Some(
+                    value
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("halt-poll-ns '{value}' is not a number of ns"))?,
+                )
+            }
+            "pv-ipi" => {
+                self.pv_ipi = match value.trim() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    o => return Err(format!("pv-ipi '{o}': use on or off")),
+                }
+            }
+            o => {
+                return Err(format!(
+                    "unknown knob '{o}'; knobs: {}",
+                    KNOB_NAMES.join(", ")
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of one knob by name, as `set` takes it.
+    pub fn get(&self, name: &str) -> String {
+        match name {
+            "apic" => self.apic.name().into(),
+            "cpus" => self.cpus.to_string(),
+            "idle" => self.idle.name().into(),
+            "disable-exits" => knobs::disable_exits_names(self.disable_exits),
+            "halt-poll-ns" => self
+                .halt_poll_ns
+                .map_or("default".into(), |n| n.to_string()),
+            "pv-ipi" => match self.pv_ipi {
+                Some(true) => "on".into(),
+                Some(false) => "off".into(),
+                None => "default".into(),
+            },
+            _ => String::new(),
+        }
+    }
+
+    /// Sets the APs' host CPUs.
+    pub fn set_ap_pins(&mut self, cpus: &[usize]) -> Result<(), String> {
+        if cpus.len() > MAX_AP_PINS {
+            return Err(format!("at most {} APs can be pinned", MAX_AP_PINS));
+        }
+        for (i, &c) in cpus.iter().enumerate() {
+            self.ap_pins[i] =
+                u16::try_from(c).map_err(|_| format!("host CPU {c} is out of range"))?;
+        }
+        self.ap_pins_len = cpus.len() as u8;
+        Ok(())
+    }
+
+    /// Host CPU of AP `i` (1-based vCPU index), if pinned.
+    pub fn ap_pin(&self, vcpu: u32) -> Option<usize> {
+        let i = vcpu.checked_sub(1)? as usize;
+        (i < usize::from(self.ap_pins_len)).then(|| usize::from(self.ap_pins[i]))
+    }
+
+    /// The VM knobs for the VMM.
+    pub fn vm_knobs(&self) -> VmKnobs {
+        VmKnobs {
+            halt_poll_ns: self.halt_poll_ns,
+            pv_send_ipi: self.pv_ipi,
+        }
+    }
+
+    /// Checks the host offers every knob asked for.
+    pub fn probe(&self, kvm: &Kvm) -> Result<(), String> {
+        knobs::probe(kvm, self.disable_exits, &self.vm_knobs())?;
+        if self.idle == Idle::Mwait
+            && self.disable_exits & knobs::DISABLE_MWAIT == 0
+            && !knobs::cpuid_offers_mwait(kvm)
+        {
+            return Err("--idle mwait: the guest CPUID does not offer MONITOR/MWAIT (KVM offers it with KVM_X86_DISABLE_EXITS_MWAIT: add --disable-exits mwait where the host has it)".into());
+        }
+        Ok(())
+    }
+
+    /// vCPUs a VM for `def` gets.
+    pub fn cpus_for(&self, def: &TestDef) -> u32 {
+        if self.cpus == 0 {
+            def.min_cpus.max(1)
+        } else {
+            self.cpus
+        }
+    }
+
+    /// The APIC mode `def` runs in.
+    pub fn apic_for(&self, def: &TestDef) -> ApicMode {
+        def.apic.unwrap_or(self.apic)
+    }
+
+    /// Sets up `c` for `def` with these knobs.
+    pub fn configure(&self, def: &TestDef, c: &mut VmConfig) {
+        c.cpus = self.cpus_for(def);
+        c.disable_exits = self.disable_exits;
+        c.knobs = self.vm_knobs();
+    }
+
+    /// Why `def` cannot run with these knobs, if it cannot.
+    pub fn skip_reason(&self, def: &TestDef) -> Option<String> {
+        let n = self.cpus_for(def);
+        if n < def.min_cpus {
+            return Some(format!(
+                "needs at least {} vCPUs (--cpus {n})",
+                def.min_cpus
+            ));
+        }
+        if u64::from(n) > abi::MAX_CPUS {
+            return Some(format!(
+                "the lab kernel runs at most {} vCPUs",
+                abi::MAX_CPUS
+            ));
+        }
+        if def.id == abi::TEST_PV_SEND_IPI && self.pv_ipi == Some(false) {
+            return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
+        }
+        None
+    }
+}
+
+/// The interrupt knobs as the results' configuration records them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IrqConfig {
+    /// APIC mode of the tests that do not fix their own.
+    pub apic: ApicMode,
+    /// vCPUs per VM; 0 = as each test needs.
+    pub cpus: u32,
+    /// What waiting vCPUs do.
+    pub idle: Idle,
+    /// Exits disabled with KVM_CAP_X86_DISABLE_EXITS ("none" or names).
+    pub disable_exits: String,
+    /// Per-VM halt polling window in ns, if set.
+    pub halt_poll_ns: Option<u32>,
+    /// PV send-IPI CPUID bit forced on or off, if set.
+    pub pv_ipi: Option<bool>,
+    /// Host CPU of each vCPU that was pinned (vCPU 0 first; `None` = not pinned).
+    pub pins: Vec<Option<u32>>,
+}
+
+/// What a test's results record about its vCPUs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IrqResult {
+    /// APIC mode the guest ran in.
+    pub apic: ApicMode,
+    /// vCPUs of its VM.
+    pub cpus: u32,
+    /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_vcpu: Vec<VcpuExits>,
+}
+
+impl IrqKnobs {
+    /// The configuration record, with vCPU 0's pin.
+    pub fn record(&self, pin: Option<usize>) -> IrqConfig {
+        let mut pins = vec![pin.map(|p| p as u32)];
+        pins.extend((0..self.ap_pins_len).map(|i| Some(u32::from(self.ap_pins[usize::from(i)]))));
+        IrqConfig {
+            apic: self.apic,
+            cpus: self.cpus,
+            idle: self.idle,
+            disable_exits: knobs::disable_exits_names(self.disable_exits),
+            halt_poll_ns: self.halt_poll_ns,
+            pv_ipi: self.pv_ipi,
+            pins,
+        }
+    }
+}
+
+impl IrqConfig {
+    /// One line for reports.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "interrupts: apic {} (x2apic_* tests: x2apic), vCPUs {}, idle {}, disable-exits {}",
+            self.apic.name(),
+            if self.cpus == 0 {
+                "as each test needs".to_string()
+            } else {
+                self.cpus.to_string()
+            },
+            self.idle.name(),
+            self.disable_exits
+        );
+        if let Some(ns) = self.halt_poll_ns {
+            s += &format!(", halt-poll-ns {ns}");
+        }
+        if let Some(p) = self.pv_ipi {
+            s += &format!(", pv-ipi {}", if p { "on" } else { "off" });
+        }
+        if self.pins.len() > 1 {
+            let p: Vec<String> = self
+                .pins
+                .iter()
+                .map(|p| p.map_or("-".into(), |c| c.to_string()))
+                .collect();
+            s += &format!(", vCPU pins {}", p.join(","));
+        }
+        s
+    }
+}
+
+/// Report lines: the exits of each vCPU of every test that ran on more than one.
+pub fn per_vcpu_lines(tests: &[crate::results::TestResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tests {
+        let Some(irq) = &t.irq else { continue };
+        if irq.per_vcpu.len() < 2 {
+            continue;
+        }
+        let parts: Vec<String> = irq
+            .per_vcpu
+            .iter()
+            .map(|v| {
+                let opt = |x: Option<u64>| x.map_or("-".into(), |n| n.to_string());
+                format!(
+                    "vCPU {}: {} userspace, {} KVM exits, {} HLT exits",
+                    v.vcpu,
+                    v.user.total(),
+                    opt(v.kvm_exits),
+                    opt(v.halt_exits)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} ({}, {} vCPUs) exits per vCPU: {}",
+            t.name,
+            irq.apic.name(),
+            irq.cpus,
+            parts.join("; ")
+        ));
+    }
+    out
+}
+
+impl crate::runner::RunParams {
+    /// Sets an interrupt knob of the run by name (one of [`KNOB_NAMES`]), as an A/B
+    /// experiment varies it: `set_irq_knob("apic", "x2apic")`.
+    pub fn set_irq_knob(&mut self, name: &str, value: &str) -> Result<(), String> {
+        self.irq.set(name, value)
+    }
+}
+
+/// Writes the interrupt words of the control page.
+pub fn write_control(mem: &GuestMemoryMmap, knobs: &IrqKnobs, def: &TestDef) -> Result<(), String> {
+    let words = [
+        knobs.apic_for(def).abi(),
+        u64::from(knobs.cpus_for(def)),
+        knobs.idle.abi(),
+        0,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        mem.write_obj(
+            *w,
+            GuestAddress(abi::CONTROL_GPA + 8 * (CONTROL_APIC_MODE + i as u64)),
+        )
+        .map_err(|e| format!("cannot write the control page: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Word index of `Control::apic_mode`.
+const CONTROL_APIC_MODE: u64 = 16;
+/// Word index of `Control::cpus_online`.
+const CONTROL_CPUS_ONLINE: u64 = 19;
+
+/// APIC ids (below `cpus`) whose vCPU never reported online.
+pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
+    let online = mem
+        .read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + 8 * CONTROL_CPUS_ONLINE))
+        .unwrap_or(0);
+    (0..cpus.min(64))
+        .filter(|i| online & (1 << i) == 0)
+        .collect()
+}
+
+/// Exits of one vCPU over a test.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VcpuExits {
+    /// vCPU index (= APIC id).
+    pub vcpu: u32,
+    /// Userspace exits by reason.
+    pub user: ExitCounts,
+    /// KVM's count of all exits (binary stats), when the host has them.
+    pub kvm_exits: Option<u64>,
+    /// KVM's count of HLT exits (binary stats `halt_exits`), when the host has them.
+    pub halt_exits: Option<u64>,
+}
+
+/// The hook of an AP: it has no doorbell protocol of its own; a fault it reports stops it.
+pub struct ApHook {
+    /// The fault an AP reported, if any.
+    pub error: Option<String>,
+}
+
+impl ExitHook for ApHook {
+    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
+        self.error = Some(format!(
+            "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
+            ctx.vcpu_id, ctx.value
+        ));
+        HookReply::Stop(1)
+    }
+}
+
+/// The running APs of a VM.
+pub struct Aps {
+    threads: Vec<VcpuThread<ApHook>>,
+}
+
+/// Creates vCPUs 1..cpus (the in-kernel LAPIC keeps them waiting for a SIPI) and starts
+/// their threads, each pinned as the knobs say.
+pub fn spawn_aps(vm: &Vm, knobs: &IrqKnobs, cpus: u32) -> Result<Aps, VmmError> {
+    let mut threads = Vec::new();
+    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
+        let vcpu = vm.create_vcpu(VcpuConfig {
+            id,
+            stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
+            run_log: 0,
+            doorbell_port: Some(abi::DOORBELL_PORT),
+            hlt: HltPolicy::Resume,
+        })?;
+        threads.push(thread::spawn(
+            vcpu,
+            ApHook { error: None },
+            knobs.ap_pin(id),
+            Handler::Devices,
+        )?);
+    }
+    Ok(Aps { threads })
+}
+
+/// What the APs did, once stopped.
+#[derive(Debug, Default)]
+pub struct ApReport {
+    /// Exits per AP.
+    pub exits: Vec<VcpuExits>,
+    /// The first error an AP reported or met.
+    pub error: Option<String>,
+}
+
+impl Aps {
+    /// Stops every AP and collects its exits. An AP's `intr` exits are not counted: they
+    /// are the VMM's own signals (the kicks that stop it), not the guest's doing.
+    pub fn stop(self) -> ApReport {
+        let mut r = ApReport::default();
+        for th in self.threads {
+            match th.stop(Duration::from_secs(2)) {
+                Some(f) => {
+                    let mut user = *f.vcpu.counts();
+                    user.intr = 0;
+                    let stats = f.vcpu.kvm_stats();
+                    r.exits.push(VcpuExits {
+                        vcpu: f.vcpu.id(),
+                        user,
+                        kvm_exits: stats.and_then(|s| s.read("exits")),
+                        halt_exits: stats.and_then(|s| s.read("halt_exits")),
+                    });
+                    if r.error.is_none() {
+                        if let Some(e) = f.hook.error {
+                            r.error = Some(e);
+                        } else if !matches!(f.stop, exitlab_vmm::vcpu::VcpuStop::Kicked) {
+                            r.error =
+                                Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
+                        }
+                    }
+                }
+                None => {
+                    r.error.get_or_insert_with(|| {
+                        "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
+                    });
+                }
+            }
+        }
+        r
+    }
+}
+
+/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
+/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
+pub fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
+    m.per_vcpu.insert(
+        0,
+        VcpuExits {
+            vcpu: 0,
+            user: m.counts,
+            kvm_exits: m.kvm_exits,
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        },
+    );
+}
+
+/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
+/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
+/// test's, and the APIC ids of vCPUs that never came up in any failure message.
+pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
+    if cpus > 1 {
+        let missing = missing_cpus(mem, cpus);
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
+            let note = format!(
+                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
+                ids.join(", ")
+            );
+            match &mut m.outcome {
+                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
+                Outcome::Completed => {
+                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
+                }
+                Outcome::Skipped(_) => {}
+            }
+        }
+    }
+    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
+        if cpus > 1 {
+            s.push_str(&format!(
+                "\nper-vCPU records: {}",
+                percpu_summary(mem, cpus)
+            ));
+        }
+        if let Some(e) = &aps.error {
+            s.push_str(&format!("\nAP: {e}"));
+        }
+    }
+    if m.outcome == Outcome::Completed {
+        if let Some(e) = aps.error {
+            m.outcome = Outcome::Failed(e);
+            m.samples.clear();
+            return;
+        }
+        for ap in &aps.exits {
+            m.counts = m.counts.plus(&ap.user);
+        }
+        m.per_vcpu.extend(aps.exits);
+    }
+}
+
+/// What each vCPU's record on the per-vCPU page says, for failure reports.
+fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
+    let parts: Vec<String> = (0..cpus.min(64))
+        .map(|i| {
+            let w = |f: u64| {
+                mem.read_obj::<u64>(GuestAddress(
+                    abi::PERCPU_GPA + u64::from(i) * abi::PERCPU_BYTES + 8 * f,
+                ))
+                .unwrap_or(u64::MAX)
+            };
+            format!(
+                "vCPU {i}: online {} apic id {} irqs {} acks {} wakes {}",
+                w(0),
+                w(1),
+                w(2),
+                w(4),
+                w(6)
+            )
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// With HLT exits disabled, no vCPU may have a HLT exit in KVM's binary stats; a host
+/// that accepts KVM_X86_DISABLE_EXITS_HLT but still intercepts HLT fails the check.
+pub fn check_disabled_exits(m: &Measurement, check: &mut crate::results::ExitCheck) {
+    if m.params.irq.disable_exits & knobs::DISABLE_HLT == 0 {
+        return;
+    }
+    let exiting: Vec<String> = m
+        .per_vcpu
+        .iter()
+        .filter_map(|v| match v.halt_exits {
+            Some(n) if n > 0 => Some(format!("{n} on vCPU {}", v.vcpu)),
+            _ => None,
+        })
+        .collect();
+    if !exiting.is_empty() {
+        check.passed = false;
+        check.detail += &format!(
+            "; HLT exits were disabled (KVM_X86_DISABLE_EXITS_HLT accepted), yet KVM counted HLT exits: {} (this host does not honour the capability)",
+            exiting.join(", ")
+        );
+    }
+}
+
+/// Adds the per-vCPU exits of another round of the same test.
+pub fn merge_vcpu_exits(into: &mut Vec<VcpuExits>, other: &[VcpuExits]) {
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
+    if into.len() != other.len() {
+        into.clear();
+        return;
+    }
+    for (a, b) in into.iter_mut().zip(other) {
+        a.user = a.user.plus(&b.user);
+        a.kvm_exits = add(a.kvm_exits, b.kvm_exits);
+        a.halt_exits = add(a.halt_exits, b.halt_exits);
+    }
+}
+
+/// Host CPUs shared by several vCPUs of a run (`pin` is vCPU 0's), for a warning.
+pub fn shared_host_cpus(pin: Option<usize>, knobs: &IrqKnobs, cpus: u32) -> Vec<usize> {
+    let mut seen = Vec::new();
+    let mut shared = Vec::new();
+    let all = std::iter::once(pin).chain((1..cpus).map(|i| knobs.ap_pin(i)));
+    for c in all.flatten() {
+        if seen.contains(&c) {
+            if !shared.contains(&c) {
+                shared.push(c);
+            }
+        } else {
+            seen.push(c);
+        }
+    }
+    shared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_are_set_by_name() {
+        let mut k = IrqKnobs::default();
+        k.set("apic", "x2apic").unwrap();
+        k.set("cpus", "4").unwrap();
+        k.set("idle", "hlt").unwrap();
+        k.set("disable-exits", "hlt,pause").unwrap();
+        k.set("halt-poll-ns", "0").unwrap();
+        k.set("pv-ipi", "off").unwrap();
+        assert_eq!(k.apic, ApicMode::X2apic);
+        assert_eq!(k.cpus, 4);
+        assert_eq!(k.idle, Idle::Hlt);
+        assert_eq!(k.disable_exits, knobs::DISABLE_HLT | knobs::DISABLE_PAUSE);
+        assert_eq!(k.halt_poll_ns, Some(0));
+        assert_eq!(k.pv_ipi, Some(false));
+        let d = k.record(None).describe();
+        assert!(
+            d.contains("apic x2apic") && d.contains("disable-exits hlt,pause"),
+            "{d}"
+        );
+        k.set("disable-exits", "none").unwrap();
+        assert_eq!(k.disable_exits, 0);
+        assert!(k.set("cpus", "0").unwrap_err().contains("out of range"));
+        assert!(k
+            .set("apic", "x3apic")
+            .unwrap_err()
+            .contains("xapic or x2apic"));
+        assert!(k.set("volume", "11").unwrap_err().contains("unknown knob"));
+        for n in KNOB_NAMES {
+            assert!(k.set(n, "???").is_err(), "{n}");
+        }
+    }
+
+    #[test]
+    fn shared_pins_are_found() {
+        let mut k = IrqKnobs::default();
+        k.set_ap_pins(&[1, 1]).unwrap();
+        assert_eq!(shared_host_cpus(Some(0), &k, 3), vec![1]);
+        assert_eq!(shared_host_cpus(Some(1), &k, 2), vec![1]);
+        k.set_ap_pins(&[1]).unwrap();
+        assert!(shared_host_cpus(Some(0), &k, 2).is_empty());
+        assert_eq!(k.ap_pin(1), Some(1));
+        assert_eq!(k.ap_pin(2), None);
+        assert_eq!(k.ap_pin(0), None);
+    }
+}

@@ -1,0 +1,120 @@
+//! The interrupt knobs of `exitlab bench` on the command line: bad values are refused
+//! with exit code 2 and a message naming the valid ones, a knob the host's KVM lacks is
+//! refused with exit code 3 naming the capability, and the knobs reach the results.
+
+use std::process::{Command, Output};
+
+fn exitlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_exitlab"))
+        .args(args)
+        .output()
+        .expect("the exitlab binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn bad_knob_values_are_usage_errors() {
+    for (args, want) in [
+        (&["bench", "--apic", "x3apic"][..], "use xapic or x2apic"),
+        (&["bench", "--idle", "nap"], "use poll, hlt or mwait"),
+        (
+            &["bench", "--disable-exits", "hlt,sleep"],
+            "unknown exit 'sleep'",
+        ),
+        (&["bench", "--pv-ipi", "yes"], "use on or off"),
+        (&["bench", "--cpus", "0"], "out of range"),
+        (&["bench", "--halt-poll-ns", "lots"], "not a number of ns"),
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = text(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn knobs_are_probed_and_written_into_the_results() {
+    let kvm = exitlab_vmm::open_kvm().expect("this test needs a usable /dev/kvm");
+    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let offered = exitlab_vmm::knobs::offered_disable_exits(&kvm);
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "eoi",
+        "--samples",
+        "5",
+        "--warmup",
+        "1",
+        "--no-overhead",
+        "--apic",
+        "x2apic",
+        "--disable-exits",
+        "mwait",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    if offered & exitlab_vmm::knobs::DISABLE_MWAIT == 0 {
+        assert_eq!(o.status.code(), Some(6));
+        let e = text(&o.stderr);
+        assert!(e.contains("KVM_CAP_X86_DISABLE_EXITS lacks mwait"), "{e}");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("interrupts: apic x2apic"), "{out}");
+    assert!(out.contains("disable-exits mwait"), "{out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["config"]["irq"]["apic"], "x2apic");
+    assert_eq!(v["config"]["irq"]["disable_exits"], "mwait");
+    let eoi = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "eoi")
+        .expect("eoi in the results");
+    assert_eq!(eoi["irq"]["apic"], "x2apic");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_apic_mode_of_every_test_is_recorded() {
+    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "eoi,x2apic_eoi",
+        "--samples",
+        "5",
+        "--warmup",
+        "1",
+        "--no-overhead",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mode = |name: &str| {
+        v["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["irq"]["apic"].clone())
+    };
+    assert_eq!(mode("eoi"), Some("xapic".into()));
+    assert_eq!(mode("x2apic_eoi"), Some("x2apic".into()));
+    assert_eq!(mode("loop_overhead"), Some("xapic".into()));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(" apic "),
+        "the table has an apic column: {out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

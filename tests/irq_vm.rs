@@ -1,0 +1,299 @@
+//! Interrupt tests on several vCPUs (issue 9): SMP bring-up, the IPI, self-IPI, EOI and
+//! timer tests with their exit-count checks, and the knobs (APIC mode, disabled exits,
+//! halt polling, PV send-IPI), each set, probed and visible in the results.
+//!
+//! They need a usable /dev/kvm and fail without one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use exitlab_lab::analysis::{self, Baseline};
+use exitlab_lab::catalogue;
+use exitlab_lab::results::TestStatus;
+use exitlab_lab::runner::{self, Measurement, Outcome, RunParams};
+use exitlab_lab::smp::{ApicMode, IrqKnobs};
+use exitlab_vmm::knobs;
+
+fn kvm() -> Arc<kvm_ioctls::Kvm> {
+    match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
+        Err(e) => panic!("these tests need a usable /dev/kvm: {e}"),
+    }
+}
+
+fn params(samples: u64, irq: IrqKnobs) -> RunParams {
+    RunParams {
+        ring: 0,
+        samples,
+        batch: 1,
+        warmup: 5,
+        timeout: Duration::from_secs(20),
+        pin: None,
+        bare: false,
+        irq,
+    }
+}
+
+fn run(name: &str, samples: u64, irq: IrqKnobs) -> Measurement {
+    run_with(name, params(samples, irq))
+}
+
+fn run_with(name: &str, p: RunParams) -> Measurement {
+    let def = catalogue::find(name).unwrap_or_else(|| panic!("{name} is not in the catalogue"));
+    runner::run_test(&kvm(), exitlab_guest::IMAGE, def, p).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn knobs(f: impl FnOnce(&mut IrqKnobs)) -> IrqKnobs {
+    let mut k = IrqKnobs::default();
+    f(&mut k);
+    k
+}
+
+/// Asserts `m` completed with every sample and no userspace exit but the doorbells, on
+/// every vCPU, and returns its analysis.
+fn completed_in_kernel(m: &Measurement) -> exitlab_lab::results::TestResult {
+    assert_eq!(
+        m.outcome,
+        Outcome::Completed,
+        "{} did not complete",
+        m.def.name
+    );
+    assert_eq!(m.samples.len() as u64, m.params.samples, "{}", m.def.name);
+    let r = analysis::analyse(m, &Baseline::default(), 1_000_000, false);
+    let check = r.exit_check.as_ref().expect("an exit check");
+    assert!(check.passed, "{}: {}", m.def.name, check.detail);
+    for v in &m.per_vcpu {
+        let user = v.user.total() - v.user.doorbell;
+        assert_eq!(
+            user, 0,
+            "{}: vCPU {} had userspace exits: {:?}",
+            m.def.name, v.vcpu, v.user
+        );
+    }
+    r
+}
+
+#[test]
+fn smp_bringup_of_one_two_and_the_most_vcpus() {
+    let kvm = kvm();
+    let max = kvm
+        .get_max_vcpus()
+        .min(exitlab_guest::abi::MAX_CPUS as usize) as u32;
+    // Idle in HLT: the many APs of the largest VM must not spin on this host's few CPUs.
+    for cpus in [1, 2, max] {
+        let m = run(
+            "smp_bringup",
+            3,
+            knobs(|k| {
+                k.cpus = cpus;
+                k.idle = exitlab_lab::smp::Idle::Hlt;
+            }),
+        );
+        let r = completed_in_kernel(&m);
+        let irq = r.irq.expect("the APIC mode and vCPUs are recorded");
+        assert_eq!(irq.cpus, cpus);
+        assert_eq!(irq.apic, ApicMode::Xapic);
+        assert_eq!(m.per_vcpu.len() as u32, cpus, "one exit record per vCPU");
+        let ids: Vec<u32> = m.per_vcpu.iter().map(|v| v.vcpu).collect();
+        assert_eq!(ids, (0..cpus).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn a_vcpu_that_never_comes_up_is_named_by_its_apic_id() {
+    let m = run(
+        "smp_bringup",
+        3,
+        knobs(|k| {
+            k.cpus = 3;
+            k.withhold_ap = 2;
+        }),
+    );
+    match &m.outcome {
+        Outcome::DidNotComplete(s) | Outcome::Failed(s) => {
+            assert!(
+                s.contains("vCPUs that never came up (APIC ids): 2 of 3"),
+                "{s}"
+            );
+        }
+        o => panic!("a missing AP was not reported: {o:?}"),
+    }
+}
+
+#[test]
+fn self_ipi_eoi_and_timer_tests_stay_in_the_kernel_in_both_apic_modes() {
+    for name in [
+        "self_ipi_sti_nop",
+        "self_ipi_sti_hlt",
+        "self_ipi_tpr",
+        "self_ipi_tpr_sti_nop",
+        "self_ipi_tpr_sti_hlt",
+        "x2apic_self_ipi_sti_nop",
+        "x2apic_self_ipi_sti_hlt",
+        "x2apic_self_ipi_tpr",
+        "x2apic_self_ipi_tpr_sti_nop",
+        "x2apic_self_ipi_tpr_sti_hlt",
+        "eoi",
+        "x2apic_eoi",
+        "lapic_timer_oneshot",
+        "tscdeadline_immed",
+        "tscdeadline",
+    ] {
+        let m = run(name, 20, IrqKnobs::default());
+        if let Outcome::Skipped(why) = &m.outcome {
+            panic!("{name} skipped: {why}");
+        }
+
+        let r = completed_in_kernel(&m);
+        let want = if name.starts_with("x2apic_") {
+            ApicMode::X2apic
+        } else {
+            ApicMode::Xapic
+        };
+        assert_eq!(r.irq.expect("irq info").apic, want, "{name}");
+    }
+}
+
+#[test]
+fn apic_mode_knob_reaches_the_guest_and_the_results() {
+    let m = run("eoi", 10, knobs(|k| k.apic = ApicMode::X2apic));
+    let r = completed_in_kernel(&m);
+    assert_eq!(r.irq.expect("irq info").apic, ApicMode::X2apic);
+}
+
+#[test]
+fn ipis_to_a_halted_vcpu_cause_no_userspace_exit_and_hlt_exits_follow_the_knob() {
+    let kvm = kvm();
+    let m = run("ipi_halt", 30, IrqKnobs::default());
+    completed_in_kernel(&m);
+    let target = m.per_vcpu.iter().find(|v| v.vcpu == 1).expect("vCPU 1");
+    let Some(halts) = target.halt_exits else {
+        panic!("this host has no KVM binary stats (halt_exits): the HLT check cannot be made");
+    };
+    assert!(
+        halts > 0,
+        "the target idled in HLT but KVM counted no HLT exit"
+    );
+    let probe = knobs(|k| k.disable_exits = knobs::DISABLE_HLT).probe(&kvm);
+    if knobs::offered_disable_exits(&kvm) & knobs::DISABLE_HLT != 0 {
+        probe.expect("HLT exits can be disabled here");
+        let m = run(
+            "ipi_halt",
+            30,
+            knobs(|k| k.disable_exits = knobs::DISABLE_HLT),
+        );
+        assert_eq!(m.outcome, Outcome::Completed);
+        let r = analysis::analyse(&m, &Baseline::default(), 1_000_000, false);
+        let check = r.exit_check.expect("an exit check");
+        let target = m.per_vcpu.iter().find(|v| v.vcpu == 1).expect("vCPU 1");
+        if exitlab_host::survey().is_nested_or_paravirtual() {
+            // kvm_pvm accepts the capability but emulates guest ring 0, HLT included,
+            // and counts each HLT: the lab must say so rather than pass.
+            if target.halt_exits != Some(0) {
+                assert!(!check.passed, "HLT exits despite the knob went unflagged");
+                assert!(check.detail.contains("does not honour"), "{}", check.detail);
+                return;
+            }
+        }
+        assert_eq!(
+            target.halt_exits,
+            Some(0),
+            "with HLT exits disabled the target's HLTs must not exit"
+        );
+        assert!(check.passed, "{}", check.detail);
+    } else {
+        let e = probe.unwrap_err();
+        assert!(e.contains("KVM_CAP_X86_DISABLE_EXITS lacks hlt"), "{e}");
+    }
+}
+
+#[test]
+fn halt_poll_knob_is_probed_applied_and_recorded() {
+    let kvm = kvm();
+    let k = knobs(|k| k.halt_poll_ns = Some(0));
+    match k.probe(&kvm) {
+        Ok(()) => {
+            let m = run("ipi_halt", 10, k);
+            completed_in_kernel(&m);
+            let rec = k.record(None);
+            assert_eq!(rec.halt_poll_ns, Some(0));
+            assert!(rec.describe().contains("halt-poll-ns 0"));
+        }
+        Err(e) => assert!(e.contains("KVM_CAP_HALT_POLL"), "{e}"),
+    }
+}
+
+#[test]
+fn pv_send_ipi_is_skipped_when_hidden_and_otherwise_completes_or_is_reported_stuck() {
+    let m = run("pv_send_ipi", 10, knobs(|k| k.pv_ipi = Some(false)));
+    match &m.outcome {
+        Outcome::Skipped(why) => assert!(why.contains("KVM_FEATURE_PV_SEND_IPI"), "{why}"),
+        o => panic!("pv_send_ipi with --pv-ipi off: {o:?}"),
+    }
+    let m = run_with(
+        "pv_send_ipi",
+        RunParams {
+            timeout: Duration::from_secs(3),
+            ..params(10, IrqKnobs::default())
+        },
+    );
+    match &m.outcome {
+        Outcome::Completed => {
+            completed_in_kernel(&m);
+        }
+        // Where a hypercall never completes (this host's kvm_pvm), it is stopped.
+        Outcome::DidNotComplete(why) => assert!(why.contains("no progress"), "{why}"),
+        Outcome::Failed(why) => assert!(why.contains("guest CPUID lacks"), "{why}"),
+        Outcome::Skipped(why) => panic!("skipped: {why}"),
+    }
+}
+
+#[test]
+fn bad_knob_values_are_refused_by_name() {
+    let mut k = IrqKnobs::default();
+    assert!(k
+        .set("idle", "sleep")
+        .unwrap_err()
+        .contains("poll, hlt or mwait"));
+    assert!(k
+        .set("disable-exits", "hlt,nap")
+        .unwrap_err()
+        .contains("'nap'"));
+    assert!(k.set("pv-ipi", "maybe").unwrap_err().contains("on or off"));
+    assert!(k.set("cpus", "65").unwrap_err().contains("out of range"));
+    // MWAIT idle needs MONITOR/MWAIT in the guest CPUID: refused up front where KVM
+    // offers neither the CPUID bit nor the capability that brings it.
+    let kvm = kvm();
+    let mwait = knobs(|k| k.idle = exitlab_lab::smp::Idle::Mwait);
+    let offered = knobs::cpuid_offers_mwait(&kvm);
+    match mwait.probe(&kvm) {
+        Ok(()) => assert!(offered, "--idle mwait accepted without MONITOR/MWAIT"),
+        Err(e) => {
+            assert!(!offered, "{e}");
+            assert!(e.contains("does not offer MONITOR/MWAIT"), "{e}");
+        }
+    }
+    let m = run("ipi", 5, knobs(|k| k.cpus = 1));
+    match &m.outcome {
+        Outcome::Skipped(why) => assert!(why.contains("needs at least 2 vCPUs"), "{why}"),
+        o => panic!("ipi on one vCPU: {o:?}"),
+    }
+    let r = analysis::analyse(&m, &Baseline::default(), 1, false);
+    assert!(matches!(r.status, TestStatus::Skipped { .. }));
+}
+
+#[test]
+fn ipis_to_a_polling_vcpu_cause_no_userspace_exit_in_either_apic_mode() {
+    for (name, apic) in [
+        ("ipi", ApicMode::Xapic),
+        ("ipi", ApicMode::X2apic),
+        ("ipi_one_way", ApicMode::X2apic),
+        ("broadcast_ipi", ApicMode::Xapic),
+        ("broadcast_lock", ApicMode::X2apic),
+    ] {
+        let m = run(name, 10, knobs(|k| k.apic = apic));
+        let r = completed_in_kernel(&m);
+        assert_eq!(r.irq.expect("irq info").apic, apic, "{name}");
+        assert_eq!(m.per_vcpu.len(), 2, "{name}: exits of both vCPUs");
+    }
+}
