@@ -267,15 +267,25 @@ fn bare_loop_answers_the_same_port_reads() {
 
 #[test]
 fn many_exits_per_sample_are_progress_for_the_watchdog() {
-    // Each sample takes 50,000 userspace exits, far longer than the 100 ms no-progress
-    // window; no doorbell comes until DONE. The run is not stopped while it moves.
+    // Each sample takes enough userspace exits to last about three times the no-progress
+    // window (the cost of one exit is measured first), and no doorbell comes until DONE.
+    // The run is not stopped while it moves.
     let kvm = kvm();
     let def = catalogue::find("inl_from_user").unwrap();
-    let mut p = params(2, 50_000);
+    let mut p = params(20, 1);
     p.ring = 3;
-    p.timeout = Duration::from_millis(100);
+    let probe = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    assert_eq!(probe.outcome, Outcome::Completed);
+    let khz = f64::from(probe.tsc_khz.expect("KVM_GET_TSC_KHZ"));
+    let cycles = analysis::per_iteration(&probe.samples, 1).unwrap();
+    let fastest = cycles.iter().copied().fold(f64::INFINITY, f64::min);
+    let timeout = Duration::from_millis(500);
+    let exits_per_sample = (3.0 * timeout.as_secs_f64() * khz * 1e3 / fastest).ceil() as u64;
+    let mut p = params(2, exits_per_sample.clamp(1_000, 5_000_000));
+    p.ring = 3;
+    p.timeout = timeout;
     let t = Instant::now();
     let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
     assert_eq!(m.outcome, Outcome::Completed, "after {:?}", t.elapsed());
-    assert_eq!(m.counts.io_in, 10 + 2 * 50_000);
+    assert_eq!(m.counts.io_in, 10 + 2 * p.batch);
 }

@@ -130,6 +130,13 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
+        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+            // Set before the loop's own analysis: the exits KVM counts during the empty
+            // loop (a busy host's interrupts) are no test's, the loop's included.
+            let p = &m.params;
+            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
+            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
+        }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
         r.net_percentiles = crate::figures::net_percentiles(&m);
@@ -139,11 +146,6 @@ pub fn run(
         if m.outcome != Outcome::Completed {
             // Not run to the end: report what was asked for, not one round's share.
             r.samples = opts.params.samples;
-        }
-        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
-            let p = &m.params;
-            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
         }
         results.push(r);
         measurements.push(m);
