@@ -301,6 +301,9 @@ fn quiet_count(rounds: &[Measurement], limit: f64) -> u64 {
         .count() as u64
 }
 
+/// Tests that got extra rounds, with how many each.
+type ExtraRounds = Vec<(&'static str, u32)>;
+
 /// The tests (indices) whose completed rounds hold fewer than `wanted` samples taken
 /// while the host was quiet; a test with a round that did not complete is not run again.
 fn short_of_quiet_samples(per_test: &[Vec<Measurement>], limit: f64, wanted: u64) -> Vec<usize> {
@@ -328,7 +331,7 @@ fn top_up_quiet_samples(
     rounds: u64,
     per_test: &mut [Vec<Measurement>],
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<(Vec<(&'static str, u32)>, Option<u32>), RunError> {
+) -> Result<(ExtraRounds, Option<u32>), RunError> {
     let share = (opts.params.samples / rounds).max(1);
     let wanted = (opts.params.samples as f64 * QUIET_SHARE_WANTED).ceil() as u64;
     let mut extra: Vec<(&'static str, u32)> = Vec::new();
