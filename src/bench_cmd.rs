@@ -307,6 +307,10 @@ impl Display {
             Display::Quiet => {}
             Display::Bar(bar) => match p {
                 Progress::Round(r, n) => bar.set_prefix(format!("round {r}/{n}")),
+                Progress::ExtraRound(r, n) => {
+                    bar.set_prefix(format!("extra round {r}"));
+                    bar.inc_length(u64::from(n));
+                }
                 Progress::Start(name) => bar.set_message(name.to_string()),
                 Progress::Done(_, _) => bar.inc(1),
             },
@@ -322,6 +326,14 @@ impl Display {
                 let _ = write!(
                     stderr,
                     "{}  round {r}/{n} ",
+                    if *in_rounds { "\n" } else { "" }
+                );
+                *in_rounds = true;
+            }
+            Progress::ExtraRound(r, n) => {
+                let _ = write!(
+                    stderr,
+                    "{}  extra round {r} ({n} tests short of quiet samples) ",
                     if *in_rounds { "\n" } else { "" }
                 );
                 *in_rounds = true;

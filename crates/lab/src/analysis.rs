@@ -4,11 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use exitlab_guest::abi::Sample;
+use exitlab_guest::abi::{Sample, SAMPLES_PER_BATCH};
 
-use crate::catalogue::{TestDef, Where};
-use crate::results::{ExitCheck, Handling, Phases, TestResult, TestStatus};
-use crate::runner::{Measurement, Outcome};
+use crate::catalogue::{TestDef, UserExit, Where};
+use crate::results::{
+    CounterCheck, CounterVerdict, ExitCheck, Handling, KvmCounters, Phases, RoundSpread,
+    TestResult, TestStatus,
+};
+use crate::runner::{Measurement, Outcome, Round};
 use crate::stats::{summarize, Summary};
 
 /// Context from other tests of the same run that one test's analysis needs.
@@ -17,6 +20,79 @@ pub struct Baseline {
     /// KVM exits per iteration of `loop_overhead` (what the loop alone costs in
     /// in-kernel exits on this host; 0 on hardware).
     pub loop_kvm_exits_per_iter: Option<f64>,
+    /// The host-noise detector's limit: a sample whose paired empty loop took longer
+    /// (cycles) was taken while the host was busy and is left out of the figures.
+    pub quiet_loop_limit: Option<f64>,
+}
+
+/// Share of a test's samples the figures keep at least: when the host was busy for
+/// most of the run, the quietest quarter (by paired empty loop) is kept.
+pub const MIN_KEPT_SHARE: f64 = 0.25;
+
+/// Kept samples of a round below which its median does not count in the spread.
+const MIN_ROUND_SAMPLES: usize = 30;
+
+/// The samples taken while the host was quiet: those whose paired empty loop ran within
+/// `limit` cycles, but at least [`MIN_KEPT_SHARE`] of them (the ones with the quickest
+/// loops), with `rounds` recounted to match. Order is kept.
+pub fn quiet_samples(
+    samples: &[Sample],
+    rounds: &[Round],
+    limit: f64,
+) -> (Vec<Sample>, Vec<Round>) {
+    let mut keep: Vec<bool> = samples.iter().map(|s| s.g_loop as f64 <= limit).collect();
+    let at_least = ((samples.len() as f64 * MIN_KEPT_SHARE).ceil() as usize).min(samples.len());
+    if keep.iter().filter(|&&k| k).count() < at_least {
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by_key(|&i| samples[i].g_loop);
+        keep = vec![false; samples.len()];
+        for &i in &order[..at_least] {
+            keep[i] = true;
+        }
+    }
+    let kept: Vec<Sample> = samples
+        .iter()
+        .zip(&keep)
+        .filter_map(|(s, &k)| k.then_some(*s))
+        .collect();
+    let mut at = 0;
+    let kept_rounds = rounds
+        .iter()
+        .map(|r| {
+            let end = (at + r.samples).min(keep.len());
+            let n = keep[at..end].iter().filter(|&&k| k).count();
+            at = end;
+            Round { samples: n, ..*r }
+        })
+        .collect();
+    (kept, kept_rounds)
+}
+
+/// max / min − 1 of the medians of the rounds with at least [`MIN_ROUND_SAMPLES`]
+/// samples (cycles per iteration); NaN with fewer than two.
+pub fn round_spread(samples: &[Sample], rounds: &[Round], batch: u64) -> f64 {
+    let mut medians = Vec::new();
+    let mut at = 0;
+    for r in rounds {
+        let end = (at + r.samples).min(samples.len());
+        if end - at >= MIN_ROUND_SAMPLES {
+            if let Some(s) = per_iteration(&samples[at..end], batch)
+                .ok()
+                .as_deref()
+                .and_then(summary_of)
+            {
+                medians.push(s.median);
+            }
+        }
+        at = end;
+    }
+    let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if medians.len() < 2 || lo <= 0.0 {
+        f64::NAN
+    } else {
+        hi / lo - 1.0
+    }
 }
 
 fn expected_handling(w: Where) -> Handling {
@@ -82,10 +158,13 @@ pub fn exit_check(m: &Measurement) -> ExitCheck {
         }
         problems.push(format!("{n} unexpected {name} exits"));
     }
-    if counts.get("doorbell").copied().unwrap_or(0) != m.doorbells {
+    // The protocol rings one BATCH per full ring and one DONE per round: the VMM's count
+    // of doorbell exits and the hook's count of doorbells must both be that.
+    let doorbells_expected = expected_doorbells(m);
+    let doorbell_exits = counts.get("doorbell").copied().unwrap_or(0);
+    if doorbell_exits != doorbells_expected || m.doorbells != doorbells_expected {
         problems.push(format!(
-            "{} doorbell exits for {} doorbells",
-            counts.get("doorbell").copied().unwrap_or(0),
+            "{doorbell_exits} doorbell exits and {} doorbells handled, expected {doorbells_expected}",
             m.doorbells
         ));
     }
@@ -125,45 +204,123 @@ pub fn exit_check(m: &Measurement) -> ExitCheck {
     }
 }
 
+/// Doorbells the protocol rings after READY: per round, one BATCH for each full ring of
+/// samples and one DONE.
+pub fn expected_doorbells(m: &Measurement) -> u64 {
+    let per_round = |samples: u64| samples / SAMPLES_PER_BATCH + 1;
+    if m.rounds.is_empty() {
+        per_round(m.params.samples)
+    } else {
+        m.rounds.iter().map(|r| per_round(r.samples as u64)).sum()
+    }
+}
+
 /// KVM exits per iteration above the empty loop's, from KVM's binary statistics.
 pub fn kvm_exits_per_iteration(m: &Measurement, base: &Baseline) -> Option<f64> {
     let p = &m.params;
     let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-    m.kvm_exits
+    m.kvm_exits()
         .map(|k| k as f64 / iterations - base.loop_kvm_exits_per_iter.unwrap_or(0.0))
 }
 
-/// Where the exit was handled, as observed: in userspace if the VMM saw one exit of the
-/// test's kind per iteration; in the kernel if KVM's exit counter grew by at least half an
-/// exit per iteration more than the empty loop's, or if the instruction is one that never
-/// runs natively in a guest and no userspace exit happened (KVM handled it without a
-/// counted exit, as a host that emulates guest ring 0 does); otherwise nowhere.
-pub fn observed_handling(m: &Measurement, base: &Baseline) -> Handling {
-    let p = &m.params;
-    let iterations = (p.warmup + p.samples * p.batch).max(1);
-    if let Some(k) = m.def.user_exit {
-        let n = m
+/// Userspace exits of the test's own kind (every userspace exit but the doorbells for a
+/// test that expects none), and the exits KVM counted beyond all userspace exits and the
+/// empty loop's (`None` without binary stats).
+pub fn observed_exits(m: &Measurement, base: &Baseline) -> (u64, Option<u64>) {
+    let user = match m.def.user_exit {
+        Some(k) => m
             .counts
             .entries()
             .into_iter()
             .find(|(name, _)| *name == k.name())
-            .map(|e| e.1);
-        if n.unwrap_or(0) >= iterations {
-            return Handling::User;
-        }
-    }
-    if kvm_exits_per_iteration(m, base).is_some_and(|x| x >= 0.5) {
-        return Handling::Kernel;
-    }
-    match m.def.expected {
-        Where::Kernel => Handling::Kernel,
-        Where::User | Where::Nowhere => Handling::None,
+            .map_or(0, |e| e.1),
+        None => m.counts.total() - m.counts.doorbell,
+    };
+    let p = &m.params;
+    let iterations = (p.warmup + p.samples * p.batch) as f64;
+    let kernel = m.kvm_exits().map(|k| {
+        let loop_exits = base.loop_kvm_exits_per_iter.unwrap_or(0.0) * iterations;
+        (k as f64 - m.counts.total() as f64 - loop_exits)
+            .max(0.0)
+            .round() as u64
+    });
+    (user, kernel)
+}
+
+/// Where the exits were handled, as observed and only as observed: "user" when at least
+/// a tenth of the iterations exited to userspace, "kernel" when KVM counted at least a
+/// tenth of the iterations in exits it handled itself, "mixed" (with both counts) when
+/// both hold, and "not observed" when neither does (a host that handles the instruction
+/// without a counted exit, or no binary stats to count kernel exits with). The
+/// catalogue's expectation plays no part.
+pub fn observed_handling(m: &Measurement, base: &Baseline) -> Handling {
+    let p = &m.params;
+    let iterations = (p.warmup + p.samples * p.batch).max(1);
+    let (user, kernel) = observed_exits(m, base);
+    let seen = |n: u64| n.saturating_mul(10) >= iterations;
+    match (seen(user), kernel.filter(|&k| seen(k))) {
+        (true, Some(kernel)) => Handling::Mixed { user, kernel },
+        (true, None) => Handling::User,
+        (false, Some(_)) => Handling::Kernel,
+        (false, None) => Handling::NotObserved,
     }
 }
 
-/// True when a kernel-handled test's exits did not show in KVM's exit counter.
-pub fn kernel_exits_uncounted(m: &Measurement, base: &Baseline) -> bool {
-    m.def.expected == Where::Kernel && kvm_exits_per_iteration(m, base).is_some_and(|x| x < 0.5)
+/// KVM's name of the counter that counts `kind`'s exits.
+fn kvm_counter_of(kind: UserExit) -> Option<&'static str> {
+    match kind {
+        UserExit::IoIn | UserExit::IoOut => Some("io_exits"),
+        UserExit::MmioRead | UserExit::MmioWrite => Some("mmio_exits"),
+        UserExit::Hlt => Some("halt_exits"),
+        UserExit::Rdmsr | UserExit::Wrmsr => None,
+    }
+}
+
+/// Compares KVM's counters with exitlab's counts of the same exits over the measured
+/// part: `exits` with every userspace exit, `io_exits` with port exits (doorbells
+/// included), `mmio_exits` with MMIO exits, `halt_exits` with HLT exits. KVM counts the
+/// exits it handles itself too, so it may count more, except for the test's own
+/// userspace kind, every exit of which must have reached the VMM. `None` without binary
+/// stats.
+pub fn kvm_cross_check(m: &Measurement) -> Option<KvmCounters> {
+    let deltas = m.kvm_counters.as_ref()?;
+    let c = &m.counts;
+    let own = m.def.user_exit.and_then(kvm_counter_of);
+    let pairs = [
+        ("exits", c.total()),
+        ("io_exits", c.io_in + c.io_out + c.doorbell),
+        ("mmio_exits", c.mmio_read + c.mmio_write),
+        ("halt_exits", c.hlt),
+    ];
+    let checks = pairs
+        .into_iter()
+        .filter_map(|(name, exitlab)| {
+            let kvm = *deltas.get(name)?;
+            let verdict = if kvm == exitlab {
+                CounterVerdict::Agree
+            } else if kvm == 0 {
+                CounterVerdict::NotCounted
+            } else if kvm < exitlab || own == Some(name) {
+                CounterVerdict::Mismatch
+            } else {
+                CounterVerdict::KernelHandled
+            };
+            Some(CounterCheck {
+                counter: name.to_string(),
+                kvm,
+                exitlab,
+                verdict,
+            })
+        })
+        .collect();
+    Some(KvmCounters {
+        deltas: deltas
+            .iter()
+            .filter(|(_, &v)| v > 0)
+            .map(|(k, &v)| (k.clone(), v))
+            .collect(),
+        checks,
+    })
 }
 
 fn summary_of(values: &[f64]) -> Option<Summary> {
@@ -189,6 +346,27 @@ pub fn phase_values(samples: &[Sample], tsc_offset: i64) -> (Vec<f64>, Vec<f64>,
         exit.push((s.h_return - start) as f64);
         handle.push((s.h_reenter - s.h_return) as f64);
         entry.push((end - s.h_reenter) as f64);
+    }
+    (exit, handle, entry)
+}
+
+/// [`phase_values`] of every round, each with its own VM's TSC offset; rounds whose
+/// offset is unknown contribute nothing.
+pub fn phase_values_by_round(
+    samples: &[Sample],
+    rounds: &[Round],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut exit, mut handle, mut entry) = (Vec::new(), Vec::new(), Vec::new());
+    let mut at = 0;
+    for r in rounds {
+        let end = (at + r.samples).min(samples.len());
+        if let Some(off) = r.tsc_offset {
+            let (e, h, n) = phase_values(&samples[at..end], off);
+            exit.extend(e);
+            handle.extend(h);
+            entry.extend(n);
+        }
+        at = end;
     }
     (exit, handle, entry)
 }
@@ -226,6 +404,8 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         median_ns_is_net: false,
         exits: BTreeMap::new(),
         kvm_exits: None,
+        kvm_counters: None,
+        round_spread: None,
         exit_check: None,
         phases: None,
         kvm_run_cycles: None,
@@ -260,13 +440,22 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
             return r;
         }
     }
-    let values = match per_iteration(&m.samples, m.params.batch) {
-        Ok(v) => v,
-        Err(e) => {
-            r.status = TestStatus::Failed { reason: e };
-            return r;
-        }
+    if let Err(e) = per_iteration(&m.samples, m.params.batch) {
+        r.status = TestStatus::Failed { reason: e };
+        return r;
+    }
+    // The figures come from the samples taken while the host was quiet; the exit check
+    // counts every sample.
+    let (samples, rounds) = match base.quiet_loop_limit {
+        Some(limit) => quiet_samples(&m.samples, &m.rounds, limit),
+        None => (m.samples.clone(), m.rounds.clone()),
     };
+    r.round_spread = Some(RoundSpread {
+        rounds: m.rounds.len() as u32,
+        dropped_samples: (m.samples.len() - samples.len()) as u64,
+        spread: round_spread(&samples, &rounds, m.params.batch),
+    });
+    let values = per_iteration(&samples, m.params.batch).unwrap_or_default();
     r.cycles = summary_of(&values);
     r.exits = m
         .counts
@@ -274,7 +463,8 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    r.kvm_exits = m.kvm_exits;
+    r.kvm_exits = m.kvm_exits();
+    r.kvm_counters = kvm_cross_check(m);
     r.exit_check = Some(exit_check(m));
     if let Some(c) = r.exit_check.as_mut() {
         crate::smp::check_disabled_exits(m, c);
@@ -286,7 +476,7 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         let net = if def.name == "loop_overhead" {
             None
         } else {
-            summary_of(&paired_net(&m.samples, m.params.batch)).map(|n| n.median)
+            summary_of(&paired_net(&samples, m.params.batch)).map(|n| n.median)
         };
         r.net_median_cycles = net;
         if tsc_khz > 0 {
@@ -296,21 +486,19 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         }
     }
     if def.user_exit.is_some() && m.params.batch == 1 {
-        let (share, run) = host_values(&m.samples);
+        let (share, run) = host_values(&samples);
         r.userspace_share = summary_of(&share);
         r.kvm_run_cycles = summary_of(&run);
         if def.phases {
-            if let Some(off) = m.tsc_offset {
-                let (e, h, n) = phase_values(&m.samples, off);
-                if let (Some(exit_leg), Some(handling), Some(entry_leg)) =
-                    (summary_of(&e), summary_of(&h), summary_of(&n))
-                {
-                    r.phases = Some(Phases {
-                        exit_leg,
-                        handling,
-                        entry_leg,
-                    });
-                }
+            let (e, h, n) = phase_values_by_round(&samples, &rounds);
+            if let (Some(exit_leg), Some(handling), Some(entry_leg)) =
+                (summary_of(&e), summary_of(&h), summary_of(&n))
+            {
+                r.phases = Some(Phases {
+                    exit_leg,
+                    handling,
+                    entry_leg,
+                });
             }
         }
     }
@@ -329,4 +517,404 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         );
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    //! Synthetic measurements with known answers: no KVM needed.
+    use std::time::Duration;
+
+    use super::*;
+    use crate::catalogue;
+    use crate::runner::RunParams;
+    use exitlab_vmm::vcpu::ExitCounts;
+
+    fn params(samples: u64, batch: u64, warmup: u64) -> RunParams {
+        RunParams {
+            ring: 0,
+            samples,
+            batch,
+            warmup,
+            timeout: Duration::from_secs(1),
+            pin: None,
+            bare: false,
+            irq: Default::default(),
+        }
+    }
+
+    /// A sample of `total` guest cycles starting at `g_start` (guest TSC), with the empty
+    /// loop at `g_loop`, and host stamps that put the exit `exit` cycles after the start
+    /// and the re-entry `handle` cycles later, for a vCPU whose guest TSC is the host's
+    /// plus `offset`.
+    fn sample(
+        g_start: u64,
+        total: u64,
+        g_loop: u64,
+        exit: u64,
+        handle: u64,
+        offset: i64,
+    ) -> Sample {
+        let host_start = g_start.wrapping_sub(offset as u64);
+        Sample {
+            g_start,
+            g_end: g_start + total,
+            h_prev_reenter: host_start.saturating_sub(5_000),
+            h_return: host_start + exit,
+            h_reenter: host_start + exit + handle,
+            seq_delta: 1,
+            g_loop,
+        }
+    }
+
+    /// One completed round of `inl_from_user`: `n` samples with the given phases, and
+    /// the exit counts the protocol implies.
+    fn user_round(n: u64, offset: i64, exit: u64, handle: u64, entry: u64) -> Measurement {
+        let def = catalogue::find("inl_from_user").unwrap();
+        let mut m = Measurement::new(def, params(n, 1, 10));
+        m.samples = (0..n)
+            .map(|i| {
+                sample(
+                    1_000_000 + i * 100_000,
+                    exit + handle + entry,
+                    300,
+                    exit,
+                    handle,
+                    offset,
+                )
+            })
+            .collect();
+        m.counts = ExitCounts {
+            io_in: n + 10,
+            doorbell: 1,
+            ..ExitCounts::default()
+        };
+        m.doorbells = 1;
+        m.rounds = vec![Round {
+            samples: n as usize,
+            tsc_offset: Some(offset),
+        }];
+        m
+    }
+
+    #[test]
+    fn per_iteration_divides_by_the_batch_and_rejects_backward_samples() {
+        let s = [
+            sample(1000, 700, 0, 1, 1, 0),
+            sample(5000, 1400, 0, 1, 1, 0),
+        ];
+        assert_eq!(per_iteration(&s, 7).unwrap(), vec![100.0, 200.0]);
+        let mut bad = s;
+        bad[1].g_end = bad[1].g_start;
+        let e = per_iteration(&bad, 1).unwrap_err();
+        assert!(e.contains("sample 1 is implausible"), "{e}");
+    }
+
+    #[test]
+    fn net_figures_subtract_each_samples_own_loop() {
+        // Totals 1000, 1100, 5000 with loops 200, 500, 100: nets 800, 600, 4900 per
+        // sample; batch 2 halves them; the net median is the median of the nets (400),
+        // not the difference of the medians ((1100 - 200) / 2 = 450).
+        let s = [
+            sample(0, 1000, 200, 1, 1, 0),
+            sample(10_000, 1100, 500, 1, 1, 0),
+            sample(20_000, 5000, 100, 1, 1, 0),
+        ];
+        assert_eq!(paired_net(&s, 2), vec![400.0, 300.0, 2450.0]);
+        let def = catalogue::find("cpuid").unwrap();
+        let mut m = Measurement::new(def, params(3, 2, 0));
+        m.samples = s.to_vec();
+        m.counts.doorbell = 1;
+        m.doorbells = 1;
+        let r = analyse(&m, &Baseline::default(), 2_000_000, false);
+        assert_eq!(r.net_median_cycles, Some(400.0));
+        assert_eq!(r.cycles.as_ref().unwrap().median, 550.0);
+        // 400 cycles at 2 GHz are 200 ns.
+        assert_eq!(r.median_ns, Some(200.0));
+        assert!(r.median_ns_is_net);
+    }
+
+    #[test]
+    fn percentiles_and_ci_of_a_known_set() {
+        // 1..=101 cycles per iteration: median 51, p10 11, p90 91 (type 7).
+        let def = catalogue::find("cpuid").unwrap();
+        let mut m = Measurement::new(def, params(101, 1, 0));
+        m.samples = (1..=101).map(|i| sample(i * 1000, i, 0, 1, 1, 0)).collect();
+        m.counts.doorbell = 1;
+        m.doorbells = 1;
+        let c = analyse(&m, &Baseline::default(), 0, false).cycles.unwrap();
+        assert_eq!((c.p10, c.median, c.p90), (11.0, 51.0, 91.0));
+        assert!(c.median_ci95[0] <= 51.0 && 51.0 <= c.median_ci95[1]);
+        assert!(
+            c.median_ci95[1] - c.median_ci95[0] < 40.0,
+            "{:?}",
+            c.median_ci95
+        );
+    }
+
+    #[test]
+    fn median_ci_covers_the_true_median_about_95_percent_of_the_time() {
+        // The false-alarm rate of the interval, measured: 300 data sets of 201 values
+        // from a known distribution (median 1000), each summarised as a test's samples.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let trials = 300;
+        let mut covered = 0;
+        for _ in 0..trials {
+            // A skewed distribution like exit timings: 1000 * exp(N(0,1)-ish) via the
+            // inverse of a log-logistic, median exactly 1000.
+            let v: Vec<f64> = (0..201)
+                .map(|_| {
+                    let u: f64 = next().clamp(1e-9, 1.0 - 1e-9);
+                    1000.0 * (u / (1.0 - u)).powf(0.3)
+                })
+                .collect();
+            let s = summary_of(&v).unwrap();
+            if s.median_ci95[0] <= 1000.0 && 1000.0 <= s.median_ci95[1] {
+                covered += 1;
+            }
+        }
+        let rate = f64::from(covered) / f64::from(trials);
+        assert!((0.90..=0.99).contains(&rate), "coverage {rate}");
+    }
+
+    #[test]
+    fn phase_arithmetic_uses_the_tsc_offset_and_skips_unordered_stamps() {
+        let off = -123_456_789i64;
+        let mut s = vec![
+            sample(1_000_000, 900, 0, 400, 100, off),
+            sample(2_000_000, 1000, 0, 450, 150, off),
+        ];
+        // Host stamps after the guest's end: not a timeline, left out.
+        s.push(sample(3_000_000, 500, 0, 400, 200, off));
+        let (e, h, n) = phase_values(&s, off);
+        assert_eq!(e, vec![400.0, 450.0]);
+        assert_eq!(h, vec![100.0, 150.0]);
+        assert_eq!(n, vec![400.0, 400.0]);
+        // With the wrong offset nothing is ordered.
+        assert!(phase_values(&s, off + 10_000_000).0.is_empty());
+    }
+
+    #[test]
+    fn phases_survive_merging_four_rounds_with_different_offsets() {
+        let rounds: Vec<Measurement> = [-5_000_000i64, 7_000_000, 123, -42]
+            .iter()
+            .map(|&off| user_round(25, off, 600, 90, 500))
+            .collect();
+        let m = Measurement::merge(rounds).unwrap();
+        assert_eq!(m.outcome, Outcome::Completed);
+        assert_eq!(m.samples.len(), 100);
+        assert_eq!(m.rounds.len(), 4);
+        assert_eq!(m.params.samples, 100);
+        assert_eq!(m.params.warmup, 40);
+        assert_eq!(m.counts.io_in, 140);
+        assert_eq!(m.doorbells, 4);
+        let (e, _, _) = phase_values_by_round(&m.samples, &m.rounds);
+        assert_eq!(e.len(), 100, "every round's samples keep their phases");
+        let r = analyse(&m, &Baseline::default(), 1_000_000, false);
+        let p = r.phases.expect("phases after merging 4 rounds");
+        assert_eq!(
+            (p.exit_leg.median, p.handling.median, p.entry_leg.median),
+            (600.0, 90.0, 500.0)
+        );
+        assert_eq!(p.exit_leg.n, 100);
+        let check = r.exit_check.unwrap();
+        assert!(check.passed, "{}", check.detail);
+    }
+
+    #[test]
+    fn a_round_that_did_not_complete_decides_the_merged_outcome() {
+        let mut bad = user_round(25, 0, 600, 90, 500);
+        bad.outcome = Outcome::DidNotComplete("stuck".into());
+        let rounds = vec![
+            user_round(25, 0, 600, 90, 500),
+            bad,
+            user_round(25, 0, 1, 1, 1),
+        ];
+        let m = Measurement::merge(rounds).unwrap();
+        assert_eq!(m.outcome, Outcome::DidNotComplete("stuck".into()));
+        assert!(m.samples.is_empty() && m.rounds.is_empty());
+        assert!(Measurement::merge(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn exit_check_counts_doorbells_against_the_protocol() {
+        let m = user_round(25, 0, 600, 90, 500);
+        assert!(exit_check(&m).passed);
+        // One doorbell more than one DONE: the VMM counted an exit the protocol did not
+        // ring (or the guest rang one too many).
+        let mut extra = m.clone();
+        extra.counts.doorbell = 2;
+        extra.doorbells = 2;
+        let c = exit_check(&extra);
+        assert!(!c.passed);
+        assert!(
+            c.detail
+                .contains("2 doorbell exits and 2 doorbells handled, expected 1"),
+            "{}",
+            c.detail
+        );
+        // A full ring rings BATCH as well: 16384 + 1 samples need 2 doorbells.
+        let mut big = Measurement::new(m.def, params(SAMPLES_PER_BATCH + 1, 1, 0));
+        big.rounds = vec![Round {
+            samples: (SAMPLES_PER_BATCH + 1) as usize,
+            tsc_offset: None,
+        }];
+        assert_eq!(expected_doorbells(&big), 2);
+        // One userspace exit short.
+        let mut short = m;
+        short.counts.io_in -= 1;
+        assert!(!exit_check(&short).passed);
+    }
+
+    fn with_kvm(mut m: Measurement, counters: &[(&str, u64)]) -> Measurement {
+        m.kvm_counters = Some(counters.iter().map(|&(k, v)| (k.to_string(), v)).collect());
+        m
+    }
+
+    #[test]
+    fn handling_is_only_what_was_observed() {
+        let base = Baseline {
+            loop_kvm_exits_per_iter: Some(0.2),
+            ..Baseline::default()
+        };
+        // 35 iterations (10 warm-up + 25), 35 io_in exits + 1 doorbell.
+        let user = user_round(25, 0, 1, 1, 1);
+        assert_eq!(observed_handling(&user, &base), Handling::User);
+        let user_kvm = with_kvm(user.clone(), &[("exits", 36 + 7)]);
+        assert_eq!(observed_handling(&user_kvm, &base), Handling::User);
+        // A kernel test: no userspace exit but the doorbell. KVM counted 35 exits beyond
+        // the userspace one and the loop's 7 (0.2 per iteration): kernel.
+        let def = catalogue::find("inl_from_kernel").unwrap();
+        let mut k = Measurement::new(def, params(25, 1, 10));
+        k.counts.doorbell = 1;
+        k.doorbells = 1;
+        assert_eq!(
+            observed_handling(&k, &base),
+            Handling::NotObserved,
+            "no stats"
+        );
+        let counted = with_kvm(k.clone(), &[("exits", 1 + 7 + 35)]);
+        assert_eq!(observed_handling(&counted, &base), Handling::Kernel);
+        // The host counted only the loop's exits: not observed, never the expectation.
+        let uncounted = with_kvm(k, &[("exits", 1 + 7)]);
+        assert_eq!(observed_handling(&uncounted, &base), Handling::NotObserved);
+        // Half the iterations in userspace, half in the kernel: mixed, with counts.
+        let mut half = user_round(25, 0, 1, 1, 1);
+        half.counts.io_in = 18;
+        let half = with_kvm(half, &[("exits", 19 + 7 + 17)]);
+        assert_eq!(
+            observed_handling(&half, &base),
+            Handling::Mixed {
+                user: 18,
+                kernel: 17
+            }
+        );
+        assert_eq!(
+            Handling::Mixed {
+                user: 18,
+                kernel: 17
+            }
+            .label(),
+            "mixed (user 18, kernel 17)"
+        );
+    }
+
+    #[test]
+    fn kvm_counters_are_cross_checked_with_exitlabs_counts() {
+        let verdicts = |m: &Measurement| -> Vec<(String, CounterVerdict)> {
+            kvm_cross_check(m)
+                .unwrap()
+                .checks
+                .into_iter()
+                .map(|c| (c.counter, c.verdict))
+                .collect()
+        };
+        let m = user_round(25, 0, 1, 1, 1);
+        assert!(kvm_cross_check(&m).is_none(), "no stats, no check");
+        // 35 io_in + 1 doorbell = 36 port exits.
+        let agree = with_kvm(
+            m.clone(),
+            &[("exits", 40), ("io_exits", 36), ("mmio_exits", 0)],
+        );
+        assert_eq!(
+            verdicts(&agree),
+            vec![
+                ("exits".into(), CounterVerdict::KernelHandled),
+                ("io_exits".into(), CounterVerdict::Agree),
+                ("mmio_exits".into(), CounterVerdict::Agree),
+            ]
+        );
+        let uncounted = with_kvm(m.clone(), &[("exits", 40), ("io_exits", 0)]);
+        assert_eq!(verdicts(&uncounted)[1].1, CounterVerdict::NotCounted);
+        let fewer = with_kvm(m.clone(), &[("exits", 30)]);
+        assert_eq!(verdicts(&fewer)[0].1, CounterVerdict::Mismatch);
+        // More port exits than reached the VMM, on a test whose every port exit must.
+        let more = with_kvm(m, &[("io_exits", 50)]);
+        assert_eq!(verdicts(&more)[0].1, CounterVerdict::Mismatch);
+        // A kernel port test: the extra port exits are the kernel's.
+        let def = catalogue::find("inl_from_kernel").unwrap();
+        let mut k = Measurement::new(def, params(25, 1, 10));
+        k.counts.doorbell = 1;
+        let k = with_kvm(
+            k,
+            &[("io_exits", 36), ("insn_emulation", 7), ("halt_exits", 0)],
+        );
+        let c = kvm_cross_check(&k).unwrap();
+        assert_eq!(c.checks[0].verdict, CounterVerdict::KernelHandled);
+        assert_eq!(c.deltas.get("insn_emulation"), Some(&7));
+        assert!(
+            !c.deltas.contains_key("halt_exits"),
+            "zero deltas are not kept"
+        );
+    }
+
+    #[test]
+    fn noisy_samples_are_left_out_of_the_figures_but_not_the_exit_check() {
+        // Two rounds of 40: the second ran on a busy host (loop 30 % slower, every
+        // sample 30 % slower too).
+        let mut m = Measurement::merge(vec![
+            user_round(40, 0, 600, 90, 500),
+            user_round(40, 0, 600, 90, 500),
+        ])
+        .unwrap();
+        for s in &mut m.samples[40..] {
+            s.g_loop = 390;
+            s.g_end = s.g_start + 1_551;
+        }
+        let base = Baseline {
+            quiet_loop_limit: Some(300.0 * 1.03),
+            ..Baseline::default()
+        };
+        let r = analyse(&m, &base, 1_000_000, false);
+        assert_eq!(r.cycles.as_ref().unwrap().median, 1_190.0);
+        assert_eq!(r.cycles.as_ref().unwrap().n, 40);
+        let s = r.round_spread.unwrap();
+        assert_eq!((s.rounds, s.dropped_samples), (2, 40));
+        assert!(s.spread.is_nan(), "one round left with samples");
+        assert!(
+            r.exit_check.unwrap().passed,
+            "the exit check counts every sample"
+        );
+        // Without the detector both rounds count, and their medians differ by 30 %.
+        let all = analyse(&m, &Baseline::default(), 1_000_000, false);
+        let spread = all.round_spread.unwrap().spread;
+        assert!((spread - 0.303).abs() < 0.001, "{spread}");
+    }
+
+    #[test]
+    fn a_busy_host_still_leaves_the_quietest_quarter() {
+        let mut m = user_round(100, 0, 600, 90, 500);
+        for (i, s) in m.samples.iter_mut().enumerate() {
+            s.g_loop = 1_000 + i as u64;
+        }
+        let (kept, rounds) = quiet_samples(&m.samples, &m.rounds, 300.0);
+        assert_eq!(kept.len(), 25);
+        assert_eq!(rounds[0].samples, 25);
+        assert!(kept.iter().all(|s| s.g_loop < 1_025));
+    }
 }

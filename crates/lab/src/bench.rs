@@ -3,6 +3,7 @@
 //! overhead experiment (the full exit loop against a bare KVM_RUN loop).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -11,7 +12,7 @@ use exitlab_vmm::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
-use crate::results::{BenchConfig, Overhead, ProcessStats, Results, TestStatus, Tool};
+use crate::results::{BenchConfig, Overhead, ProcessStats, Results, TestResult, TestStatus, Tool};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use crate::stats::summarize;
 
@@ -53,6 +54,8 @@ pub enum Progress<'a> {
     Start(&'a str),
     /// It finished.
     Done(&'a str, &'a TestStatus),
+    /// An extra round (1-based) for this many tests short of quiet samples is starting.
+    ExtraRound(u32, u32),
 }
 
 fn status_of(o: &Outcome) -> TestStatus {
@@ -75,6 +78,11 @@ fn tsc_from_host(host: &serde_json::Value) -> Option<(u64, String)> {
     Some((khz, src))
 }
 
+/// How much slower than the run's quietest rounds a round's empty loop may run before
+/// the host-noise detector flags the round. On a quiet host the loop's round medians
+/// agree within about 1 %; a busy host slows the guest by 10-50 % for a while.
+pub const NOISE_TOLERANCE: f64 = 0.03;
+
 /// Runs the suite.
 pub fn run(
     kvm: &Arc<Kvm>,
@@ -89,57 +97,26 @@ pub fn run(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let mut tests: Vec<&'static TestDef> = opts.tests.clone();
-    if !tests.iter().any(|t| t.name == "loop_overhead") {
-        if let Some(l) = catalogue::find("loop_overhead") {
-            tests.insert(0, l);
-        }
+    let tests = suite_order(&opts.tests);
+    let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
+    let (mut per_test, mut interrupted) = run_rounds(kvm, image, &tests, opts, rounds, progress)?;
+    // A one-round run is one step of a design that interleaves runs (A/B): it gets no
+    // extra rounds, which would break the interleaving.
+    let extra = if interrupted.is_none() && rounds > 1 {
+        let (extra, stopped) =
+            top_up_quiet_samples(kvm, image, &tests, opts, rounds, &mut per_test, progress)?;
+        interrupted = stopped;
+        extra
     } else {
-        // The loop overhead runs first: every other figure is reported net of it.
-        tests.sort_by_key(|t| t.name != "loop_overhead");
-    }
+        Vec::new()
+    };
+    let mut base = Baseline {
+        quiet_loop_limit: quiet_loop_limit(&per_test),
+        ..Baseline::default()
+    };
     let mut measurements: Vec<Measurement> = Vec::with_capacity(tests.len());
     let mut results = Vec::with_capacity(tests.len());
-    let mut base = Baseline::default();
     let mut tsc_khz: Option<(u64, String)> = None;
-    let mut uncounted = Vec::new();
-    let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
-    let mut per_test: Vec<Vec<Measurement>> = tests.iter().map(|_| Vec::new()).collect();
-    let cancelled = || {
-        opts.cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::SeqCst))
-    };
-    let mut interrupted = None;
-    'rounds: for round in 0..rounds {
-        progress(Progress::Round(round as u32 + 1, rounds as u32));
-        let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
-        for (i, def) in tests.iter().enumerate() {
-            // A test that did not complete, failed or was skipped is not run again.
-            if per_test[i]
-                .last()
-                .is_some_and(|m| m.outcome != Outcome::Completed)
-            {
-                continue;
-            }
-            if cancelled() {
-                interrupted = Some(round as u32 + 1);
-                break 'rounds;
-            }
-            progress(Progress::Start(def.name));
-            let m = runner::run_test(
-                kvm,
-                image,
-                def,
-                RunParams {
-                    samples: share,
-                    ..opts.params
-                },
-            )?;
-            progress(Progress::Done(def.name, &status_of(&m.outcome)));
-            per_test[i].push(m);
-        }
-    }
     for (def, rounds) in tests.iter().zip(per_test) {
         let figures = crate::figures::round_figures(&rounds);
         let Some(m) = Measurement::merge(rounds) else {
@@ -155,6 +132,13 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
+        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+            // Set before the loop's own analysis: the exits KVM counts during the empty
+            // loop (a busy host's interrupts) are no test's, the loop's included.
+            let p = &m.params;
+            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
+            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
+        }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
         r.net_percentiles = crate::figures::net_percentiles(&m);
@@ -165,14 +149,6 @@ pub fn run(
             // Not run to the end: report what was asked for, not one round's share.
             r.samples = opts.params.samples;
         }
-        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
-            let p = &m.params;
-            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-            base.loop_kvm_exits_per_iter = m.kvm_exits.map(|k| k as f64 / iterations);
-        }
-        if m.outcome == Outcome::Completed && analysis::kernel_exits_uncounted(&m, &base) {
-            uncounted.push(def.name);
-        }
         results.push(r);
         measurements.push(m);
     }
@@ -182,13 +158,7 @@ pub fn run(
             "pinning the vCPU thread failed: {e}; the vCPU ran unpinned"
         ));
     }
-    if !uncounted.is_empty() {
-        notes.push(format!(
-            "KVM's exit counter did not count the exits of {} ({}): KVM handled them without a counted VM exit (a host that emulates guest ring 0, or handles these instructions on a fast path, does this); no userspace exit happened",
-            uncounted.join(", "),
-            if opts.params.ring == 0 { "ring 0" } else { "ring 3" }
-        ));
-    }
+    notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
     let incomplete = interrupted.map(|round| {
         format!(
             "interrupted during round {round} of {rounds}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
@@ -248,9 +218,209 @@ pub fn run(
     })
 }
 
+/// The tests in the order they run: `loop_overhead` first (added if missing), because
+/// every other figure is reported net of it.
+fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
+    let mut tests = requested.to_vec();
+    if !tests.iter().any(|t| t.name == "loop_overhead") {
+        if let Some(l) = catalogue::find("loop_overhead") {
+            tests.insert(0, l);
+        }
+    } else {
+        tests.sort_by_key(|t| t.name != "loop_overhead");
+    }
+    tests
+}
+
+/// Whether the user asked the run to stop (Ctrl-C).
+fn cancelled(opts: &BenchOptions) -> bool {
+    opts.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(Ordering::SeqCst))
+}
+
+/// Runs `rounds` rounds of the whole suite, each test in a fresh VM every round with its
+/// share of the samples, so that slow drifts of the host spread over all tests alike.
+/// A test that did not complete, failed or was skipped is not run again. Also returns
+/// the round (1-based) during which the user interrupted the run, if they did.
+fn run_rounds(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    tests: &[&'static TestDef],
+    opts: &BenchOptions,
+    rounds: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Vec<Vec<Measurement>>, Option<u32>), RunError> {
+    let mut per_test: Vec<Vec<Measurement>> = tests.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        progress(Progress::Round(round as u32 + 1, rounds as u32));
+        let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
+        for (def, done) in tests.iter().zip(per_test.iter_mut()) {
+            if done.last().is_some_and(|m| m.outcome != Outcome::Completed) {
+                continue;
+            }
+            if cancelled(opts) {
+                return Ok((per_test, Some(round as u32 + 1)));
+            }
+            done.push(one_round(kvm, image, def, opts, share, progress)?);
+        }
+    }
+    Ok((per_test, None))
+}
+
+/// One round of `def` with `samples` samples, in a fresh VM, shown as it starts and ends.
+fn one_round(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    opts: &BenchOptions,
+    samples: u64,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Measurement, RunError> {
+    progress(Progress::Start(def.name));
+    let m = runner::run_test(
+        kvm,
+        image,
+        def,
+        RunParams {
+            samples,
+            ..opts.params
+        },
+    )?;
+    progress(Progress::Done(def.name, &status_of(&m.outcome)));
+    Ok(m)
+}
+
+/// Share of a test's samples that should come from quiet moments of the host; a test
+/// with fewer gets extra rounds (see [`top_up_quiet_samples`]).
+pub const QUIET_SHARE_WANTED: f64 = 0.5;
+
+/// Samples of `rounds` taken while the host was quiet (paired loop within `limit`).
+fn quiet_count(rounds: &[Measurement], limit: f64) -> u64 {
+    rounds
+        .iter()
+        .flat_map(|m| &m.samples)
+        .filter(|s| s.g_loop as f64 <= limit)
+        .count() as u64
+}
+
+/// Tests that got extra rounds, with how many each.
+type ExtraRounds = Vec<(&'static str, u32)>;
+
+/// The tests (indices) whose completed rounds hold fewer than `wanted` samples taken
+/// while the host was quiet; a test with a round that did not complete is not run again.
+fn short_of_quiet_samples(per_test: &[Vec<Measurement>], limit: f64, wanted: u64) -> Vec<usize> {
+    per_test
+        .iter()
+        .enumerate()
+        .filter(|(_, done)| done.iter().all(|m| m.outcome == Outcome::Completed))
+        .filter(|(_, done)| quiet_count(done, limit) < wanted)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// After the planned rounds, runs extra rounds of the tests that have fewer than
+/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, one
+/// extra round at a time, each with one round's share of samples, at most as many extra
+/// rounds as planned ones. A quiet host needs none, so the default run is not longer
+/// there; a busy host spends more time instead of reporting its busy moments. Returns
+/// the tests that got extra rounds, with how many, and the round during which the user
+/// interrupted the run, if they did.
+fn top_up_quiet_samples(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    tests: &[&'static TestDef],
+    opts: &BenchOptions,
+    rounds: u64,
+    per_test: &mut [Vec<Measurement>],
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(ExtraRounds, Option<u32>), RunError> {
+    let share = (opts.params.samples / rounds).max(1);
+    let wanted = (opts.params.samples as f64 * QUIET_SHARE_WANTED).ceil() as u64;
+    let mut extra: Vec<(&'static str, u32)> = Vec::new();
+    for round in 0..rounds {
+        let Some(limit) = quiet_loop_limit(per_test) else {
+            break;
+        };
+        let lacking = short_of_quiet_samples(per_test, limit, wanted);
+        if lacking.is_empty() {
+            break;
+        }
+        progress(Progress::ExtraRound(round as u32 + 1, lacking.len() as u32));
+        for i in lacking {
+            if cancelled(opts) {
+                return Ok((extra, Some(rounds as u32 + round as u32 + 1)));
+            }
+            let def = tests[i];
+            per_test[i].push(one_round(kvm, image, def, opts, share, progress)?);
+            match extra.iter_mut().find(|(n, _)| *n == def.name) {
+                Some((_, k)) => *k += 1,
+                None => extra.push((def.name, 1)),
+            }
+        }
+    }
+    Ok((extra, None))
+}
+
+/// The median of the empty loop the guest measured before each sample of a completed
+/// round: how fast the host ran the guest while the round ran.
+fn round_loop_median(m: &Measurement) -> Option<f64> {
+    if m.outcome != Outcome::Completed {
+        return None;
+    }
+    let loops: Vec<f64> = m.samples.iter().map(|s| s.g_loop as f64).collect();
+    summarize(&loops).ok().map(|s| s.median)
+}
+
+/// The host-noise detector's limit for a run. Every sample is preceded by the same
+/// empty loop, whatever the test, so the loop's median in each round tells how fast the
+/// host ran the guest then; the quietest round of the whole run is the reference, and a
+/// sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was taken while the
+/// host was busy (see [`analysis::quiet_samples`]).
+fn quiet_loop_limit(per_test: &[Vec<Measurement>]) -> Option<f64> {
+    per_test
+        .iter()
+        .flatten()
+        .filter_map(round_loop_median)
+        .min_by(f64::total_cmp)
+        .map(|reference| reference * (1.0 + NOISE_TOLERANCE))
+}
+
+/// The note that says how many samples the host-noise detector left out and which
+/// tests got extra rounds, if any.
+fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)]) -> Option<String> {
+    let (mut dropped, mut total) = (0, 0);
+    for t in results.iter().filter(|t| t.status.is_ok()) {
+        if let Some(s) = &t.round_spread {
+            dropped += s.dropped_samples;
+            total += t.samples;
+        }
+    }
+    let limit = limit?;
+    if dropped == 0 && extra.is_empty() {
+        return None;
+    }
+    let mut note = format!(
+        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's quietest round; every test kept at least {:.0}% of its samples",
+        NOISE_TOLERANCE * 100.0,
+        analysis::MIN_KEPT_SHARE * 100.0
+    );
+    if !extra.is_empty() {
+        let list: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
+        let _ = write!(
+            note,
+            "; extra rounds for tests short of quiet samples: {}",
+            list.join(", ")
+        );
+    }
+    Some(note)
+}
+
 /// The VMM overhead experiment: the userspace share of `inl_from_user` exits with the
 /// full loop (bus lookup, device, accounting) against the bare loop, alternating rounds
-/// so that host drift affects both alike.
+/// so that host drift affects both alike. Both run on a bus populated as `exitlab run`
+/// populates it, with the measured port claimed by a device, so that the full loop's
+/// lookup searches a real bus and calls a real device.
 fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
@@ -268,6 +438,7 @@ fn overhead(
     }
     let mut full = Vec::new();
     let mut bare = Vec::new();
+    let mut devices = 0;
     for _ in 0..OVERHEAD_ROUNDS {
         for is_bare in [true, false] {
             let label = if is_bare {
@@ -277,7 +448,7 @@ fn overhead(
             };
             progress(Progress::Start(label));
             let traced = kernel_view.start();
-            let m = runner::run_test(
+            let (m, n) = runner::run_test_on_pc_bus(
                 kvm,
                 image,
                 def,
@@ -287,6 +458,7 @@ fn overhead(
                 },
             )?;
             kernel_view.finish(traced, is_bare, exitlab_guest::abi::USER_PORT);
+            devices = n;
             let status = status_of(&m.outcome);
             progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
@@ -304,7 +476,86 @@ fn overhead(
         }
     }
     match (summarize(&full), summarize(&bare)) {
-        (Ok(f), Ok(b)) => Ok(Ok(Overhead::new(OVERHEAD_TEST, f, b))),
+        (Ok(f), Ok(b)) => Ok(Ok(Overhead {
+            bus_devices: Some(devices as u64),
+            ..Overhead::new(OVERHEAD_TEST, f, b)
+        })),
         _ => Ok(Err("no userspace-share samples were collected".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use exitlab_guest::abi::Sample;
+
+    use super::*;
+
+    /// A completed round of `cpuid` whose samples' paired loops are `loops`.
+    fn round(loops: &[u64]) -> Measurement {
+        let def = catalogue::find("cpuid").unwrap();
+        let mut m = Measurement::new(
+            def,
+            RunParams {
+                ring: 0,
+                samples: loops.len() as u64,
+                batch: 1,
+                warmup: 0,
+                timeout: Duration::from_secs(1),
+                pin: None,
+                bare: false,
+                irq: Default::default(),
+            },
+        );
+        m.samples = loops
+            .iter()
+            .map(|&l| Sample {
+                g_start: 1,
+                g_end: 2 + l,
+                h_prev_reenter: 0,
+                h_return: 0,
+                h_reenter: 0,
+                seq_delta: 0,
+                g_loop: l,
+            })
+            .collect();
+        m
+    }
+
+    #[test]
+    fn the_quietest_round_of_the_run_sets_the_noise_limit() {
+        let per_test = vec![
+            vec![round(&[1000, 1010, 1020]), round(&[1500, 1500, 1600])],
+            vec![round(&[990, 1000, 1005])],
+        ];
+        // Quietest round median 1000 (second test), plus 3 %.
+        assert_eq!(quiet_loop_limit(&per_test), Some(1030.0));
+        let mut stuck = round(&[10, 10, 10]);
+        stuck.outcome = Outcome::DidNotComplete("stuck".into());
+        let mut with_stuck = per_test.clone();
+        with_stuck.push(vec![stuck]);
+        assert_eq!(
+            quiet_loop_limit(&with_stuck),
+            Some(1030.0),
+            "a round that did not complete says nothing about the host"
+        );
+    }
+
+    #[test]
+    fn tests_short_of_quiet_samples_get_extra_rounds() {
+        let mut stuck = round(&[2000]);
+        stuck.outcome = Outcome::DidNotComplete("stuck".into());
+        let per_test = vec![
+            // 4 quiet samples of 6.
+            vec![round(&[1000, 1000, 1000]), round(&[1000, 1500, 1500])],
+            // 2 quiet of 6.
+            vec![round(&[1000, 1000, 1500]), round(&[1500, 1500, 1500])],
+            // Not completed: never run again.
+            vec![stuck],
+        ];
+        assert_eq!(quiet_count(&per_test[0], 1030.0), 4);
+        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 3), vec![1]);
+        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 5), vec![0, 1]);
     }
 }

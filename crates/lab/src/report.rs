@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::results::{Results, TestResult, TestStatus};
+use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
 use crate::stats::Summary;
 
 /// Column alignment in [`layout`].
@@ -123,8 +123,8 @@ pub(crate) fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option
 fn handled_cell(t: &TestResult) -> String {
     match &t.status {
         TestStatus::Ok => match t.handled {
-            Some(h) if h != t.expected_handling => format!("{}*", h.as_str()),
-            Some(h) => h.as_str().to_string(),
+            Some(h) if !h.agrees_with(t.expected_handling) => format!("{}*", h.label()),
+            Some(h) => h.label(),
             None => "?".to_string(),
         },
         other => other.word().to_string(),
@@ -213,6 +213,96 @@ fn phase_shares(t: &TestResult) -> Option<(Vec<PhaseShare>, f64)> {
     Some((shares, total))
 }
 
+/// How the rounds of each test agreed: the spread (max / min − 1) of the rounds'
+/// medians, as its median over the tests and its worst test.
+fn round_spread_line(results: &Results) -> Option<String> {
+    let mut spreads: Vec<(f64, &str)> = results
+        .tests
+        .iter()
+        .filter_map(|t| {
+            let s = t.round_spread.as_ref()?;
+            s.spread.is_finite().then_some((s.spread, t.name.as_str()))
+        })
+        .collect();
+    if spreads.is_empty() {
+        return None;
+    }
+    spreads.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let sorted: Vec<f64> = spreads.iter().map(|s| s.0).collect();
+    let mid = crate::stats::percentile(&sorted, 50.0);
+    let (worst, name) = spreads[spreads.len() - 1];
+    Some(format!(
+        "spread of the rounds' medians (max/min - 1, {} tests): median {:.1}%, worst {:.1}% ({name})",
+        spreads.len(),
+        100.0 * mid,
+        100.0 * worst
+    ))
+}
+
+/// The cross-check of KVM's counters with exitlab's counts: how many tests were checked,
+/// one line per mismatch, and one line per counter the host did not count, naming each
+/// test and what exitlab saw. Counters that agree or only add the kernel's exits are
+/// not listed.
+fn kvm_counter_lines(results: &Results) -> Vec<String> {
+    let checked: Vec<(&TestResult, &KvmCounters)> = results
+        .tests
+        .iter()
+        .filter_map(|t| Some((t, t.kvm_counters.as_ref()?)))
+        .filter(|(_, k)| !k.checks.is_empty())
+        .collect();
+    if checked.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    let mut mismatches = 0;
+    // Counter name -> the tests whose exits it did not count, with exitlab's counts.
+    let mut uncounted: Vec<(&str, Vec<String>)> = Vec::new();
+    for (t, k) in &checked {
+        for c in &k.checks {
+            match c.verdict {
+                CounterVerdict::Agree | CounterVerdict::KernelHandled => {}
+                CounterVerdict::NotCounted => {
+                    let entry = format!("{} ({})", t.name, fmt_cycles(c.exitlab as f64));
+                    match uncounted.iter_mut().find(|(n, _)| *n == c.counter) {
+                        Some((_, tests)) => tests.push(entry),
+                        None => uncounted.push((&c.counter, vec![entry])),
+                    }
+                }
+                CounterVerdict::Mismatch => {
+                    mismatches += 1;
+                    lines.push(format!(
+                        "  MISMATCH {}: {} KVM {}, exitlab {}",
+                        t.name,
+                        c.counter,
+                        fmt_cycles(c.kvm as f64),
+                        fmt_cycles(c.exitlab as f64)
+                    ));
+                }
+            }
+        }
+    }
+    for (counter, tests) in uncounted {
+        lines.push(format!(
+            "  {counter} not counted by the host (KVM 0) in {} tests, exitlab saw: {}",
+            tests.len(),
+            tests.join(", ")
+        ));
+    }
+    let head = if mismatches == 0 {
+        format!(
+            "KVM counters (binary stats) against exitlab's counts, {} tests: no mismatch",
+            checked.len()
+        )
+    } else {
+        format!(
+            "KVM counters (binary stats) against exitlab's counts, {} tests: {mismatches} MISMATCH(ES)",
+            checked.len()
+        )
+    };
+    lines.insert(0, head);
+    lines
+}
+
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
@@ -223,18 +313,33 @@ fn detail_lines(results: &Results) -> Vec<String> {
         }
     }
     lines.extend(crate::smp::per_vcpu_lines(&results.tests));
+    let mut not_observed = Vec::new();
     for t in &results.tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
-            if h != t.expected_handling {
+            if h == Handling::NotObserved && !h.agrees_with(t.expected_handling) {
+                not_observed.push(format!(
+                    "{} (expected {})",
+                    t.name,
+                    t.expected_handling.as_str()
+                ));
+            } else if !h.agrees_with(t.expected_handling) {
                 lines.push(format!(
                     "* {}: handled in {}, expected {}",
                     t.name,
-                    h.as_str(),
+                    h.label(),
                     t.expected_handling.as_str()
                 ));
             }
         }
     }
+    if !not_observed.is_empty() {
+        lines.push(format!(
+            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): {}",
+            not_observed.join(", ")
+        ));
+    }
+    lines.extend(kvm_counter_lines(results));
+    lines.extend(round_spread_line(results));
     if results
         .tests
         .iter()
@@ -280,8 +385,14 @@ fn detail_lines(results: &Results) -> Vec<String> {
         }
     }
     if let Some(o) = &results.vmm_overhead {
+        let bus = match o.bus_devices {
+            Some(n) => format!(
+                ", on the PC platform's bus ({n} devices, the measured port claimed by one)"
+            ),
+            None => ", on an unpopulated bus".to_string(),
+        };
         lines.push(format!(
-            "VMM overhead ({}), userspace cycles per exit:",
+            "VMM overhead ({}{bus}), userspace cycles per exit:",
             o.test
         ));
         let rows = vec![
@@ -764,7 +875,7 @@ mod tests {
             "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
-        assert!(text.contains("VMM overhead (inl_from_qemu)"));
+        assert!(text.contains("VMM overhead (inl_from_qemu, on an unpopulated bus)"));
         assert!(text.contains("1.95x"), "{text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
@@ -856,5 +967,69 @@ mod tests {
         assert!(md.contains("`odd\\|name`"), "{md}");
         assert!(md.contains("| `cpuid` | kernel | - | 1,250 |"), "{md}");
         assert!(md.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn observations_counter_checks_and_round_spread_are_reported() {
+        use crate::results::{CounterCheck, KvmCounters, RoundSpread};
+        let mut results = sample_results();
+        let check = |counter: &str, kvm, exitlab, verdict| CounterCheck {
+            counter: counter.into(),
+            kvm,
+            exitlab,
+            verdict,
+        };
+        results.tests[1].handled = Some(Handling::NotObserved);
+        results.tests[1].kvm_counters = Some(KvmCounters {
+            deltas: Default::default(),
+            checks: vec![check("io_exits", 0, 4, CounterVerdict::NotCounted)],
+        });
+        results.tests[2].handled = Some(Handling::Mixed {
+            user: 6_000,
+            kernel: 4_100,
+        });
+        results.tests[2].kvm_counters = Some(KvmCounters {
+            deltas: Default::default(),
+            checks: vec![
+                check("exits", 10_200, 10_101, CounterVerdict::KernelHandled),
+                check("io_exits", 0, 10_101, CounterVerdict::NotCounted),
+                check("mmio_exits", 3, 0, CounterVerdict::Mismatch),
+            ],
+        });
+        results.tests[1].round_spread = Some(RoundSpread {
+            rounds: 8,
+            dropped_samples: 10,
+            spread: 0.012,
+        });
+        results.tests[2].round_spread = Some(RoundSpread {
+            rounds: 8,
+            dropped_samples: 0,
+            spread: 0.034,
+        });
+        let text = render_table(&results);
+        assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");
+        assert!(text.contains(
+            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): cpuid (expected kernel)"
+        ), "{text}");
+        assert!(
+            text.contains(
+                "KVM counters (binary stats) against exitlab's counts, 2 tests: 1 MISMATCH(ES)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  MISMATCH inl_from_qemu: mmio_exits KVM 3, exitlab 0"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "  io_exits not counted by the host (KVM 0) in 2 tests, exitlab saw: cpuid (4), inl_from_qemu (10,101)"
+        ), "{text}");
+        assert!(
+            !text.contains("  exits"),
+            "agreeing counters are not listed: {text}"
+        );
+        assert!(text.contains(
+            "spread of the rounds' medians (max/min - 1, 2 tests): median 2.3%, worst 3.4% (inl_from_qemu)"
+        ), "{text}");
     }
 }

@@ -218,27 +218,108 @@ fn one() -> u32 {
     1
 }
 
-/// Where a VM exit was handled.
+/// Where a VM exit was handled: expected (from the catalogue) or observed (from the
+/// run's own counts; an observation never falls back to the expectation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Handling {
     /// Inside the host kernel (KVM), without returning to the VMM.
     Kernel,
     /// In the VMM's userspace exit loop.
     User,
-    /// No exit happens (the operation runs natively in the guest).
+    /// No exit happens (the operation runs natively in the guest); expectation only.
     None,
+    /// Observed: neither the VMM nor KVM's counters saw the exits (a host whose KVM
+    /// counts no exit for them, or a test that causes none).
+    NotObserved,
+    /// Observed: some iterations exited to userspace and some were handled in the kernel.
+    Mixed {
+        /// Userspace exits of the test's kind.
+        user: u64,
+        /// Exits KVM counted beyond the userspace ones and the empty loop's.
+        kernel: u64,
+    },
 }
 
 impl Handling {
-    /// The lowercase word used in files and reports.
+    /// The word used in files and reports ("mixed" without its counts).
     pub fn as_str(self) -> &'static str {
         match self {
             Handling::Kernel => "kernel",
             Handling::User => "user",
             Handling::None => "none",
+            Handling::NotObserved => "not observed",
+            Handling::Mixed { .. } => "mixed",
         }
     }
+
+    /// The report's label: the word, with the counts for "mixed".
+    pub fn label(self) -> String {
+        match self {
+            Handling::Mixed { user, kernel } => format!("mixed (user {user}, kernel {kernel})"),
+            other => other.as_str().to_string(),
+        }
+    }
+
+    /// Whether an observation agrees with the expectation `expected` (observing no exit
+    /// agrees with expecting none).
+    pub fn agrees_with(self, expected: Handling) -> bool {
+        self == expected || (self == Handling::NotObserved && expected == Handling::None)
+    }
+}
+
+/// KVM's own counters over a test's measured part, compared with the exits exitlab saw.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KvmCounters {
+    /// Every cumulative KVM event count that grew, by KVM's name ("exits", "io_exits",
+    /// "mmio_exits", "halt_exits", "insn_emulation", ...).
+    pub deltas: BTreeMap<String, u64>,
+    /// The comparisons of the counters that have an exitlab counterpart.
+    pub checks: Vec<CounterCheck>,
+}
+
+/// How a test's rounds (each in its own VM, spread over the run) agreed, and what the
+/// host-noise detector left out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundSpread {
+    /// Rounds that completed.
+    pub rounds: u32,
+    /// Samples left out of the figures because the host was busy when they were taken:
+    /// the empty loop measured just before them ran slower than the run's quietest
+    /// rounds by more than the detector's tolerance (the exit checks still count them).
+    pub dropped_samples: u64,
+    /// max / min − 1 of the rounds' medians (cycles per iteration, kept samples, rounds
+    /// with enough of them); NaN with fewer than two such rounds.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub spread: f64,
+}
+
+/// One KVM counter against exitlab's count of the same exits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterCheck {
+    /// KVM's name of the counter.
+    pub counter: String,
+    /// KVM's count.
+    pub kvm: u64,
+    /// exitlab's count of the userspace exits the counter also counts.
+    pub exitlab: u64,
+    /// What the two say together.
+    pub verdict: CounterVerdict,
+}
+
+/// How a KVM counter relates to exitlab's count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterVerdict {
+    /// Equal.
+    Agree,
+    /// KVM counted more: the difference was handled in the kernel.
+    KernelHandled,
+    /// KVM counted none of the exits exitlab saw: the host does not count them.
+    NotCounted,
+    /// The counts contradict each other (KVM counted some but fewer than exitlab saw, or
+    /// counted exits of the test's own userspace kind that never reached the VMM).
+    Mismatch,
 }
 
 /// Outcome of one test.
@@ -328,6 +409,13 @@ pub struct TestResult {
     pub exits: BTreeMap<String, u64>,
     /// In-kernel exits from KVM's binary statistics, when available.
     pub kvm_exits: Option<u64>,
+    /// KVM's counters and their cross-check with exitlab's counts, when available.
+    #[serde(default)]
+    pub kvm_counters: Option<KvmCounters>,
+    /// The test's rounds: how many ran, how many samples the host-noise detector left
+    /// out, and the spread of the rounds' medians.
+    #[serde(default)]
+    pub round_spread: Option<RoundSpread>,
     /// Check of the observed userspace exits against the expected count.
     pub exit_check: Option<ExitCheck>,
     /// Per-phase cycle breakdown of a userspace round trip.
@@ -390,6 +478,11 @@ pub struct Overhead {
     /// `full.median / bare.median`.
     #[serde(deserialize_with = "f64_or_nan")]
     pub ratio_median: f64,
+    /// Devices on the VM's buses during the experiment (the PC platform `exitlab run`
+    /// builds, with the measured port claimed); `None` in files from before it was
+    /// measured on a populated bus.
+    #[serde(default)]
+    pub bus_devices: Option<u64>,
 }
 
 impl Overhead {
@@ -403,6 +496,7 @@ impl Overhead {
             ratio_median: ratio(full.median, bare.median),
             full,
             bare,
+            bus_devices: None,
         }
     }
 }
@@ -776,6 +870,8 @@ pub(crate) mod tests {
             median_ns_is_net: true,
             exits: BTreeMap::new(),
             kvm_exits: None,
+            kvm_counters: None,
+            round_spread: None,
             exit_check: None,
             phases: None,
             kvm_run_cycles: None,
@@ -815,7 +911,7 @@ pub(crate) mod tests {
         kernel.handled = Some(Handling::Kernel);
         kernel.expected_handling = Handling::Kernel;
         let mut lo = ok_test("loop_overhead", 10.0);
-        lo.handled = Some(Handling::None);
+        lo.handled = Some(Handling::NotObserved);
         lo.expected_handling = Handling::None;
         lo.net_median_cycles = None;
         lo.median_ns_is_net = false;
@@ -927,7 +1023,8 @@ pub(crate) mod tests {
         assert_eq!(v["schema_version"], 2);
         let t = &v["tests"];
         assert_eq!(t[0]["status"], "ok");
-        assert_eq!(t[0]["handled"], "none");
+        assert_eq!(t[0]["handled"], "not_observed");
+        assert_eq!(t[0]["expected_handling"], "none");
         assert_eq!(t[1]["handled"], "kernel");
         assert_eq!(t[2]["expected_handling"], "user");
         assert_eq!(t[3]["status"], "skipped");

@@ -2,16 +2,19 @@
 //! hands it its parameters through the control page, collects sample records at each
 //! doorbell, and watches for a guest that stops making progress.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use exitlab_devices::sink::Sink;
 use exitlab_devices::{BusDevice, IoAction};
 use exitlab_guest::abi;
+use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
-use exitlab_vmm::thread;
+use exitlab_vmm::thread::{self, Finished};
 use exitlab_vmm::vcpu::{
-    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
+    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, Vcpu, VcpuConfig, VcpuStop,
 };
 use exitlab_vmm::vm::{IoSpace, Vm, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
@@ -59,6 +62,16 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// One round of a test (one VM): how many of the measurement's samples it holds, and its
+/// vCPU's TSC offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    /// Samples of this round (consecutive in [`Measurement::samples`]).
+    pub samples: usize,
+    /// Guest TSC minus host TSC for the round's vCPU, when the host exposes it.
+    pub tsc_offset: Option<i64>,
+}
+
 /// The raw result of one test run.
 #[derive(Debug, Clone)]
 pub struct Measurement {
@@ -72,12 +85,14 @@ pub struct Measurement {
     pub samples: Vec<abi::Sample>,
     /// Userspace exits between READY and DONE (the measured part, doorbells included).
     pub counts: ExitCounts,
-    /// KVM's count of all exits between READY and DONE, when the host has binary stats.
-    pub kvm_exits: Option<u64>,
+    /// KVM's own event counts between READY and DONE ("exits", "io_exits",
+    /// "mmio_exits", "halt_exits", ...), when the host has binary stats.
+    pub kvm_counters: Option<BTreeMap<String, u64>>,
     /// Doorbells the guest rang between READY and DONE (batches plus DONE).
     pub doorbells: u64,
-    /// Guest TSC minus host TSC for the vCPU, when the host exposes it.
-    pub tsc_offset: Option<i64>,
+    /// The rounds this measurement is made of, in the order of `samples` (one for a
+    /// single run): each VM has its own TSC offset, so the offset is kept per round.
+    pub rounds: Vec<Round>,
     /// The vCPU's TSC frequency (KVM_GET_TSC_KHZ).
     pub tsc_khz: Option<u32>,
     /// Wall time from VM creation to the READY doorbell.
@@ -99,10 +114,43 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// KVM's count of all exits between READY and DONE, when the host has binary stats.
+    pub fn kvm_exits(&self) -> Option<u64> {
+        self.kvm_counters.as_ref()?.get("exits").copied()
+    }
+
+    /// The TSC offset of the first round (the only one of a single run).
+    pub fn tsc_offset(&self) -> Option<i64> {
+        self.rounds.first().and_then(|r| r.tsc_offset)
+    }
+
+    /// A measurement of `def` that has not run yet.
+    pub fn new(def: &'static TestDef, params: RunParams) -> Measurement {
+        Measurement {
+            def,
+            params,
+            outcome: Outcome::Completed,
+            samples: Vec::new(),
+            counts: ExitCounts::default(),
+            kvm_counters: None,
+            doorbells: 0,
+            rounds: Vec::new(),
+            tsc_khz: None,
+            boot_time: None,
+            wall: Duration::ZERO,
+            pin_error: None,
+            kvm_run_log: Vec::new(),
+            vmm_rss_bytes: None,
+            apic: params.irq.apic_for(def),
+            per_vcpu: Vec::new(),
+        }
+    }
+
     /// Merges the rounds of one test (each run in its own VM) into one measurement: the
-    /// samples in order, counts and doorbells added, and parameters scaled so that the
-    /// exit-count check still holds exactly (each round ran its own warm-up). The first
-    /// round that did not complete decides the outcome.
+    /// samples in order, counts and doorbells added, each round's TSC offset kept with
+    /// its samples, and parameters scaled so that the exit-count check still holds
+    /// exactly (each round ran its own warm-up). The first round that did not complete
+    /// decides the outcome.
     pub fn merge(rounds: Vec<Measurement>) -> Option<Measurement> {
         let mut it = rounds.into_iter();
         let mut m = it.next()?;
@@ -113,14 +161,22 @@ impl Measurement {
             if r.outcome != Outcome::Completed {
                 m.outcome = r.outcome;
                 m.samples.clear();
+                m.rounds.clear();
                 break;
             }
             m.params.samples += r.params.samples;
             m.params.warmup += r.params.warmup;
             m.samples.extend(r.samples);
             m.counts = m.counts.plus(&r.counts);
-            m.kvm_exits = match (m.kvm_exits, r.kvm_exits) {
-                (Some(a), Some(b)) => Some(a + b),
+            m.kvm_counters = match (m.kvm_counters.take(), r.kvm_counters) {
+                (Some(a), Some(b)) => Some(
+                    a.into_iter()
+                        .filter_map(|(k, v)| {
+                            let w = b.get(&k)?;
+                            Some((k, v + w))
+                        })
+                        .collect(),
+                ),
                 _ => None,
             };
             m.doorbells += r.doorbells;
@@ -128,10 +184,7 @@ impl Measurement {
             m.vmm_rss_bytes = m.vmm_rss_bytes.max(r.vmm_rss_bytes);
             crate::smp::merge_vcpu_exits(&mut m.per_vcpu, &r.per_vcpu);
             m.wall += r.wall;
-            if m.tsc_offset != r.tsc_offset {
-                // Phases need one offset; keep only the samples that share the first.
-                m.tsc_offset = None;
-            }
+            m.rounds.extend(r.rounds);
         }
         Some(m)
     }
@@ -146,6 +199,9 @@ pub enum RunError {
     /// The lab kernel could not be loaded.
     #[error("cannot load the lab kernel: {0}")]
     Load(String),
+    /// The PC platform's devices could not be set up.
+    #[error("cannot set up the PC platform's devices: {0}")]
+    Platform(String),
 }
 
 /// The MMIO page answered in userspace: reads return `MMIO_USER_READ_VALUE`, writes are
@@ -179,8 +235,8 @@ struct LabHook {
     stage: Stage,
     start_counts: ExitCounts,
     end_counts: ExitCounts,
-    start_kvm: Option<u64>,
-    end_kvm: Option<u64>,
+    start_kvm: Option<BTreeMap<String, u64>>,
+    end_kvm: Option<BTreeMap<String, u64>>,
     doorbells: u64,
     ready_at: Option<Instant>,
     error: Option<String>,
@@ -237,6 +293,15 @@ impl LabHook {
         let ring = abi::SAMPLES_GPA + u64::from(vcpu) * abi::SAMPLES_BYTES_PER_CPU;
         mem.read_slice(&mut self.buf[..bytes], GuestAddress(ring))
             .map_err(|e| format!("cannot read the sample ring: {e}"))?;
+        self.parse_records(bytes);
+        // Clear what was taken, so that the watchdog sees the ring fill up again.
+        self.buf[..bytes].fill(0);
+        mem.write_slice(&self.buf[..bytes], GuestAddress(ring))
+            .map_err(|e| format!("cannot clear the sample ring: {e}"))?;
+        Ok(())
+    }
+
+    fn parse_records(&mut self, bytes: usize) {
         for rec in self.buf[..bytes].chunks_exact(abi::SAMPLE_BYTES as usize) {
             let w = |i: usize| {
                 let mut b = [0u8; 8];
@@ -253,7 +318,6 @@ impl LabHook {
                 g_loop: w(6),
             });
         }
-        Ok(())
     }
 }
 
@@ -267,13 +331,24 @@ const CONTROL_FAULT_CR2: u64 = 14;
 
 impl ExitHook for LabHook {
     fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
-        self.progress.fetch_add(1, Ordering::Relaxed);
+        let flow = self.handle_doorbell(ctx);
+        // Progress as the watchdog counts it: doorbells plus samples handed over.
+        self.progress.store(
+            self.doorbells + 1 + self.records.len() as u64,
+            Ordering::Relaxed,
+        );
+        flow
+    }
+}
+
+impl LabHook {
+    fn handle_doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
         match (ctx.value, self.stage) {
             (abi::DOORBELL_READY, Stage::Booting) => {
                 self.stage = Stage::Running;
                 self.ready_at = Some(Instant::now());
                 self.start_counts = *ctx.counts;
-                self.start_kvm = ctx.kvm_exits();
+                self.start_kvm = ctx.kvm_counters();
                 HookReply::Resume
             }
             (abi::DOORBELL_BATCH, Stage::Running) => {
@@ -286,7 +361,7 @@ impl ExitHook for LabHook {
             (abi::DOORBELL_DONE, Stage::Running) => {
                 self.doorbells += 1;
                 self.end_counts = *ctx.counts;
-                self.end_kvm = ctx.kvm_exits();
+                self.end_kvm = ctx.kvm_counters();
                 if let Err(e) = self.take_batch(ctx.mem, ctx.vcpu_id) {
                     return self.fail(e);
                 }
@@ -441,7 +516,7 @@ fn write_control(
     Ok(())
 }
 
-/// Runs `def` once in a new VM.
+/// Runs `def` once in a new VM: the procedure of one round of one test.
 pub fn run_test(
     kvm: &Arc<Kvm>,
     image: &[u8],
@@ -449,60 +524,62 @@ pub fn run_test(
     params: RunParams,
 ) -> Result<Measurement, RunError> {
     let started = Instant::now();
-    let mut m = Measurement {
-        def,
-        params,
-        outcome: Outcome::Completed,
-        samples: Vec::new(),
-        counts: ExitCounts::default(),
-        kvm_exits: None,
-        doorbells: 0,
-        tsc_offset: None,
-        tsc_khz: None,
-        boot_time: None,
-        wall: Duration::ZERO,
-        pin_error: None,
-        kvm_run_log: Vec::new(),
-        vmm_rss_bytes: None,
-        apic: params.irq.apic_for(def),
-        per_vcpu: Vec::new(),
-    };
     if let Some(why) = skip_reason(kvm, def, params.ring).or_else(|| params.irq.skip_reason(def)) {
+        let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);
         return Ok(m);
     }
-    let arg0 = if def.id == abi::TEST_CPUID_0XD {
-        Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into()
-    } else {
-        0
+    let lab = LabVm::build(kvm, def, &params)?;
+    run_in(lab, kvm, image, def, params, started)
+}
+
+/// A run of `def` on a VM whose buses hold the devices of `exitlab run`'s PC platform
+/// (the VMM's `build_pc_platform`), with the port `inl_from_user`/`outl_to_user` use
+/// claimed by a sink device, so that the full loop's bus lookup searches a populated bus
+/// and calls a device. Also returns how many ranges the buses hold (devices, counting
+/// the lab's own MMIO page and that sink).
+pub fn run_test_on_pc_bus(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    params: RunParams,
+) -> Result<(Measurement, usize), RunError> {
+    let started = Instant::now();
+    if let Some(why) = skip_reason(kvm, def, params.ring).or_else(|| params.irq.skip_reason(def)) {
+        let mut m = Measurement::new(def, params);
+        m.outcome = Outcome::Skipped(why);
+        return Ok((m, 0));
+    }
+    let mut lab = LabVm::build(kvm, def, &params)?;
+    let platform = PlatformConfig {
+        ram_bytes: LAB_RAM_BYTES,
+        cpus: 1,
+        cmdline: String::new(),
+        serial: SerialOut::None,
     };
-    let cpus = params.irq.cpus_for(def);
-    let mut vm = Vm::new(kvm.clone(), vm_config(def, &params.irq))?;
-    vm.mmio_bus()
-        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+    lab._platform =
+        Some(build_pc_platform(&lab.vm, platform).map_err(|e| RunError::Platform(e.to_string()))?);
+    lab.vm
+        .pio_bus()
+        .insert(Arc::new(Sink::new()), abi::USER_PORT.into(), 4)
         .map_err(VmmError::from)?;
-    // Keep the eventfd alive for the VM's lifetime; nobody needs to read it.
-    let _ioevent = if def.platform == Platform::MmioIoeventfd {
-        Some(vm.add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?)
-    } else {
-        None
-    };
-    let entry = crate::kernel::load(vm.memory(), image, LAB_RAM_BYTES).map_err(RunError::Load)?;
-    write_control(vm.memory(), def, &params, arg0).map_err(RunError::Load)?;
-    crate::smp::write_control(vm.memory(), &params.irq, def).map_err(RunError::Load)?;
-    let vcpu = vm.create_vcpu(VcpuConfig {
-        id: 0,
-        stamp_gpa: Some(abi::STAMPS_GPA),
-        run_log: if def.kvm_run_log && !params.bare {
-            (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
-        } else {
-            0
-        },
-        doorbell_port: Some(abi::DOORBELL_PORT),
-        hlt: HltPolicy::Resume,
-    })?;
-    vcpu.set_entry(&entry)?;
-    m.tsc_offset = vcpu.tsc_offset();
+    let devices = lab.vm.pio_bus().len() + lab.vm.mmio_bus().len();
+    Ok((run_in(lab, kvm, image, def, params, started)?, devices))
+}
+
+/// Runs `def` in `lab`, a VM built for it: loads the guest, runs the vCPU under the
+/// watchdog and collects what it measured.
+fn run_in(
+    lab: LabVm,
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    params: RunParams,
+    started: Instant,
+) -> Result<Measurement, RunError> {
+    let mut m = Measurement::new(def, params);
+    let vcpu = lab.load_guest(kvm, image, def, &params)?;
+    let tsc_offset = vcpu.tsc_offset();
     m.tsc_khz = vcpu.tsc_khz();
     let progress = Arc::new(AtomicU64::new(0));
     let hook = LabHook::new(params.samples, progress.clone());
@@ -512,15 +589,152 @@ pub fn run_test(
         Handler::Devices
     };
     // The APs exist (waiting for their SIPI) before vCPU 0 can send it.
-    let aps = crate::smp::spawn_aps(&vm, &params.irq, cpus)?;
+    let cpus = params.irq.cpus_for(def);
+    let aps = crate::smp::spawn_aps(&lab.vm, &params.irq, cpus)?;
     let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
+    let watched = watch_progress(th, lab.vm.memory(), &params, &progress);
+    m.wall = started.elapsed();
+    let ap_report = aps.stop();
+    match watched {
+        Ok(f) => {
+            collect(&mut m, f, &lab, started);
+            m.rounds = vec![Round {
+                samples: m.samples.len(),
+                tsc_offset,
+            }];
+        }
+        Err(stuck) => {
+            m.outcome = Outcome::DidNotComplete(stuck.reason);
+            m.pin_error = stuck.pin_error;
+        }
+    }
+    crate::smp::account(&mut m, lab.vm.memory(), cpus, ap_report);
+    Ok(m)
+}
+
+/// The VM of one lab test and what must live as long as it.
+struct LabVm {
+    vm: Vm,
+    // The PC platform's devices, when the test runs on a populated bus.
+    _platform: Option<PcPlatform>,
+    // Keeps the ioeventfd registered for the VM's lifetime; nobody needs to read it.
+    _ioevent: Option<vmm_sys_util::eventfd::EventFd>,
+}
+
+impl LabVm {
+    /// Creates the VM the test's platform needs, with the userspace MMIO page on its bus
+    /// and, for the ioeventfd test, the ioeventfd.
+    fn build(kvm: &Arc<Kvm>, def: &TestDef, params: &RunParams) -> Result<LabVm, RunError> {
+        let mut vm = Vm::new(kvm.clone(), vm_config(def, &params.irq))?;
+        vm.mmio_bus()
+            .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+            .map_err(VmmError::from)?;
+        let _ioevent = if def.platform == Platform::MmioIoeventfd {
+            Some(vm.add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?)
+        } else {
+            None
+        };
+        Ok(LabVm {
+            vm,
+            _platform: None,
+            _ioevent,
+        })
+    }
+
+    /// Loads the lab kernel, writes the test's parameters into the control page and
+    /// creates the vCPU at the kernel's entry.
+    fn load_guest(
+        &self,
+        kvm: &Kvm,
+        image: &[u8],
+        def: &TestDef,
+        params: &RunParams,
+    ) -> Result<Vcpu, RunError> {
+        let mem = self.vm.memory();
+        let entry = crate::kernel::load(mem, image, LAB_RAM_BYTES).map_err(RunError::Load)?;
+        write_control(mem, def, params, test_argument(kvm, def)).map_err(RunError::Load)?;
+        crate::smp::write_control(mem, &params.irq, def).map_err(RunError::Load)?;
+        let vcpu = self.vm.create_vcpu(VcpuConfig {
+            id: 0,
+            stamp_gpa: Some(abi::STAMPS_GPA),
+            run_log: if def.kvm_run_log && !params.bare {
+                (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+            } else {
+                0
+            },
+            doorbell_port: Some(abi::DOORBELL_PORT),
+            hlt: HltPolicy::Resume,
+        })?;
+        vcpu.set_entry(&entry)?;
+        Ok(vcpu)
+    }
+}
+
+/// The test's argument in the control page: the highest XSAVE sub-leaf for `cpuid_0xd`.
+fn test_argument(kvm: &Kvm, def: &TestDef) -> u64 {
+    if def.id == abi::TEST_CPUID_0XD {
+        Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into()
+    } else {
+        0
+    }
+}
+
+/// Samples the guest has written into vCPU `vcpu`'s ring since the host last took it:
+/// the guest fills the ring in order and the host clears what it takes, so the first
+/// record whose end stamp is zero ends the written part (a binary search, a few reads).
+fn ring_fill(mem: &GuestMemoryMmap, vcpu: u64) -> u64 {
+    let ring = abi::SAMPLES_GPA + vcpu * abi::SAMPLES_BYTES_PER_CPU;
+    // g_end is the record's second word.
+    let written = |i: u64| {
+        mem.read_obj::<u64>(GuestAddress(ring + i * abi::SAMPLE_BYTES + 8))
+            .is_ok_and(|v| v != 0)
+    };
+    let (mut lo, mut hi) = (0, abi::SAMPLES_PER_BATCH);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if written(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The sequence number of the vCPU's last userspace exit, from its stamp page (the VMM
+/// writes it at every userspace exit).
+fn userspace_exits(mem: &GuestMemoryMmap) -> u64 {
+    mem.read_obj::<u64>(GuestAddress(abi::STAMPS_GPA))
+        .unwrap_or(0)
+}
+
+/// A run the watchdog stopped.
+struct Stuck {
+    reason: String,
+    pin_error: Option<String>,
+}
+
+/// Waits for the vCPU thread to finish, stopping it when the guest makes no progress for
+/// `params.timeout`. Progress is the guest's: doorbells, samples handed over, samples
+/// written into the ring since the last hand-over, and userspace exits (so that a test
+/// whose samples each take many exits, or a slow host, is not stopped while it moves;
+/// a guest stuck on one instruction that KVM never completes makes none of these).
+fn watch_progress(
+    th: thread::VcpuThread<LabHook>,
+    mem: &GuestMemoryMmap,
+    params: &RunParams,
+    progress: &AtomicU64,
+) -> Result<Finished<LabHook>, Stuck> {
     let mut seen = 0;
     let mut last_change = Instant::now();
-    let finished = loop {
+    loop {
         if let Some(f) = th.wait(Duration::from_millis(25)) {
-            break Some(f);
+            return Ok(f);
         }
-        let p = progress.load(Ordering::Relaxed);
+        let p = progress
+            .load(Ordering::Relaxed)
+            .wrapping_add(ring_fill(mem, 0))
+            .wrapping_add(userspace_exits(mem));
         if p != seen {
             seen = p;
             last_change = Instant::now();
@@ -528,41 +742,42 @@ pub fn run_test(
             let what = if seen == 0 {
                 "before the lab kernel reported READY".to_string()
             } else {
-                format!("after {seen} doorbells")
+                format!("after {seen} doorbells and samples")
             };
             let msg = format!(
                 "no progress for {:.1} s {what}: the guest is stuck (on this host a hypercall never completes, for example)",
                 params.timeout.as_secs_f64()
             );
-            match th.stop(Duration::from_secs(2)) {
-                Some(f) => {
-                    let regs = f.vcpu.dump_registers();
-                    m.outcome = Outcome::DidNotComplete(format!("{msg}\nvCPU registers when stopped:\n{regs}"));
-                    m.pin_error = f.pin_error.map(|e| e.to_string());
-                }
-                None => {
-                    m.outcome = Outcome::DidNotComplete(format!(
+            return Err(match th.stop(Duration::from_secs(2)) {
+                Some(f) => Stuck {
+                    reason: format!(
+                        "{msg}\nvCPU registers when stopped:\n{}",
+                        f.vcpu.dump_registers()
+                    ),
+                    pin_error: f.pin_error.map(|e| e.to_string()),
+                },
+                None => Stuck {
+                    reason: format!(
                         "{msg}; the vCPU could not be stopped (KVM_RUN did not return after a kick) and was abandoned"
-                    ))
-                }
-            }
-            break None;
+                    ),
+                    pin_error: None,
+                },
+            });
         }
-    };
-    m.wall = started.elapsed();
-    let ap_report = aps.stop();
-    let Some(f) = finished else {
-        crate::smp::account(&mut m, vm.memory(), cpus, ap_report);
-        return Ok(m);
-    };
+    }
+}
+
+/// Takes what a finished vCPU thread collected into `m`: the samples and exit counts of
+/// a completed run, or why it failed.
+fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Instant) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
-    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(vm.memory());
+    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(lab.vm.memory());
     m.kvm_run_log = f
         .vcpu
         .run_log()
         .iter()
         .filter(|&&d| d & exitlab_vmm::vcpu::RUN_LOG_DOORBELL == 0)
-        .skip(params.warmup as usize)
+        .skip(m.params.warmup as usize)
         .copied()
         .collect();
     let hook = f.hook;
@@ -576,30 +791,99 @@ pub fn run_test(
         }
         (VcpuStop::Hook(0), None) if hook.stage == Stage::Done => {
             m.counts = hook.end_counts.since(&hook.start_counts);
-            m.kvm_exits = match (hook.start_kvm, hook.end_kvm) {
-                (Some(a), Some(b)) => Some(b.wrapping_sub(a)),
+            m.kvm_counters = match (hook.start_kvm, hook.end_kvm) {
+                (Some(a), Some(b)) => Some(counter_deltas(&a, &b)),
                 _ => None,
             };
             m.doorbells = hook.doorbells;
             m.samples = hook.records;
-            crate::smp::account_bsp(&mut m, f.vcpu.kvm_stats());
+            crate::smp::account_bsp(m, f.vcpu.kvm_stats());
         }
         (stop, None) => {
-            let mut msg = stop.describe();
-            if let VcpuStop::InternalError { insn, .. } = stop {
-                if insn.is_empty() {
-                    if let Some(b) = f.vcpu.bytes_at_rip() {
-                        let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                        msg += &format!("; bytes at rip: {}", hex.join(" "));
-                    }
-                }
-            }
             m.outcome = Outcome::Failed(format!(
-                "{msg}\nvCPU registers:\n{}",
+                "{}\nvCPU registers:\n{}",
+                describe_stop(stop, &f.vcpu),
                 f.vcpu.dump_registers()
             ));
         }
     }
-    crate::smp::account(&mut m, vm.memory(), cpus, ap_report);
-    Ok(m)
+}
+
+/// Each counter's growth from `start` to `end` (counters present in both).
+fn counter_deltas(
+    start: &BTreeMap<String, u64>,
+    end: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    end.iter()
+        .filter_map(|(k, &b)| Some((k.clone(), b.wrapping_sub(*start.get(k)?))))
+        .collect()
+}
+
+/// Why the vCPU stopped, with the bytes at RIP when KVM could not emulate an
+/// instruction and did not say which.
+fn describe_stop(stop: &VcpuStop, vcpu: &Vcpu) -> String {
+    let mut msg = stop.describe();
+    if let VcpuStop::InternalError { insn, .. } = stop {
+        if insn.is_empty() {
+            if let Some(b) = vcpu.bytes_at_rip() {
+                let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+                msg += &format!("; bytes at rip: {}", hex.join(" "));
+            }
+        }
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ram() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), abi::MIN_RAM_BYTES as usize)]).unwrap()
+    }
+
+    fn write_record(mem: &GuestMemoryMmap, i: u64, g_end: u64) {
+        let at = abi::SAMPLES_GPA + i * abi::SAMPLE_BYTES + 8;
+        mem.write_obj(g_end, GuestAddress(at)).unwrap();
+    }
+
+    #[test]
+    fn ring_fill_counts_the_records_written_since_the_last_hand_over() {
+        let mem = ram();
+        assert_eq!(ring_fill(&mem, 0), 0);
+        for i in 0..1234 {
+            write_record(&mem, i, 1_000 + i);
+        }
+        assert_eq!(ring_fill(&mem, 0), 1234);
+        for i in 1234..abi::SAMPLES_PER_BATCH {
+            write_record(&mem, i, 7);
+        }
+        assert_eq!(ring_fill(&mem, 0), abi::SAMPLES_PER_BATCH);
+    }
+
+    #[test]
+    fn taking_a_batch_clears_the_ring_for_the_watchdog() {
+        let mem = ram();
+        for i in 0..100 {
+            write_record(&mem, i, 5_000 + i);
+        }
+        mem.write_obj(
+            100u64,
+            GuestAddress(abi::CONTROL_GPA + CONTROL_BATCH_COUNT * 8),
+        )
+        .unwrap();
+        let mut hook = LabHook::new(1000, Arc::new(AtomicU64::new(0)));
+        hook.take_batch(&mem, 0).unwrap();
+        assert_eq!(hook.records.len(), 100);
+        assert_eq!(hook.records[99].g_end, 5_099);
+        assert_eq!(ring_fill(&mem, 0), 0);
+    }
+
+    #[test]
+    fn the_stamp_page_sequence_counts_userspace_exits() {
+        let mem = ram();
+        assert_eq!(userspace_exits(&mem), 0);
+        mem.write_obj(42u64, GuestAddress(abi::STAMPS_GPA)).unwrap();
+        assert_eq!(userspace_exits(&mem), 42);
+    }
 }

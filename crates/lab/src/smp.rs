@@ -549,7 +549,7 @@ pub fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::Kv
         VcpuExits {
             vcpu: 0,
             user: m.counts,
-            kvm_exits: m.kvm_exits,
+            kvm_exits: m.kvm_exits(),
             halt_exits: stats.and_then(|s| s.read("halt_exits")),
         },
     );

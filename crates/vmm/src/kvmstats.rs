@@ -14,6 +14,9 @@ pub struct KvmStats {
     data_offset: u64,
     // name -> (offset into the data block, number of u64 items)
     fields: BTreeMap<String, (u64, u16)>,
+    // Names of the cumulative event counts (type cumulative, no unit): the counters whose
+    // difference over an interval is a number of events.
+    counters: Vec<String>,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -37,18 +40,25 @@ impl KvmStats {
         let mut descs = vec![0u8; desc_size * num_desc];
         sys::pread_exact(&file, &mut descs, desc_offset).ok()?;
         let mut fields = BTreeMap::new();
+        let mut counters = Vec::new();
         for d in descs.chunks_exact(desc_size) {
+            let flags = u32_at(d, 0)?;
             let size = u16::from_le_bytes([d[6], d[7]]);
             let offset = u32_at(d, 8)? as u64;
             let name = &d[16..];
             let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
             let name = String::from_utf8_lossy(&name[..end]).into_owned();
+            // KVM_STATS_TYPE_CUMULATIVE (0) in bits 0-3, KVM_STATS_UNIT_NONE (0) in 4-7.
+            if flags & 0xff == 0 && size > 0 {
+                counters.push(name.clone());
+            }
             fields.insert(name, (offset, size));
         }
         Some(KvmStats {
             file,
             data_offset,
             fields,
+            counters,
         })
     }
 
@@ -61,6 +71,31 @@ impl KvmStats {
         let mut b = [0u8; 8];
         sys::pread_exact(&self.file, &mut b, self.data_offset + offset).ok()?;
         Some(u64::from_le_bytes(b))
+    }
+
+    /// Every cumulative event count the kernel offers (no histograms, no times), read
+    /// with one `pread` of the data block; names as the kernel spells them ("exits",
+    /// "io_exits", "mmio_exits", "halt_exits", ...).
+    pub fn read_counters(&self) -> BTreeMap<String, u64> {
+        let end = self
+            .counters
+            .iter()
+            .filter_map(|n| self.fields.get(n))
+            .map(|&(offset, _)| offset + 8)
+            .max()
+            .unwrap_or(0);
+        let mut data = vec![0u8; end as usize];
+        if sys::pread_exact(&self.file, &mut data, self.data_offset).is_err() {
+            return BTreeMap::new();
+        }
+        self.counters
+            .iter()
+            .filter_map(|name| {
+                let at = self.fields.get(name)?.0 as usize;
+                let b: [u8; 8] = data.get(at..at + 8)?.try_into().ok()?;
+                Some((name.clone(), u64::from_le_bytes(b)))
+            })
+            .collect()
     }
 
     /// Names of every statistic the kernel offers.

@@ -81,6 +81,12 @@ impl DoorbellCtx<'_> {
     pub fn kvm_exits(&self) -> Option<u64> {
         self.stats.and_then(|s| s.read("exits"))
     }
+
+    /// Every cumulative event count of KVM's binary statistics of this vCPU ("exits",
+    /// "io_exits", "mmio_exits", "halt_exits", ...), when the host has them.
+    pub fn kvm_counters(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        self.stats.map(KvmStats::read_counters)
+    }
 }
 
 /// Receives doorbell writes (the guest → host channel of the lab kernel and of tests).
