@@ -83,7 +83,7 @@ fn parse_report(line: &[u8]) -> Option<GuestReport> {
 
 impl Write for ChaosSerial {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = exitlab_devices::lock(&self.state);
         st.bytes += b.len() as u64;
         for &c in b {
             if c == b'\n' {
@@ -203,7 +203,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     );
     while Instant::now() < deadline && !cancel.load(Ordering::Acquire) {
         {
-            let mut st = serial.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = exitlab_devices::lock(&serial.state);
             st.report = GuestReport::default();
             st.line.clear();
         }
@@ -234,11 +234,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
         kvm_exits = kvm_exits.zip(report.kvm_exits).map(|(a, b)| a + b);
         let kind = end_kind(&report.end);
         *ends.entry(kind.clone()).or_default() += 1;
-        let r = serial
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .report;
+        let r = exitlab_devices::lock(&serial.state).report;
         guest.ops += r.ops;
         guest.faults += r.faults;
         if r.faults > 0 {
@@ -257,7 +253,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
         }
     }
     let (rss, hwm) = rss_kib();
-    let serial_bytes = serial.state.lock().unwrap_or_else(|p| p.into_inner()).bytes;
+    let serial_bytes = exitlab_devices::lock(&serial.state).bytes;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,

@@ -52,7 +52,7 @@ fn run(cmd: &mut Command) -> String {
 /// Downloads and unpacks the Debian cloud kernel once; returns (bzImage, vmlinux).
 fn kernel() -> (PathBuf, PathBuf) {
     static ONCE: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
-    let mut g = ONCE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut g = exitlab_devices::lock(&ONCE);
     if let Some(k) = g.as_ref() {
         return k.clone();
     }
@@ -148,11 +148,11 @@ struct Watch {
 
 impl Write for Watch {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = exitlab_devices::lock(&self.buf);
         buf.extend_from_slice(b);
         let text = String::from_utf8_lossy(&buf);
         if text.contains("Linux version") {
-            let mut at = self.banner_at.lock().unwrap_or_else(|p| p.into_inner());
+            let mut at = exitlab_devices::lock(&self.banner_at);
             at.get_or_insert_with(Instant::now);
         }
         if (self.done)(&text) {

@@ -236,10 +236,7 @@ impl Cmos {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.state)
     }
 
     fn now() -> (u64, u32) {

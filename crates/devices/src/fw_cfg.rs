@@ -324,10 +324,7 @@ impl FwCfg {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cursor> {
-        match self.cursor.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.cursor)
     }
 }
 

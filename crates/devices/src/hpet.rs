@@ -159,7 +159,7 @@ impl State {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.state)
     }
 
     /// Fires every timer whose comparator the counter has reached; returns how long

@@ -91,10 +91,7 @@ impl I8042 {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.state)
     }
 
     fn read_byte(st: &mut State, offset: u64) -> u8 {

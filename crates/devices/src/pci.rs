@@ -441,21 +441,13 @@ impl PciHostBridge {
     }
 }
 
-/// Lock a config space, going on after a poisoning panic (the registers stay valid).
-pub(crate) fn lock_config(m: &Mutex<PciConfigSpace>) -> std::sync::MutexGuard<'_, PciConfigSpace> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
-
 impl PciDevice for PciHostBridge {
     fn read_config(&self, reg: usize) -> u32 {
-        lock_config(&self.config).read(reg)
+        crate::lock(&self.config).read(reg)
     }
 
     fn write_config(&self, reg: usize, byte_enables: u8, value: u32) {
-        lock_config(&self.config).write(reg, byte_enables, value)
+        crate::lock(&self.config).write(reg, byte_enables, value)
     }
 }
 

@@ -64,7 +64,7 @@ use std::sync::{Arc, Mutex};
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 use crate::pci::{
-    lock_config, PciBarKind, PciBarRange, PciConfigSpace, PciDevice, PciError, PciIds, COMMAND_IO,
+    PciBarKind, PciBarRange, PciConfigSpace, PciDevice, PciError, PciIds, COMMAND_IO,
     COMMAND_MEMORY, SUBSYSTEM_ID_QEMU, SUBSYSTEM_VENDOR_QEMU,
 };
 use crate::{BusDevice, IoAction, IoEventSpec, IoSpace};
@@ -200,10 +200,7 @@ struct Core {
 
 impl Core {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.state)
     }
 
     /// Take what eventfd `t` counted (0 if it has none or counted nothing).
@@ -379,15 +376,15 @@ impl PciTestDev {
 
 impl PciDevice for PciTestDev {
     fn read_config(&self, reg: usize) -> u32 {
-        lock_config(&self.config).read(reg)
+        crate::lock(&self.config).read(reg)
     }
 
     fn write_config(&self, reg: usize, byte_enables: u8, value: u32) {
-        lock_config(&self.config).write(reg, byte_enables, value)
+        crate::lock(&self.config).write(reg, byte_enables, value)
     }
 
     fn bars(&self) -> Vec<PciBarRange> {
-        lock_config(&self.config).bar_ranges()
+        crate::lock(&self.config).bar_ranges()
     }
 
     fn bar_device(&self, index: u8) -> Option<Arc<dyn BusDevice>> {
@@ -401,7 +398,7 @@ impl PciDevice for PciTestDev {
     /// One spec per eventfd-backed test whose BAR decodes now.
     fn ioeventfds(&self) -> Vec<IoEventSpec> {
         let (mmio, pio) = {
-            let cs = lock_config(&self.config);
+            let cs = crate::lock(&self.config);
             (cs.bar_range(MMIO_BAR), cs.bar_range(PIO_BAR))
         };
         let core = &self.mmio.core;

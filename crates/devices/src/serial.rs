@@ -74,27 +74,18 @@ impl SharedBuffer {
 
     /// A copy of everything written so far.
     pub fn contents(&self) -> Vec<u8> {
-        match self.0.lock() {
-            Ok(v) => v.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        crate::lock(&self.0).clone()
     }
 
     /// Take everything written so far, leaving the buffer empty.
     pub fn take(&self) -> Vec<u8> {
-        match self.0.lock() {
-            Ok(mut v) => std::mem::take(&mut *v),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        }
+        std::mem::take(&mut *crate::lock(&self.0))
     }
 }
 
 impl Write for SharedBuffer {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut v) => v.extend_from_slice(buf),
-            Err(poisoned) => poisoned.into_inner().extend_from_slice(buf),
-        }
+        crate::lock(&self.0).extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -159,10 +150,7 @@ impl Serial {
     fn lock(&self) -> std::sync::MutexGuard<'_, Uart> {
         // A panic while holding the lock cannot leave the UART's registers in a state
         // worse than a guest could, so keep going with the inner value.
-        match self.uart.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.uart)
     }
 }
 

@@ -157,10 +157,7 @@ impl TestDevMem {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<[u8]>> {
-        match self.mem.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::lock(&self.mem)
     }
 
     /// The in-region byte range an access at `offset` of `len` bytes covers, and how

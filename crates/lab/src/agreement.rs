@@ -156,10 +156,7 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut v) => v.extend_from_slice(b),
-            Err(p) => p.into_inner().extend_from_slice(b),
-        }
+        exitlab_devices::lock(&self.0).extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -186,10 +183,7 @@ pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<Stri
         platform: Default::default(),
     };
     let report = machine::run(kvm.clone(), cfg).map_err(|e| format!("the harness: {e}"))?;
-    let text = match out.0.lock() {
-        Ok(v) => String::from_utf8_lossy(&v).into_owned(),
-        Err(p) => String::from_utf8_lossy(&p.into_inner()).into_owned(),
-    };
+    let text = String::from_utf8_lossy(&exitlab_devices::lock(&out.0)).into_owned();
     match report.end {
         RunEnd::DebugExit(0) => Ok(text),
         other => Err(format!(

@@ -17,6 +17,7 @@
 //! device remapping itself from a vCPU thread publishes while that thread still holds
 //! the old snapshot: there is no lock it could deadlock on.
 
+use exitlab_devices::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -86,13 +87,6 @@ impl Default for Bus {
             subscribers: Mutex::new(Vec::new()),
             next_subscriber: AtomicU64::new(1),
         }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
     }
 }
 

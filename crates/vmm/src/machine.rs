@@ -240,10 +240,7 @@ impl BarRemapper {
     }
 
     fn sync_ioeventfds(&self, dev: &Arc<dyn PciDevice>) {
-        let mut reg = match self.registered.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut reg = exitlab_devices::lock(&self.registered);
         for s in reg.drain(..) {
             let _ =
                 vm::unregister_ioeventfd(&self.vm, &s.eventfd, s.space, s.addr, s.len, s.datamatch);
@@ -260,10 +257,7 @@ impl BarRemapper {
 
 impl PciBarObserver for BarRemapper {
     fn bar_changed(&self, change: &PciBarChange) {
-        let dev = match self.device.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
+        let dev = exitlab_devices::lock(&self.device).clone();
         let Some(dev) = dev else { return };
         if let Some((old, bus)) = change.old.and_then(|o| Some((o, self.bus(o.space)?))) {
             let _ = bus.remove(old.addr);
