@@ -175,7 +175,13 @@ struct Boot<'a> {
     done: fn(&str) -> bool,
 }
 
+/// One Linux boot at a time: where guest ring 0 is emulated, each boot keeps a host CPU
+/// busy for minutes, and boots run side by side (the test harness's threads) would share
+/// the CPUs and run into each other's time budgets.
+static ONE_BOOT_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 fn boot(kernel: &Path, b: Boot<'_>) -> (String, machine::RunReport, Option<Duration>) {
+    let _serial = exitlab_devices::lock(&ONE_BOOT_AT_A_TIME);
     let kvm = common::kvm();
     let watch = Watch {
         buf: Arc::default(),
