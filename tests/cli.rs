@@ -403,8 +403,10 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
     });
     let f = exitlab(&["compare", a_s, few.to_str().unwrap()]);
     assert_eq!(f.status.code(), Some(0), "{}", stdout(&f));
+    // The "before" side has at least the 5 rounds asked for, more where the host-noise
+    // detector added rounds.
     assert!(
-        stdout(&f).contains("5 round(s) before and 3 after; at least 5 on each side"),
+        stdout(&f).contains(" round(s) before and 3 after; at least 5 on each side"),
         "{}",
         stdout(&f)
     );
