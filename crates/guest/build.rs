@@ -698,22 +698,21 @@ fn conformance_script(template: &str, pvh: bool) -> String {
 }
 
 /// Builds the conformance kernel images into `$OUT_DIR`.
-fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
-    let src = manifest.join("conformance");
-    let obj_dir = out.join("conformance");
-    fs::create_dir_all(&obj_dir)
-        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
+/// A `cc` build for exitlab's 32-bit freestanding kernels (conformance, second harness,
+/// chaos): gcc -m32 for i686, no PIC, no libc, no SSE, no stack protector, no unwind
+/// tables, objects into `obj_dir`.
+fn i386_build(src: &Path, obj_dir: &Path) -> Result<cc::Build, String> {
+    fs::create_dir_all(obj_dir).map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
     let mut build = cc::Build::new();
     build
         .compiler("gcc")
         .cargo_metadata(false)
-        .out_dir(&obj_dir)
+        .out_dir(obj_dir)
         .pic(false)
         .opt_level(2)
         .debug(false)
         .warnings(true)
-        .extra_warnings(true)
-        .include(&src)
+        .include(src)
         .flag("-m32")
         .flag("-march=i686")
         .flag("-ffreestanding")
@@ -724,8 +723,30 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
         .flag("-fno-asynchronous-unwind-tables")
         .flag("-fno-unwind-tables")
         .flag("-fcf-protection=none")
-        .flag("-fno-delete-null-pointer-checks")
         .flag("-nostdlib");
+    Ok(build)
+}
+
+/// Links 32-bit objects into the static ELF `elf` with the linker script `script`.
+fn i386_link(script: &Path, elf: &Path, objects: &[PathBuf], what: &str) -> Result<(), String> {
+    let mut ld = Command::new("ld");
+    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
+        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
+        .arg("-T")
+        .arg(script)
+        .arg("-o")
+        .arg(elf)
+        .args(objects);
+    run_tool(&mut ld, &format!("ld ({what})"))
+}
+
+fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
+    let src = manifest.join("conformance");
+    let obj_dir = out.join("conformance");
+    let mut build = i386_build(&src, &obj_dir)?;
+    build
+        .extra_warnings(true)
+        .flag("-fno-delete-null-pointer-checks");
     for f in CONFORMANCE_COMMON
         .iter()
         .chain(CONFORMANCE_HEADERS)
@@ -762,16 +783,9 @@ fn build_conformance(manifest: &Path, out: &Path) -> Result<(), String> {
         let script = obj_dir.join(if image.pvh { "pvh.ld" } else { "multiboot.ld" });
         write(&script, &conformance_script(&template, image.pvh))?;
         let elf = out.join(image.elf);
-        let mut ld = Command::new("ld");
-        ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
-            .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
-            .arg("-T")
-            .arg(&script)
-            .arg("-o")
-            .arg(&elf)
-            .args(&common)
-            .arg(object_of(image.header)?);
-        run_tool(&mut ld, "ld (conformance kernel)")?;
+        let mut objects = common.clone();
+        objects.push(object_of(image.header)?);
+        i386_link(&script, &elf, &objects, "conformance kernel")?;
         if let Some(flat) = image.flat {
             let mut objcopy = Command::new("objcopy");
             objcopy.args(["-O", "binary"]).arg(&elf).arg(out.join(flat));
@@ -803,38 +817,17 @@ fn build_harness(manifest: &Path, out: &Path) -> Result<(), String> {
     for f in HARNESS_SOURCES {
         println!("cargo:rerun-if-changed=harness/{f}");
     }
-    let obj_dir = out.join("harness");
-    fs::create_dir_all(&obj_dir)
-        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
-    let objects = cc::Build::new()
-        .compiler("gcc")
-        .cargo_metadata(false)
-        .out_dir(&obj_dir)
-        .pic(false)
-        .opt_level(2)
-        .debug(false)
-        .warnings(true)
-        .flag("-m32")
-        .flag("-ffreestanding")
-        .flag("-fno-pie")
-        .flag("-mgeneral-regs-only")
-        .flag("-fno-stack-protector")
-        .flag("-fno-asynchronous-unwind-tables")
-        .flag("-fcf-protection=none")
-        .flag("-nostdlib")
+    let objects = i386_build(&src, &out.join("harness"))?
         .file(src.join("entry.S"))
         .file(src.join("harness.c"))
         .try_compile_intermediates()
         .map_err(|e| format!("compiling the second harness with gcc -m32 failed: {e}"))?;
-    let mut ld = Command::new("ld");
-    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
-        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
-        .arg("-T")
-        .arg(src.join("harness.ld"))
-        .arg("-o")
-        .arg(out.join("exitlab-harness.elf"))
-        .args(&objects);
-    run_tool(&mut ld, "ld (second harness)")
+    i386_link(
+        &src.join("harness.ld"),
+        &out.join("exitlab-harness.elf"),
+        &objects,
+        "second harness",
+    )
 }
 
 // ---- The chaos kernel (`exitlab run --builtin chaos`) ----------------------------------
@@ -848,37 +841,14 @@ fn build_chaos(manifest: &Path, out: &Path) -> Result<(), String> {
     for f in CHAOS_SOURCES.iter().chain(&["chaos.ld"]) {
         println!("cargo:rerun-if-changed=chaos/{f}");
     }
-    let obj_dir = out.join("chaos");
-    fs::create_dir_all(&obj_dir)
-        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
-    let objects = cc::Build::new()
-        .compiler("gcc")
-        .cargo_metadata(false)
-        .out_dir(&obj_dir)
-        .pic(false)
-        .opt_level(2)
-        .debug(false)
-        .warnings(true)
-        .flag("-m32")
-        .flag("-march=i686")
-        .flag("-ffreestanding")
-        .flag("-fno-pic")
-        .flag("-fno-pie")
-        .flag("-mgeneral-regs-only")
-        .flag("-fno-stack-protector")
-        .flag("-fno-asynchronous-unwind-tables")
-        .flag("-fcf-protection=none")
-        .flag("-nostdlib")
+    let objects = i386_build(&src, &out.join("chaos"))?
         .files(CHAOS_SOURCES.iter().map(|f| src.join(f)))
         .try_compile_intermediates()
         .map_err(|e| format!("compiling the chaos kernel with gcc -m32 failed: {e}"))?;
-    let mut ld = Command::new("ld");
-    ld.args(["-m", "elf_i386", "-nostdlib", "-static", "--build-id=none"])
-        .args(["-z", "max-page-size=0x1000", "-z", "noexecstack"])
-        .arg("-T")
-        .arg(src.join("chaos.ld"))
-        .arg("-o")
-        .arg(out.join("chaos.elf"))
-        .args(&objects);
-    run_tool(&mut ld, "ld (chaos kernel)")
+    i386_link(
+        &src.join("chaos.ld"),
+        &out.join("chaos.elf"),
+        &objects,
+        "chaos kernel",
+    )
 }
