@@ -437,16 +437,7 @@ impl BusDevice for Hpet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::hammer;
-
-    #[derive(Default)]
-    struct Lines(Mutex<Vec<(u32, bool)>>);
-
-    impl IrqLine for Lines {
-        fn set_level(&self, gsi: u32, level: bool) {
-            self.0.lock().unwrap().push((gsi, level));
-        }
-    }
+    use crate::test_util::{hammer, Lines};
 
     fn hpet() -> (Hpet, Arc<Lines>) {
         let lines = Arc::new(Lines::default());

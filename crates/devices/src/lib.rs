@@ -138,6 +138,16 @@ pub(crate) fn le_value(data: &[u8]) -> u64 {
 /// Test helpers shared by the device modules.
 #[cfg(test)]
 pub(crate) mod test_util {
+    /// Records every level an [`crate::IrqLine`] is driven to, as (GSI, level).
+    #[derive(Default)]
+    pub struct Lines(pub std::sync::Mutex<Vec<(u32, bool)>>);
+
+    impl crate::IrqLine for Lines {
+        fn set_level(&self, gsi: u32, level: bool) {
+            crate::lock(&self.0).push((gsi, level));
+        }
+    }
+
     use super::BusDevice;
 
     /// Read and write every offset in `0..span` at widths 1, 2, 3, 4 and 8 (and a few

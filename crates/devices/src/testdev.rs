@@ -192,16 +192,7 @@ impl BusDevice for TestDevMem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::hammer;
-
-    #[derive(Default)]
-    struct Lines(Mutex<Vec<(u32, bool)>>);
-
-    impl IrqLine for Lines {
-        fn set_level(&self, gsi: u32, level: bool) {
-            self.0.lock().unwrap().push((gsi, level));
-        }
-    }
+    use crate::test_util::{hammer, Lines};
 
     fn rd(d: &dyn BusDevice, off: u64, width: usize) -> Vec<u8> {
         let mut b = vec![0xEEu8; width];
