@@ -122,6 +122,9 @@ struct Shared {
 /// The HPET (see the module documentation).
 pub struct Hpet {
     shared: Arc<Shared>,
+    // The comparator thread, joined when the device is dropped (so a torn-down VM
+    // leaves no thread behind).
+    thread: std::sync::Mutex<Option<thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Hpet {
@@ -237,6 +240,7 @@ impl Hpet {
                 wake: Condvar::new(),
                 irq,
             }),
+            thread: std::sync::Mutex::new(None),
         };
         let started = hpet.start_thread();
         hpet.shared.lock().thread_started = started;
@@ -367,7 +371,7 @@ impl Hpet {
     /// again).
     fn start_thread(&self) -> bool {
         let shared = self.shared.clone();
-        thread::Builder::new()
+        let spawned = thread::Builder::new()
             .name("exitlab-hpet".into())
             .spawn(move || {
                 let mut s = shared.lock();
@@ -381,8 +385,14 @@ impl Hpet {
                         None => shared.wake.wait(s).unwrap_or_else(|e| e.into_inner()),
                     };
                 }
-            })
-            .is_ok()
+            });
+        match spawned {
+            Ok(handle) => {
+                *crate::lock(&self.thread) = Some(handle);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Fires what is due now (the thread does this on its own; tests call it).
@@ -396,6 +406,9 @@ impl Drop for Hpet {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_all();
+        if let Some(handle) = crate::lock(&self.thread).take() {
+            let _ = handle.join();
+        }
     }
 }
 
