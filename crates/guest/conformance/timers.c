@@ -93,7 +93,7 @@ int test_pmtimer(void)
 #define IOAPIC_WIN         0x10
 #define LAPIC_IRR          0x200
 #define HPET_MEASURE_MS    200u
-#define HPET_IRQ_WAIT_MS   1000u
+#define HPET_IRQ_WAIT_MS   5000u
 
 static uint32_t hpet_rd(uint32_t reg) { return rd32(HPET_BASE + reg); }
 static void hpet_wr(uint32_t reg, uint32_t v) { wr32(HPET_BASE + reg, v); }
