@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use exitlab_vmm::machine::{self, MachineConfig, RunEnd, SerialOut};
 use exitlab_vmm::vcpu::ExitCounts;
 
-use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_OK, EXIT_VMM_FAILED};
+use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_OK, EXIT_VMM_FAILED};
 
 /// Options of a chaos run.
 #[derive(Debug)]
@@ -168,18 +168,10 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
         },
         None => None,
     };
-    let kvm = match exitlab_vmm::open_kvm() {
-        Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return EXIT_NO_KVM;
-        }
+    let (kvm, cancel) = match crate::run::open_kvm_cancellable() {
+        Ok(k) => k,
+        Err(code) => return code,
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {
-        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
-        return EXIT_VMM_FAILED;
-    }
     let serial = ChaosSerial {
         state: Arc::new(Mutex::new(SerialState {
             bytes: 0,

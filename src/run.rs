@@ -327,18 +327,10 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     if o.verbose {
         eprintln!("exitlab: every input checked; opening /dev/kvm");
     }
-    let kvm = match exitlab_vmm::open_kvm() {
-        Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return EXIT_NO_KVM;
-        }
+    let (kvm, cancel) = match open_kvm_cancellable() {
+        Ok(k) => k,
+        Err(code) => return code,
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {
-        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
-        return EXIT_VMM_FAILED;
-    }
     let cfg = MachineConfig {
         kernel: checked.kernel,
         kernel_path: o.kernel.display().to_string(),
@@ -418,4 +410,22 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             EXIT_KVM_FAILURE
         }
     }
+}
+
+/// Opens /dev/kvm and arms SIGINT/SIGTERM to set the returned cancel flag: how `run` and
+/// `run --builtin chaos` start; the error is the exit code, its message already printed.
+pub fn open_kvm_cancellable() -> Result<(Arc<exitlab_vmm::Kvm>, Arc<AtomicBool>), i32> {
+    let kvm = match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
+        Err(e) => {
+            eprintln!("exitlab: {e}");
+            return Err(EXIT_NO_KVM);
+        }
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {
+        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
+        return Err(EXIT_VMM_FAILED);
+    }
+    Ok((kvm, cancel))
 }
