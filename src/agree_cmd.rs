@@ -2,7 +2,6 @@
 //! kernel on the same host, in interleaved rounds.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +25,8 @@ pub struct AgreeArgs {
     /// exitlab samples per test per round.
     #[arg(long, default_value_t = 250)]
     samples: u64,
-    /// Also write the table as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    json: crate::common::JsonArg,
     /// Only boot the harness once with this command line under the bare KVM_RUN loop
     /// (no devices), for `exitlab trace` to measure the floor on the same guest.
     #[arg(long, value_name = "CMDLINE")]
@@ -42,6 +40,9 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
     }
     if a.samples == 0 || a.samples > 1 << 20 {
         return usage_error("--samples must be in 1..=1048576");
+    }
+    if let Err(e) = a.json.check() {
+        return usage_error(e);
     }
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
@@ -93,12 +94,11 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
         }
     };
     eprintln!();
-    print!("{}", res.render());
-    if let Some(p) = &a.json {
-        let text = serde_json::to_string_pretty(&res).unwrap_or_default();
-        if let Err(e) = std::fs::write(p, text) {
-            return usage_error(format!("cannot write {}: {e}", p.display()));
-        }
+    if !a.json.to_stdout() {
+        print!("{}", res.render());
+    }
+    if let Err(code) = a.json.write(&res, "agreement table") {
+        return code;
     }
     // A missing figure fails the command unless a side named the host limit behind it.
     let unexplained = |r: &agreement::AgreementRow| {

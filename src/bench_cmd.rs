@@ -6,7 +6,6 @@
 //! the outcome to an exit code.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +13,13 @@ use std::time::Duration;
 use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
 use exitlab_lab::knobs::{self, AbSpec};
-use exitlab_lab::results::{self, Results, TestStatus};
+use exitlab_lab::results::{Results, TestStatus};
 use exitlab_lab::runner::RunParams;
 use exitlab_lab::smp::{self, IrqKnobs};
 use exitlab_lab::{host_report, report};
 
 use crate::exit::{
-    usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_VMM_FAILED,
+    usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
 #[derive(clap::Args, Debug)]
@@ -43,17 +42,21 @@ pub struct BenchArgs {
     /// Guest privilege level of the measured loop: 0 or 3 (instructions that need ring 0 are skipped at ring 3).
     #[arg(long, default_value = "0", value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(["0", "3"]), |s| s.parse::<u8>()))]
     ring: u8,
-    /// Write the results as JSON to this file (atomically).
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    json: crate::common::JsonArg,
     /// Keep every sample in the JSON.
     #[arg(long)]
     raw: bool,
     /// Pin the vCPU threads to these host CPUs (vCPU 0 first, one CPU per vCPU).
     #[arg(long, value_delimiter = ',')]
     pin: Vec<usize>,
-    /// Stop a test that makes no progress for this many seconds.
+    /// Stop a test whose guest makes no progress for this many seconds.
     #[arg(long, default_value_t = 3.0)]
+    stall_timeout: f64,
+    /// Stop the whole run after this many seconds, at the end of the test then running,
+    /// keeping the rounds that completed (marked incomplete), with exit code 124; 0 = no
+    /// limit.
+    #[arg(long, default_value_t = 0.0)]
     timeout: f64,
     /// Skip the VMM overhead experiment (full exit loop vs bare KVM_RUN loop).
     #[arg(long)]
@@ -208,21 +211,20 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     if a.ring != 0 && a.ring != 3 {
         return Err(format!("--ring {} is not supported: use 0 or 3", a.ring));
     }
-    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= 3600.0) {
+    if !(a.stall_timeout.is_finite() && a.stall_timeout > 0.0 && a.stall_timeout <= 3600.0) {
         return Err(format!(
-            "--timeout {} must be a number of seconds in (0, 3600]",
-            a.timeout
+            "--stall-timeout {} must be a number of seconds in (0, 3600]",
+            a.stall_timeout
         ));
     }
+    crate::common::check_timeout(a.timeout)?;
     if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
         return Err("--samples times --batch must not exceed 2^32 iterations".into());
     }
     for &cpu in &a.pin {
         crate::input::check_pin(cpu)?;
     }
-    if let Some(p) = &a.json {
-        results::check_writable(p).map_err(|e| e.to_string())?;
-    }
+    a.json.check()?;
     let mut opts = BenchOptions {
         tests,
         params: RunParams {
@@ -230,7 +232,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             samples: a.samples,
             batch: a.batch,
             warmup: a.warmup,
-            timeout: Duration::from_secs_f64(a.timeout),
+            timeout: Duration::from_secs_f64(a.stall_timeout),
             pin: a.pin.first().copied(),
             bare: false,
             irq: a.irq.knobs(&a.pin)?,
@@ -477,18 +479,25 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         }
     }
     notes.extend(irq_notes(&opts));
-    opts.cancel = Some(arm_signals());
+    let stop = arm_signals();
+    let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
+    opts.cancel = Some(stop);
     // -q/--quiet is global (every subcommand takes it).
     let quiet = crate::cli::verbosity() < 0;
     let mut display = Display::new(quiet, progress_steps(&opts, ab.as_ref()));
     if !quiet {
         eprintln!(
-            "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s), {} round(s){}",
+            "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s), {} round(s){}{}",
             opts.tests.len(),
             a.ring,
             a.samples,
             a.batch,
-            a.rounds,
+            u64::from(a.rounds).min(a.samples),
+            if u64::from(a.rounds) > a.samples {
+                " (at most one per sample)"
+            } else {
+                ""
+            },
             ab.as_ref()
                 .map(|s| format!(", A/B {}={} vs {}", s.knob.name, s.a, s.b))
                 .unwrap_or_default()
@@ -496,25 +505,33 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     }
     let res = run(&opts, ab.as_ref(), host, notes, &mut display);
     display.finish();
-    let res = match res {
+    let mut res = match res {
         Ok(r) => r,
         Err(code) => return code,
     };
-    print_results(&res, &a.format);
-    if let Some(p) = &a.json {
-        if let Err(e) = results::write_atomic(p, &res) {
-            eprintln!("exitlab: {e}");
-            return EXIT_CANT_WRITE;
-        }
-        eprintln!(
-            "results written to {}{}",
-            p.display(),
-            if res.incomplete.is_some() {
-                " (marked incomplete)"
-            } else {
-                ""
-            }
-        );
+    let timed_out = limit.expired() && res.incomplete.is_some();
+    if timed_out {
+        res.incomplete = res
+            .incomplete
+            .take()
+            .map(|why| format!("--timeout {} s expired: {why}", a.timeout));
     }
-    exit_code(&res)
+    if !a.json.to_stdout() {
+        print_results(&res, &a.format);
+    } else if let Some(why) = &res.incomplete {
+        eprintln!("incomplete: {why}");
+    }
+    let what = if res.incomplete.is_some() {
+        "results (marked incomplete)"
+    } else {
+        "results"
+    };
+    if let Err(code) = a.json.write(&res, what) {
+        return code;
+    }
+    if timed_out {
+        EXIT_TIMEOUT
+    } else {
+        exit_code(&res)
+    }
 }

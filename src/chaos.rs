@@ -136,12 +136,8 @@ fn end_kind(end: &RunEnd) -> String {
 
 /// Runs the chaos mode; returns the process exit code.
 pub fn chaos_cmd(o: ChaosOptions) -> i32 {
-    if !(o.seconds.is_finite() && o.seconds > 0.0 && o.seconds <= crate::run::MAX_TIMEOUT_S) {
-        return usage_error(format!(
-            "--seconds {} must be a number of seconds in (0, {}]",
-            o.seconds,
-            crate::run::MAX_TIMEOUT_S
-        ));
+    if let Err(e) = crate::common::check_seconds("--seconds", o.seconds) {
+        return usage_error(e);
     }
     if o.cpus == 0 || o.cpus > machine::MAX_CPUS {
         return usage_error(format!(

@@ -50,9 +50,8 @@ enum Command {
     Bench(BenchArgs),
     /// Show what matters for exit cost on this host (CPU, kernel, KVM capabilities and parameters).
     Host {
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: crate::common::JsonArg,
     },
     /// Boot a kernel (multiboot, PVH ELF, Linux bzImage or vmlinux) on exitlab's PC platform.
     /// `exitlab run --qemu-args -- QEMU-OPTIONS...` (or the binary named `exitlab-qemu`)
@@ -101,14 +100,54 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
-/// Runs the command line; returns the process exit code. A panic (a bug: exitlab must
-/// not panic on any input) becomes [`EXIT_INTERNAL`] rather than Rust's 101, which is
-/// odd and so belongs to the guest's debug-exit codes.
+/// Runs the command line; returns the process exit code. See [`catching`] for panics.
 pub fn main() -> i32 {
-    std::panic::catch_unwind(parse_and_run).unwrap_or_else(|_| {
-        eprintln!("exitlab: internal error (a bug); please report it with the command line");
-        EXIT_INTERNAL
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // Standard output closed or full is the reader's doing, not a bug: `catching`
+        // says so in one line (nothing for a closed pipe, as `cmd | head` expects).
+        if stdout_failure(panic_message(info.payload())).is_none() {
+            default_hook(info);
+        }
+    }));
+    catching(parse_and_run)
+}
+
+/// Runs `f`, turning a panic into an exit code: writing to standard output failed (a
+/// closed pipe, a full disk: Rust's `print!` panics then) is [`EXIT_CANT_WRITE`], any
+/// other panic (a bug: exitlab must not panic on any input) [`EXIT_INTERNAL`] rather than
+/// Rust's 101, which is odd and so belongs to the guest's debug-exit codes.
+fn catching(f: impl FnOnce() -> i32 + std::panic::UnwindSafe) -> i32 {
+    std::panic::catch_unwind(f).unwrap_or_else(|payload| {
+        match stdout_failure(panic_message(payload.as_ref())) {
+            Some(why) => {
+                if !why.contains("Broken pipe") {
+                    eprintln!("exitlab: cannot write to standard output: {why}");
+                }
+                crate::exit::EXIT_CANT_WRITE
+            }
+            None => {
+                eprintln!(
+                    "exitlab: internal error (a bug); please report it with the command line"
+                );
+                EXIT_INTERNAL
+            }
+        }
     })
+}
+
+/// The text of a panic, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("")
+}
+
+/// The reason, when a panic is `print!`'s failure to write to standard output.
+fn stdout_failure(message: &str) -> Option<&str> {
+    message.strip_prefix("failed printing to stdout: ")
 }
 
 fn parse_and_run() -> i32 {
@@ -156,5 +195,26 @@ fn parse_and_run() -> i32 {
         Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
         Command::Report(a) => crate::report_cmd::report_cmd(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_an_internal_error_and_a_failed_stdout_cannot_write() {
+        assert_eq!(catching(|| 7), 7);
+        assert_eq!(catching(|| panic!("index out of bounds")), EXIT_INTERNAL);
+        assert_eq!(
+            catching(|| panic!("failed printing to stdout: No space left on device (os error 28)")),
+            crate::exit::EXIT_CANT_WRITE
+        );
+        assert_eq!(
+            catching(|| std::panic::panic_any(
+                "failed printing to stdout: Broken pipe (os error 32)"
+            )),
+            crate::exit::EXIT_CANT_WRITE
+        );
     }
 }

@@ -19,7 +19,7 @@ pub const EXIT_REGRESSION: i32 = EXIT_TEST_FAILED;
 pub const EXIT_NO_KVM: i32 = 6;
 /// The host refused to set up the VM (a KVM ioctl or an OS call failed, e.g. no memory).
 pub const EXIT_VMM_FAILED: i32 = 8;
-/// An output file (results JSON) could not be written.
+/// An output file (results JSON), or standard output, could not be written.
 pub const EXIT_CANT_WRITE: i32 = 10;
 /// exitlab itself failed (a bug: please report it with the command line).
 pub const EXIT_INTERNAL: i32 = 70;
@@ -28,7 +28,7 @@ pub const EXIT_TRIPLE_FAULT: i32 = 120;
 /// `run`: KVM could not run the guest (emulation failure, failed entry, an exit reason
 /// exitlab does not know, every vCPU stopped without the guest ending the run).
 pub const EXIT_KVM_FAILURE: i32 = 122;
-/// `run`: the `--timeout` expired (as `timeout(1)`).
+/// `run`, `bench`: the `--timeout` expired (as `timeout(1)`).
 pub const EXIT_TIMEOUT: i32 = 124;
 /// Interrupted by SIGINT or SIGTERM; the VM was torn down (and results kept, for bench).
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -49,11 +49,11 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ("4", "bench: a test failed or an exit-count check did not hold; compare: a test is slower beyond --threshold with confidence"),
     ("6", "KVM unavailable (no /dev/kvm, no permission); see `exitlab host`"),
     ("8", "the host refused to set up the VM (KVM or OS call failed)"),
-    ("10", "an output file could not be written"),
+    ("10", "an output file, or standard output, could not be written"),
     ("70", "internal error in exitlab (a bug)"),
     ("120", "run: a vCPU triple-faulted"),
     ("122", "run: KVM could not run the guest (emulation failure, failed entry, unknown exit)"),
-    ("124", "run: --timeout expired"),
+    ("124", "run, bench: --timeout expired (bench keeps the rounds that completed)"),
     ("130", "interrupted by SIGINT/SIGTERM; the VM was torn down"),
     ("odd N", "run: the guest wrote V=(N-1)/2 to the debug-exit port 0xf4 (as QEMU isa-debug-exit; V>=127: 255)"),
 ];

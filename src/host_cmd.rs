@@ -3,22 +3,21 @@
 
 use exitlab_lab::host_report;
 
-use crate::exit::EXIT_NO_KVM;
+use crate::common::JsonArg;
+use crate::exit::{usage_error, EXIT_NO_KVM};
 
-/// Prints the host report; exits with the KVM-unavailable code when /dev/kvm cannot be
-/// used, so that scripts can test for it.
-pub fn host_cmd(json: bool) -> i32 {
+/// Prints the host report (as text, or as JSON with `--json`); exits with the
+/// KVM-unavailable code when /dev/kvm cannot be used, so that scripts can test for it.
+pub fn host_cmd(json: JsonArg) -> i32 {
+    if let Err(e) = json.check() {
+        return usage_error(e);
+    }
     let report = host_report::survey(None);
-    if json {
-        match serde_json::to_string_pretty(&host_report::to_json(&report)) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("exitlab: cannot encode the host description: {e}");
-                return crate::exit::EXIT_INTERNAL;
-            }
-        }
-    } else {
+    if !json.to_stdout() {
         print!("{}", host_report::render_text(&report));
+    }
+    if let Err(code) = json.write(&host_report::to_json(&report), "host description") {
+        return code;
     }
     if report.kvm.available {
         0

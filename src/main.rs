@@ -5,6 +5,7 @@ mod agree_cmd;
 mod bench_cmd;
 mod chaos;
 mod cli;
+mod common;
 mod exit;
 mod host_cmd;
 mod input;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_boot::ImageFormat;
+use exitlab_devices::pci::PciError;
 use exitlab_vmm::machine::{self, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut};
 
 use crate::exit::{
-    guest_exit_code, usage_error, EXIT_INTERRUPTED, EXIT_KVM_FAILURE, EXIT_NO_KVM, EXIT_OK,
-    EXIT_TIMEOUT, EXIT_TRIPLE_FAULT, EXIT_VMM_FAILED,
+    guest_exit_code, usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_KVM_FAILURE, EXIT_NO_KVM,
+    EXIT_OK, EXIT_TIMEOUT, EXIT_TRIPLE_FAULT, EXIT_VMM_FAILED,
 };
 
 /// Options of `exitlab run`.
@@ -170,10 +171,28 @@ fn format_name(f: ImageFormat) -> &'static str {
     }
 }
 
+/// Prints why the machine could not be set up, with what to do, and returns the exit
+/// code of its class: the host refused (a KVM or OS call, e.g. out of file descriptors:
+/// 8), the serial output file cannot be created (10), or the input was refused (2).
+fn setup_failure(e: MachineError) -> i32 {
+    let code = match &e {
+        MachineError::Vmm(_) | MachineError::Pci(PciError::EventFd(_)) => EXIT_VMM_FAILED,
+        MachineError::SerialFile { .. } => EXIT_CANT_WRITE,
+        _ => return usage_error(e),
+    };
+    let text = e.to_string();
+    // EMFILE/ENFILE: the limit is the user's to raise (a 255-vCPU VM needs a few hundred).
+    let hint = if text.contains("(os error 24)") || text.contains("(os error 23)") {
+        "; raise the open-files limit (`ulimit -n`) or give fewer --cpus"
+    } else {
+        ""
+    };
+    eprintln!("exitlab: {text}{hint}");
+    code
+}
+
 /// Largest kernel image or initrd exitlab reads.
 pub const MAX_IMAGE_BYTES: u64 = 1 << 30;
-/// Largest `--timeout`, in seconds (30 days).
-pub const MAX_TIMEOUT_S: f64 = 30.0 * 86400.0;
 /// Largest `--mem`, in MiB (1 TiB).
 pub const MAX_MEM_MIB: u64 = 1 << 20;
 
@@ -214,12 +233,7 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             ));
         }
     }
-    if !(o.timeout.is_finite() && (0.0..=MAX_TIMEOUT_S).contains(&o.timeout)) {
-        return Err(format!(
-            "--timeout {} must be a number of seconds in 0..={MAX_TIMEOUT_S} (0 for no limit)",
-            o.timeout
-        ));
-    }
+    crate::common::check_timeout(o.timeout)?;
     let serial = crate::input::parse_serial(&o.serial)?;
     let (kernel_file, kernel_len) =
         crate::input::open_regular(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?;
@@ -347,11 +361,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     };
     let report = match machine::run(kvm, cfg) {
         Ok(r) => r,
-        Err(MachineError::Vmm(e)) => {
-            eprintln!("exitlab: {e}");
-            return EXIT_VMM_FAILED;
-        }
-        Err(e) => return usage_error(e),
+        Err(e) => return setup_failure(e),
     };
     let _ = std::io::stdout().flush();
     if o.verbose {

@@ -27,9 +27,8 @@ pub struct TraceArgs {
     /// Trace buffer per CPU, KiB.
     #[arg(long, default_value_t = 16384)]
     buffer_kb: u32,
-    /// Also write the profile as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    json: crate::common::JsonArg,
     /// The command to run and trace (after `--`).
     #[arg(last = true)]
     command: Vec<String>,
@@ -58,13 +57,18 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
     if a.pid.is_none() && a.command.is_empty() {
         return usage_error("exitlab trace needs --pid PID or a command after `--`");
     }
-    if let Some(s) = a.seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
-        return usage_error(format!("--seconds {s} must be a positive number"));
+    for (option, value) in [
+        ("--seconds", a.seconds),
+        ("--phase-seconds", a.phase_seconds),
+    ] {
+        if let Some(Err(e)) = value.map(|s| crate::common::check_seconds(option, s)) {
+            return usage_error(e);
+        }
+    }
+    if let Err(e) = a.json.check() {
+        return usage_error(e);
     }
     let split = match (a.phase_seconds, a.marker_port) {
-        (Some(s), _) if !(s.is_finite() && s > 0.0) => {
-            return usage_error(format!("--phase-seconds {s} must be a positive number"))
-        }
         (Some(s), _) => match exitlab_lab::host_report::survey(None).tsc.khz {
             Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
             None => {
@@ -149,26 +153,28 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         }
     };
     let report = TraceReport::from_capture(&cap, split, None);
-    print!("{}", report.render());
-    if let Some(s) = command_status {
-        println!("command: {} ({s})", a.command.join(" "));
+    let command_line = if let Some(s) = command_status {
+        Some(format!("command: {} ({s})", a.command.join(" ")))
     } else if a.pid.is_none() {
-        println!(
+        Some(format!(
             "command: {} (still running when tracing stopped after --seconds)",
             a.command.join(" ")
-        );
-    }
-    if let Some(path) = &a.json {
-        let text = match serde_json::to_string_pretty(&report) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("exitlab trace: cannot encode the profile: {e}");
-                return EXIT_TEST_FAILED;
-            }
-        };
-        if let Err(e) = std::fs::write(path, text) {
-            return usage_error(format!("cannot write {}: {e}", path.display()));
+        ))
+    } else {
+        None
+    };
+    if a.json.to_stdout() {
+        if let Some(l) = &command_line {
+            eprintln!("{l}");
+        }
+    } else {
+        print!("{}", report.render());
+        if let Some(l) = &command_line {
+            println!("{l}");
         }
     }
-    0
+    match a.json.write(&report, "trace profile") {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
 }

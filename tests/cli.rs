@@ -38,8 +38,14 @@ fn nonsensical_numbers_are_rejected() {
         &["bench", "--batch", "0"],
         &["bench", "--ring", "2"],
         &["bench", "--ring", "7"],
-        &["bench", "--timeout", "0"],
+        &["bench", "--stall-timeout", "0"],
+        &["bench", "--stall-timeout", "nan"],
         &["bench", "--timeout", "nan"],
+        &["bench", "--timeout=-1"],
+        &["bench", "--timeout", "1e99"],
+        &["run", "--timeout", "1e99", "k.elf"],
+        &["trace", "--seconds", "1e99", "--", "true"],
+        &["trace", "--phase-seconds", "0", "--", "true"],
         &["bench", "--samples", "abc"],
         &["bench", "--samples", "10000000", "--batch", "1000"],
     ] {
@@ -515,6 +521,7 @@ fn report_formats_csv_openmetrics_and_html() {
 
 #[test]
 fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
+    common::require_kvm();
     let dir = tempdir_named("sigint");
     let p = dir.join("int.json");
     let child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
@@ -565,4 +572,148 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
         "{}",
         stdout(&r)
     );
+}
+
+/// Runs exitlab with standard output going to /dev/full, where every write fails.
+fn exitlab_to_full_disk(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full exists on Linux");
+    Command::new(env!("CARGO_BIN_EXE_exitlab"))
+        .args(args)
+        .stdout(full)
+        .output()
+        .expect("the exitlab binary runs")
+}
+
+#[test]
+fn standard_output_that_cannot_be_written_exits_10_with_one_line() {
+    for args in [
+        &["bench", "--list"][..],
+        &["man"],
+        &["host", "--json"],
+        &["host"],
+    ] {
+        let o = exitlab_to_full_disk(args);
+        assert_eq!(o.status.code(), Some(10), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("No space left on device"), "{args:?}: {e}");
+        assert!(
+            !e.contains("panicked") && !e.contains("internal error"),
+            "{args:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn json_without_a_file_goes_to_standard_output_alone() {
+    // `host` needs no KVM for this: without it, it still describes the host (exit 6).
+    let o = exitlab(&["host", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not only JSON ({e}): {}", stdout(&o)));
+    let available = v["kvm"]["available"].as_bool().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(if available { 0 } else { 6 }),
+        "{}",
+        stderr(&o)
+    );
+    let dash = exitlab(&["host", "--json", "-"]);
+    assert!(serde_json::from_slice::<serde_json::Value>(&dash.stdout).is_ok());
+
+    // With a file: the text on standard output, the JSON in the file.
+    let dir = tempdir_named("jsonfile");
+    let f = dir.join("host.json");
+    let o = exitlab(&["host", "--json", f.to_str().unwrap()]);
+    assert!(stdout(&o).contains("KVM"), "{}", stdout(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+    assert!(v["schema_version"].is_number(), "{v}");
+    assert!(
+        stderr(&o).contains("host description written to"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bench_json_without_a_file_prints_only_the_results() {
+    common::require_kvm();
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--samples",
+        "30",
+        "--rounds",
+        "1",
+        "--no-overhead",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not only JSON ({e}): {}", stdout(&o)));
+    assert_eq!(v["schema_version"], 2);
+    assert_eq!(
+        v["tests"].as_array().unwrap().len(),
+        2,
+        "loop_overhead and cpuid"
+    );
+}
+
+#[test]
+fn bench_timeout_keeps_the_completed_rounds_and_exits_124() {
+    common::require_kvm();
+    let dir = tempdir_named("timeout");
+    let p = dir.join("t.json");
+    let started = std::time::Instant::now();
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--samples",
+        "100000",
+        "--rounds",
+        "1000",
+        "--timeout",
+        "2",
+        "--json",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    // It stops at the end of the test then running, not after the 1,000 rounds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let why = v["incomplete"].as_str().unwrap();
+    assert!(
+        why.starts_with("--timeout 2 s expired: interrupted during round"),
+        "{why}"
+    );
+    assert!(
+        stdout(&o).contains("incomplete: --timeout 2 s expired"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_host_that_refuses_file_descriptors_exits_8_saying_what_to_do() {
+    common::require_kvm();
+    let kernel = common::tempdir("fdlimit").join("conformance.elf");
+    std::fs::write(&kernel, exitlab_guest::CONFORMANCE_PVH).unwrap();
+    // Too few descriptors for 4 vCPUs and the platform's eventfds, enough to open the
+    // kernel image and /dev/kvm: the host refuses the VM's setup.
+    for limit in ["6", "8", "10", "12"] {
+        let o = Command::new("prlimit")
+            .arg(format!("--nofile={limit}"))
+            .arg(env!("CARGO_BIN_EXE_exitlab"))
+            .args(["run", "--cpus", "4", "--serial", "none", "--timeout", "30"])
+            .arg(&kernel)
+            .output()
+            .expect("prlimit (util-linux) runs");
+        assert_eq!(o.status.code(), Some(8), "nofile {limit}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("Too many open files"), "nofile {limit}: {e}");
+        assert!(e.contains("ulimit -n"), "nofile {limit}: {e}");
+    }
 }

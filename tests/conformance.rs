@@ -40,6 +40,8 @@ const SOME_FAILED: i32 = debug_exit(1);
 const TRIPLE_FAULT: i32 = 120;
 /// The run hit `--timeout`.
 const TIMED_OUT: i32 = 124;
+/// KVM could not run the guest.
+const KVM_FAILURE: i32 = 122;
 /// Bad image or options: nothing ran.
 const BAD_INPUT: i32 = 2;
 
@@ -622,6 +624,25 @@ fn triple_fault_ends_with_120() {
     );
     assert!(
         r.stderr.to_lowercase().contains("triple"),
+        "{}",
+        r.describe()
+    );
+}
+
+#[test]
+fn instruction_fetch_from_unbacked_memory_ends_with_122_naming_the_failure() {
+    let kernel = write_file("conformance-badfetch.elf", CONFORMANCE_PVH);
+    let r = run(&kernel, &["--cmdline", "badfetch"]);
+    assert_eq!(r.code, KVM_FAILURE, "{}", r.describe());
+    assert!(
+        r.out().contains("# badfetch: jumping to 0xd0000000"),
+        "{}",
+        r.describe()
+    );
+    // The vCPU, KVM's reason and the registers at the failing instruction.
+    assert!(r.stderr.contains("vCPU 0: KVM"), "{}", r.describe());
+    assert!(
+        r.stderr.contains("rip=0x00000000d0000000"),
         "{}",
         r.describe()
     );

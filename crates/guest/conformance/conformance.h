@@ -287,6 +287,7 @@ int test_s3(void);          /* s3.c */
 int test_s5(void);          /* s3.c */
 int test_triplefault(void); /* faults.c */
 int test_timeout(void);     /* faults.c */
+int test_badfetch(void);    /* faults.c */
 int test_reset92(void);     /* faults.c */
 
 /* What the exception stubs push, lowest address first. */

@@ -9,6 +9,18 @@ int test_triplefault(void)
     triple_fault();
 }
 
+/* Runs code from a guest-physical address with neither RAM nor a device behind it (in the
+ * PCI hole, where exitlab places no BAR): KVM cannot fetch the instruction, so the run
+ * must end as a KVM failure that names it, not hang or crash the VMM. */
+int test_badfetch(void)
+{
+    void (*nowhere)(void) = (void (*)(void))0xD0000000u;
+    print("# badfetch: jumping to %#x, where no RAM or device is\n", 0xD0000000u);
+    nowhere();
+    fail_line("returned from a jump to unbacked memory");
+    return 0;
+}
+
 int test_timeout(void)
 {
     print("# timeout: spinning until the VMM stops the guest\n");

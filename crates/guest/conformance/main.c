@@ -53,6 +53,7 @@ static const struct test {
     {"s5", test_s5, T_NAMED},
     {"triplefault", test_triplefault, T_NAMED},
     {"timeout", test_timeout, T_NAMED},
+    {"badfetch", test_badfetch, T_NAMED},
     {"reset92", test_reset92, T_NAMED},
 };
 

@@ -41,8 +41,8 @@ pub fn image() -> &'static [u8] {
 /// It runs in 32-bit protected mode with paging off and checks, from inside the guest,
 /// the boot information and the PC platform. The command line names the tests to run
 /// (`mbinfo`, `pvhinfo`, `cmdline`, `fwcfg`, `acpi`, `pmtimer`, `hpet`, `pci`, `pcicfg`,
-/// `serial`, `smp`, `mce`, and, only when named, `triplefault`, `timeout`, `reset92`,
-/// `nmi`, `strio`, `s3` and `s5`; all that apply when none is named; one source file
+/// `serial`, `smp`, `mce`, and, only when named, `triplefault`, `timeout`,
+/// `badfetch`, `reset92`, `nmi`, `strio`, `s3` and `s5`; all that apply when none is named; one source file
 /// per area in `conformance/`, the table of tests in `conformance/main.c`)
 /// and the expected values as `key=value` words: `ram=` (MiB), `cpus=`, `tsc_khz=`,
 /// `initrd_len=`, `initrd_sum=` (FNV-1a 32 of the initrd), `doorbells=` (writes per

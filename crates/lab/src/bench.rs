@@ -160,8 +160,14 @@ pub fn run(
     }
     notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
     let incomplete = interrupted.map(|round| {
+        let when = match u64::from(round).checked_sub(rounds) {
+            Some(extra) if extra > 0 => {
+                format!("extra round {extra} (after the {rounds} planned ones)")
+            }
+            _ => format!("round {round} of {rounds}"),
+        };
         format!(
-            "interrupted during round {round} of {rounds}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
+            "interrupted during {when}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
             results.len()
         )
     });

@@ -705,11 +705,12 @@ pub fn check_writable(path: &Path) -> Result<(), ResultsError> {
     Ok(())
 }
 
-/// Writes `results` to `path` atomically: pretty JSON into a uniquely named
-/// temporary file in the same directory, flushed to disk, then renamed over
-/// `path`. Readers see either the old file or the complete new one; on any
-/// failure the temporary file is removed and `path` is left untouched.
-pub fn write_atomic(path: &Path, results: &Results) -> Result<(), ResultsError> {
+/// Writes `results` (a results file, or any other JSON document exitlab writes) to
+/// `path` atomically: pretty JSON into a uniquely named temporary file in the same
+/// directory, flushed to disk, then renamed over `path`. Readers see either the old
+/// file or the complete new one; on any failure the temporary file is removed and
+/// `path` is left untouched.
+pub fn write_atomic<T: Serialize + ?Sized>(path: &Path, results: &T) -> Result<(), ResultsError> {
     let dir = check_target(path)?;
     let write_err = |source| ResultsError::Write {
         path: path.to_path_buf(),
@@ -746,7 +747,7 @@ enum WriteFailure {
     Encode(serde_json::Error),
 }
 
-fn write_and_sync(file: File, results: &Results) -> Result<(), WriteFailure> {
+fn write_and_sync<T: Serialize + ?Sized>(file: File, results: &T) -> Result<(), WriteFailure> {
     let mut out = BufWriter::new(file);
     serde_json::to_writer_pretty(&mut out, results).map_err(|e| {
         if e.is_io() {
