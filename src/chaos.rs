@@ -1,7 +1,11 @@
 //! `exitlab run --builtin chaos`: boots the chaos kernel (a seeded hostile guest) again
-//! and again on the PC platform for a given time, and ends with an account: how each
-//! boot ended, userspace exits by reason, the faults the guest took, and the process's
-//! peak memory. The VMM must answer every exit, never panic, and keep its memory bounded.
+//! and again for a given time, and ends with an account: how each boot ended, userspace
+//! exits by reason, the faults the guest took, and the process's peak memory. Boots
+//! alternate between the PC platform (`exitlab run`'s devices) and a lab VM where the
+//! lab answers the guest's doorbells with its measurement protocol, so that garbage in
+//! the control page, the sample ring and the doorbells reaches the code that parses them
+//! in a measurement. The VMM and the lab must answer every exit, never panic, and keep
+//! their memory bounded.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -118,6 +122,45 @@ pub fn rss_kib() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// What the boots under the lab's doorbell protocol came to.
+#[derive(Default)]
+struct LabAccount {
+    boots: u64,
+    doorbells: u64,
+    samples: u64,
+    /// How the boots ended (numbers as N), with how many.
+    ends: BTreeMap<String, u64>,
+    /// A full message of each kind of protocol violation caught, the first seen.
+    examples: BTreeMap<String, String>,
+}
+
+impl LabAccount {
+    fn add(&mut self, b: exitlab_lab::runner::ProtocolBoot) {
+        self.boots += 1;
+        self.doorbells += b.doorbells;
+        self.samples += b.samples;
+        *self.ends.entry(b.ended.clone()).or_default() += 1;
+        if let Some(e) = b.protocol_error {
+            self.examples.entry(b.ended).or_insert(e);
+        }
+    }
+
+    fn print(&self, out: &mut impl Write) {
+        let _ = writeln!(
+            out,
+            "lab protocol boots: {} ({} doorbells rung, {} sample records taken); how they ended:",
+            self.boots, self.doorbells, self.samples
+        );
+        for (k, n) in &self.ends {
+            let _ = writeln!(out, "  {n:>8}  {k}");
+            if let Some(e) = self.examples.get(k).filter(|e| *e != k) {
+                let first = e.lines().next().unwrap_or(e);
+                let _ = writeln!(out, "            e.g. {first}");
+            }
+        }
+    }
+}
+
 /// Short name of how a boot ended, for the account.
 fn end_kind(end: &RunEnd) -> String {
     match end {
@@ -184,6 +227,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     let mut guest = GuestReport::default();
     let mut vectors: BTreeMap<u64, u64> = BTreeMap::new();
     let mut boots = 0u64;
+    let mut lab = LabAccount::default();
     let mut rss_after_first = 0;
     eprintln!(
         "exitlab chaos: seed {}, {} s, {} vCPU(s), {} MiB",
@@ -196,6 +240,33 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
             st.line.clear();
         }
         let seed = boot_seed(o.seed, boots);
+        if boots % 2 == 1 {
+            let limit = deadline.saturating_duration_since(Instant::now());
+            let b = match exitlab_lab::runner::protocol_boot(
+                &kvm,
+                exitlab_guest::CHAOS,
+                &format!("seed={seed} lab"),
+                limit,
+            ) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("exitlab: chaos boot {boots} (lab protocol): {e}");
+                    return EXIT_VMM_FAILED;
+                }
+            };
+            boots += 1;
+            exits = exits.plus(&b.exits);
+            if o.verbose {
+                eprintln!(
+                    "  boot {boots} (seed {seed}, lab protocol): {}; {} doorbells, {} exits",
+                    b.protocol_error.as_deref().unwrap_or(&b.ended),
+                    b.doorbells,
+                    b.exits.total()
+                );
+            }
+            lab.add(b);
+            continue;
+        }
         let cfg = MachineConfig {
             kernel: exitlab_guest::CHAOS.to_vec(),
             kernel_path: "chaos".into(),
@@ -245,16 +316,18 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "chaos: seed {}, {:.1} s, {boots} boot(s) of the chaos kernel ({} vCPU(s), {} MiB)",
+        "chaos: seed {}, {:.1} s, {boots} boot(s) of the chaos kernel ({} vCPU(s), {} MiB on the PC platform; 1 vCPU, {} MiB under the lab protocol)",
         o.seed,
         start.elapsed().as_secs_f64(),
         o.cpus,
-        o.mem_mib
+        o.mem_mib,
+        exitlab_lab::runner::LAB_RAM_BYTES >> 20
     );
-    let _ = writeln!(out, "how each boot ended:");
+    let _ = writeln!(out, "how each PC-platform boot ended:");
     for (k, n) in &ends {
         let _ = writeln!(out, "  {n:>8}  {k}");
     }
+    lab.print(&mut out);
     let _ = writeln!(out, "exits by reason (userspace, all boots):");
     for (name, n) in exits.entries() {
         let _ = writeln!(out, "  {name:<12} {n}");
@@ -274,8 +347,8 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     }
     let _ = writeln!(
         out,
-        "faults seen: {} exceptions taken by the guest (as last reported per boot, over {} \
-         guest operations), {} triple fault(s), {} boot(s) KVM could not go on with",
+        "faults seen: {} exceptions taken by the guest (as last reported per PC-platform \
+         boot, over {} guest operations), {} triple fault(s), {} boot(s) KVM could not go on with",
         guest.faults,
         guest.ops,
         ends.get("triple fault").copied().unwrap_or(0),

@@ -1,6 +1,7 @@
-//! The chaos kernel against the VMM: `exitlab run --builtin chaos` for 30 s with a fixed
-//! seed must end normally with an account of exits and faults and bounded memory, and
-//! the same seed must give the same guest behaviour.
+//! The chaos kernel against the VMM and the lab's protocol handling: `exitlab run
+//! --builtin chaos` for 30 s with a fixed seed must end normally with an account of exits,
+//! faults and protocol violations caught, and bounded memory, and the same seed must
+//! give the same guest behaviour.
 
 use std::process::Command;
 
@@ -32,7 +33,24 @@ fn thirty_seconds_of_chaos_end_with_an_account_and_bounded_memory() {
     let (code, out, err) = chaos(&["--seconds", "30", "--seed", "20261123"]);
     eprintln!("{out}");
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("how each boot ended:"), "{out}");
+    assert!(out.contains("how each PC-platform boot ended:"), "{out}");
+    // Every other boot runs under the lab's doorbell protocol, whose handling must catch
+    // the garbage as protocol violations (and end those boots with a message).
+    let lab_boots = field(&out, "lab protocol boots:");
+    assert!(lab_boots > 0, "{out}");
+    let caught = out.lines().any(|l| {
+        let l = l.trim_start();
+        l.split_once("  ").is_some_and(|(n, kind)| {
+            n.parse::<u64>().is_ok()
+                && (kind.starts_with("guest protocol error")
+                    || kind.starts_with("the guest took an unexpected exception")
+                    || kind.starts_with("the lab kernel refused"))
+        })
+    });
+    assert!(
+        caught,
+        "no protocol violation caught in {lab_boots} lab boots:\n{out}"
+    );
     let total = field(&out, "total");
     assert!(
         total > 1000,

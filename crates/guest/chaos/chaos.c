@@ -3,9 +3,12 @@
  * its command line ("seed=N") it draws, forever: port reads and writes of random ports
  * and sizes, string I/O (rep ins/outs), MMIO reads and writes across the 32-bit
  * physical space above RAM, floods of serial output, garbage to the lab ABI's control
- * page and doorbell port, INIT/SIPI storms through the local APIC, random MSR reads and
+ * page, sample ring and doorbell port (the protocol's doorbells with garbage counts and
+ * fields, and random ones), INIT/SIPI storms through the local APIC, random MSR reads and
  * writes, and, rarely, a triple fault. Faults it takes are counted and the loop goes on.
  * Every 256 operations it prints "\nCHAOS ops=<hex> faults=<hex> last=<hex>\n" on COM1.
+ * With "lab" on its command line (a boot under the lab's doorbell protocol) it first
+ * rings READY, so that its garbage reaches the protocol's later states too.
  */
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -15,6 +18,15 @@ typedef unsigned long long u64;
 #define COM1 0x3F8
 #define LAB_DOORBELL_PORT 0x700
 #define LAB_CONTROL_GPA 0x400000u
+/* The lab ABI (crates/guest/src/abi.rs): doorbells, vCPU 0's sample ring, its size. */
+#define LAB_READY 1u
+#define LAB_BATCH 2u
+#define LAB_DONE 3u
+#define LAB_FAULT 4u
+#define LAB_BAD_PARAMS 5u
+#define LAB_SAMPLES_GPA 0x500000u
+#define LAB_SAMPLES_PER_BATCH 16384u
+#define LAB_SAMPLE_BYTES 56u
 #define LAPIC 0xFEE00000u
 #define PCI_HOLE 0xC0000000u
 /* SIPI vector of the page where application processors park: cli; hlt; jmp back. */
@@ -101,6 +113,44 @@ static u32 random_mmio(void)
     }
 }
 
+/* A value for a control-page field the host reads: zero, small, around the ring's size,
+ * all ones, or anything. */
+static u64 lab_word(void)
+{
+    switch (below(6)) {
+    case 0: return 0;
+    case 1: return below(64);
+    case 2: return LAB_SAMPLES_PER_BATCH - 1 + below(3);
+    case 3: return ~0ULL;
+    default: return next();
+    }
+}
+
+/* Garbage to the lab protocol: the fields the host reads at a doorbell (batch count,
+ * guest error, fault vector, rip, error code, cr2: words 9 to 14), random words
+ * elsewhere in the control page and the start of the sample ring, then a doorbell:
+ * mostly one of the protocol's, in any order, now and then any value. */
+static void lab_protocol_op(void)
+{
+    if (LAB_CONTROL_GPA + 4096 <= ram_top) {
+        volatile u64 *ctl = (volatile u64 *)LAB_CONTROL_GPA;
+        for (u32 i = 9; i <= 14; i++)
+            if (below(2))
+                ctl[i] = lab_word();
+        for (u32 i = 0; i < 4; i++)
+            ((volatile u32 *)ctl)[below(1024)] = (u32)next();
+    }
+    if (LAB_SAMPLES_GPA + 64 * LAB_SAMPLE_BYTES <= ram_top) {
+        volatile u32 *ring = (volatile u32 *)LAB_SAMPLES_GPA;
+        u32 n = below(64 * LAB_SAMPLE_BYTES / 4);
+        for (u32 i = 0; i < n; i++)
+            ring[i] = (u32)next();
+    }
+    static const u32 bells[] = {LAB_READY, LAB_BATCH, LAB_BATCH, LAB_BATCH,
+                                LAB_DONE,  LAB_FAULT, LAB_BAD_PARAMS};
+    outl(LAB_DOORBELL_PORT, below(8) ? bells[below(7)] : (u32)next());
+}
+
 static u32 random_msr(void)
 {
     switch (below(5)) {
@@ -167,12 +217,7 @@ static void one_op(void)
         for (u32 i = 0; i < n; i++)
             outb(COM1, (u8)next());
     } else if (r < 54) {
-        if (LAB_CONTROL_GPA + 4096 <= ram_top) {
-            volatile u32 *page = (volatile u32 *)LAB_CONTROL_GPA;
-            for (u32 i = 0; i < 16; i++)
-                page[below(1024)] = (u32)next();
-        }
-        outl(LAB_DOORBELL_PORT, (u32)next());
+        lab_protocol_op();
     } else if (r < 63) {
         u32 idx = random_msr();
         if (below(2)) {
@@ -218,6 +263,23 @@ void chaos_fault(u32 vector)
     chaos_loop();
 }
 
+/* Whether the word `w` is on the command line `s`. */
+static int has_word(const char *s, const char *w)
+{
+    for (; s && *s; s++) {
+        u32 i = 0;
+        while (w[i] && s[i] == w[i])
+            i++;
+        if (!w[i] && (s[i] == 0 || s[i] == ' '))
+            return 1;
+        while (*s && *s != ' ')
+            s++;
+        if (!*s)
+            break;
+    }
+    return 0;
+}
+
 static u64 parse_seed(const char *s)
 {
     for (; s && *s; s++) {
@@ -234,11 +296,14 @@ static u64 parse_seed(const char *s)
 void chaos_main(u32 magic, const u32 *mbi)
 {
     u64 seed = 1;
+    int lab = 0;
     if (magic == 0x2BADB002u && mbi) {
         if (mbi[0] & 1)
             ram_top = (mbi[2] + 1024) * 1024;
-        if (mbi[0] & 4)
+        if (mbi[0] & 4) {
             seed = parse_seed((const char *)mbi[4]);
+            lab = has_word((const char *)mbi[4], "lab");
+        }
     }
     rng = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     if (!rng)
@@ -252,5 +317,7 @@ void chaos_main(u32 magic, const u32 *mbi)
             p[i] = park[i];
     }
     report();
+    if (lab)
+        outl(LAB_DOORBELL_PORT, LAB_READY);
     chaos_loop();
 }

@@ -670,6 +670,120 @@ impl LabVm {
     }
 }
 
+/// Samples a guest may hand over in one [`protocol_boot`] (bounds the memory it can make
+/// the lab take: 4 rings' worth).
+const PROTOCOL_SAMPLES: u64 = 4 * abi::SAMPLES_PER_BATCH;
+
+/// How one boot of a guest under the lab's doorbell protocol ended ([`protocol_boot`]).
+#[derive(Debug)]
+pub struct ProtocolBoot {
+    /// How it ended, with numbers replaced by `N` so that like endings group: the
+    /// protocol violation the lab caught (with the doorbell and state), the guest's DONE,
+    /// how the vCPU stopped, or `time up`.
+    pub ended: String,
+    /// The lab's whole message when it caught a protocol violation.
+    pub protocol_error: Option<String>,
+    /// Doorbells the guest rang (every one is handed to the lab's protocol handling).
+    pub doorbells: u64,
+    /// Sample records the lab took from the guest's ring.
+    pub samples: u64,
+    /// Userspace exits by reason.
+    pub exits: ExitCounts,
+}
+
+/// Boots `image` (a multiboot kernel, such as the chaos kernel) with `cmdline` on a lab
+/// VM and answers its doorbells with the lab's own protocol handling, as in a
+/// measurement, for at most `limit`. A guest that breaks the protocol (doorbells out of
+/// order, batch counts beyond the ring or the samples asked for, garbage in the control
+/// page) must end the boot with a message naming the violation; nothing it writes may
+/// make the lab panic, take unbounded memory or hang.
+pub fn protocol_boot(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    cmdline: &str,
+    limit: Duration,
+) -> Result<ProtocolBoot, RunError> {
+    let vm = Vm::new(
+        kvm.clone(),
+        VmConfig {
+            ram: vec![(0, LAB_RAM_BYTES)],
+            ..VmConfig::default()
+        },
+    )?;
+    vm.mmio_bus()
+        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+        .map_err(VmmError::from)?;
+    let entry = crate::kernel::load_with_cmdline(vm.memory(), image, LAB_RAM_BYTES, cmdline)
+        .map_err(RunError::Load)?;
+    let vcpu = vm.create_vcpu(VcpuConfig {
+        id: 0,
+        stamp_gpa: Some(abi::STAMPS_GPA),
+        run_log: 0,
+        doorbell_port: Some(abi::DOORBELL_PORT),
+        hlt: HltPolicy::Resume,
+    })?;
+    vcpu.set_entry(&entry)?;
+    let hook = LabHook::new(PROTOCOL_SAMPLES, Arc::new(AtomicU64::new(0)));
+    let th = thread::spawn(vcpu, hook, None, Handler::Devices)?;
+    let (f, time_up) = match th.wait(limit) {
+        Some(f) => (f, false),
+        None => match th.stop(Duration::from_secs(2)) {
+            Some(f) => (f, true),
+            None => {
+                return Ok(ProtocolBoot {
+                    ended: "the vCPU could not be stopped (KVM_RUN did not return after a kick)"
+                        .into(),
+                    protocol_error: None,
+                    doorbells: 0,
+                    samples: 0,
+                    exits: ExitCounts::default(),
+                })
+            }
+        },
+    };
+    let hook = f.hook;
+    let ended = match (&hook.error, &f.stop) {
+        (Some(e), _) => numbers_as_n(e.lines().next().unwrap_or(e)),
+        (None, _) if time_up => "time up".into(),
+        (None, VcpuStop::Hook(0)) if hook.stage == Stage::Done => {
+            "DONE with every sample asked for".into()
+        }
+        (None, stop) => numbers_as_n(&stop.describe()),
+    };
+    Ok(ProtocolBoot {
+        ended,
+        protocol_error: hook.error,
+        doorbells: f.vcpu.counts().doorbell,
+        samples: hook.records.len() as u64,
+        exits: *f.vcpu.counts(),
+    })
+}
+
+/// `text` with every number (decimal, or hex with 0x) replaced by `N`; digits inside a
+/// word (`cr2`, `x2apic`) are kept.
+fn numbers_as_n(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let starts_word = !out
+            .chars()
+            .last()
+            .is_some_and(|p: char| p.is_ascii_alphanumeric());
+        if c.is_ascii_digit() && starts_word {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_hexdigit() || *d == 'x')
+            {
+                chars.next();
+            }
+            out.push('N');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The test's argument in the control page: the highest XSAVE sub-leaf for `cpuid_0xd`.
 fn test_argument(kvm: &Kvm, def: &TestDef) -> u64 {
     if def.id == abi::TEST_CPUID_0XD {
@@ -845,6 +959,18 @@ mod tests {
     fn write_record(mem: &GuestMemoryMmap, i: u64, g_end: u64) {
         let at = abi::SAMPLES_GPA + i * abi::SAMPLE_BYTES + 8;
         mem.write_obj(g_end, GuestAddress(at)).unwrap();
+    }
+
+    #[test]
+    fn endings_group_with_numbers_as_n_but_words_keep_their_digits() {
+        assert_eq!(
+            numbers_as_n("guest protocol error: batch of 16385 records exceeds the ring of 16384"),
+            "guest protocol error: batch of N records exceeds the ring of N"
+        );
+        assert_eq!(
+            numbers_as_n("vector 13 (#GP) at rip 0xdeadbeef, cr2 0x0; x2apic"),
+            "vector N (#GP) at rip N, cr2 N; x2apic"
+        );
     }
 
     #[test]
