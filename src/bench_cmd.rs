@@ -76,6 +76,8 @@ pub struct BenchArgs {
     format: String,
     #[command(flatten)]
     irq: IrqArgs,
+    #[command(flatten)]
+    workload: crate::workload_cmd::WorkloadArgs,
 }
 
 /// The interrupt knobs (issue 9); each also settable by name (`IrqKnobs::set`, `--ab`).
@@ -465,6 +467,18 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     if a.list {
         list_tests();
         return 0;
+    }
+    if a.workload.workload.is_some() {
+        let shared = crate::workload_cmd::Shared {
+            cpus: a.irq.cpus.as_deref(),
+            apic: &a.irq.apic,
+            pv_ipi: a.irq.pv_ipi.as_deref(),
+            rounds: a.rounds,
+            ab: a.ab.as_deref(),
+            json: &a.json,
+            timeout: a.timeout,
+        };
+        return crate::workload_cmd::workload_cmd(&a.workload, shared);
     }
     let (mut opts, ab) = match options(&a) {
         Ok(o) => o,

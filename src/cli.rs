@@ -47,7 +47,7 @@ pub fn verbosity() -> i8 {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Measure what each kind of VM exit costs on this host.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Show what matters for exit cost on this host (CPU, kernel, KVM capabilities and parameters).
     Host {
         #[command(flatten)]
@@ -184,7 +184,7 @@ fn parse_and_run() -> i32 {
                 crate::exit::EXIT_CANT_WRITE
             }
         },
-        Command::Bench(a) => crate::bench_cmd::bench_cmd(a),
+        Command::Bench(a) => crate::bench_cmd::bench_cmd(*a),
         Command::Host { json } => crate::host_cmd::host_cmd(json),
         Command::Run(a) => crate::run::run_main(a),
         Command::Compare {

@@ -14,6 +14,7 @@ mod report_cmd;
 mod run;
 mod signals;
 mod trace_cmd;
+mod workload_cmd;
 
 /// When `main` was entered: `run -v` counts the time to the first guest instruction from
 /// here (the exec and dynamic loading before it are what `cargo bench --bench startup`

@@ -473,3 +473,82 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
         );
     }
 }
+
+/// `exitlab bench --workload hackbench`, one round, as a user runs it:
+/// - on hardware virtualization every boot must run the load to the end (exit 0), with
+///   the guest's time, every message moved and the exits of every vCPU in the JSON;
+/// - where the host emulates guest ring 0, the first boot must stop on the emulation
+///   failure and the experiment must say that the workload never started (exit 4);
+/// - under a software emulator, where Linux needs far longer than a test may take, the
+///   boot limit (`--boot-timeout 90`) must end the boot and the experiment must say so
+///   (exit 4) rather than hang.
+#[test]
+fn bench_workload_hackbench_runs_linux_or_says_why_it_stopped() {
+    common::require_kvm();
+    let (_, vmlinux) = kernel();
+    let host = linux_host();
+    let boot_timeout = match host {
+        LinuxHost::UnderSoftwareEmulation => "90",
+        _ => "600",
+    };
+    let _one = exitlab_devices::lock(&ONE_BOOT_AT_A_TIME);
+    let o = Command::new(common::EXITLAB)
+        .args(["bench", "--workload", "hackbench", "--kernel"])
+        .arg(&vmlinux)
+        .args([
+            "--rounds", "1", "--cpus", "1", "--apic", "x2apic", "--mem", "256",
+        ])
+        .args([
+            "--hackbench",
+            "groups=1,fds=2,loops=10",
+            "--boot-timeout",
+            boot_timeout,
+        ])
+        .args(["--json", "-"])
+        .output()
+        .expect("run exitlab bench --workload");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("no JSON on stdout ({e}); stderr:\n{err}"));
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&v["runs"]).unwrap_or_default()
+    );
+    assert_eq!(v["setup"]["apic"], "x2apic", "{v}");
+    let run = &v["runs"][0];
+    let ended = run["ended"].as_str().unwrap_or_default();
+    let incomplete = v["incomplete"].as_str().unwrap_or_default();
+    match host {
+        LinuxHost::Hardware => {
+            assert_eq!(o.status.code(), Some(0), "{v}\n{err}");
+            assert!(run["seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+            assert_eq!(run["messages"], 40, "groups x fds x fds x loops: {v}");
+            assert_eq!(run["failed"], 0, "{v}");
+            assert_eq!(run["per_vcpu"].as_array().map(Vec::len), Some(1), "{v}");
+        }
+        LinuxHost::EmulatedRing0 => {
+            assert_eq!(o.status.code(), Some(4), "{v}\n{err}");
+            assert!(ended.contains("emulation failure"), "{v}");
+            assert!(
+                incomplete.starts_with("stopped: the workload never started"),
+                "{v}"
+            );
+        }
+        LinuxHost::UnderSoftwareEmulation => {
+            if o.status.code() == Some(0) {
+                assert_eq!(run["failed"], 0, "{v}");
+            } else {
+                assert_eq!(o.status.code(), Some(4), "{v}\n{err}");
+                assert_eq!(ended, "the boot time limit expired", "{v}");
+                assert!(
+                    incomplete.starts_with("stopped: the workload never started"),
+                    "{v}"
+                );
+                eprintln!(
+                    "NOT VERIFIED on this host: Linux did not reach the workload within \
+                     --boot-timeout {boot_timeout} under software emulation"
+                );
+            }
+        }
+    }
+}

@@ -21,3 +21,4 @@ pub mod smp;
 pub mod stats;
 pub mod trace_report;
 pub mod verdict;
+pub mod workload;
