@@ -117,11 +117,29 @@ pub fn render(files: &[(String, Results)]) -> String {
         }
     }
     page.push_str("</div>\n");
-    if let Some(svg) = phases_svg(&series) {
-        let _ = writeln!(
-            page,
-            "<h2>Phases of a userspace exit</h2><p>Median host cycles from the guest's exiting instruction to the VMM seeing the exit (exit leg), in the VMM (handling), and from re-entering KVM_RUN to the guest resuming (entry leg).</p><figure class=\"phases\">{svg}</figure>"
-        );
+    match phases_svg(&series) {
+        Some(svg) => {
+            let _ = writeln!(
+                page,
+                "<h2>Phases of a userspace exit</h2><p>Median host cycles from the guest's exiting instruction to the VMM seeing the exit (exit leg), in the VMM (handling), and from re-entering KVM_RUN to the guest resuming (entry leg).</p><figure class=\"phases\">{svg}</figure>"
+            );
+        }
+        None => {
+            // Say why rather than leave the section out silently.
+            let why = files
+                .iter()
+                .flat_map(|(_, r)| &r.notes)
+                .find(|n| n.starts_with("phase figures are off"))
+                .cloned()
+                .unwrap_or_else(|| {
+                    "no test of these runs measured them (only userspace-exit tests do)".into()
+                });
+            let _ = writeln!(
+                page,
+                "<h2>Phases of a userspace exit</h2><p class=\"no-phases\">Not measured: {}</p>",
+                esc(&why)
+            );
+        }
     }
     page.push_str("</body></html>\n");
     page
@@ -473,6 +491,21 @@ mod tests {
         assert!(page.contains("Comparison: a.json → b.json"));
         assert!(page.contains("Phases of a userspace exit"));
         assert!(page.contains("Test CPU @ 3.00GHz"));
+    }
+
+    #[test]
+    fn a_page_without_phases_says_why() {
+        let mut r = sample_results();
+        for t in &mut r.tests {
+            t.phases = None;
+        }
+        let page = render(&[("a.json".into(), r.clone())]);
+        assert!(page.contains("Not measured: no test of these runs measured them"));
+        r.notes
+            .push("phase figures are off: the TSC is not invariant".into());
+        let page = render(&[("a.json".into(), r)]);
+        assert!(page.contains("Not measured: phase figures are off: the TSC is not invariant"));
+        assert!(!page.contains("<figure class=\"phases\">"));
     }
 
     #[test]
