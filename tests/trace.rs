@@ -107,6 +107,22 @@ fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
         .and_then(|c| c.iter().find(|c| c["key"]["what"] == "out"))
         .expect("the OUT class");
     assert_eq!(out_class["user"]["n"], OUTS, "{all}");
+    // Where the host fires kvm_exit (SVM/VMX KVM; this host's kvm_pvm does not), every
+    // OUT's exit leg (kvm_exit -> kvm_userspace_exit) is paired and positive, and the
+    // report says which view it had.
+    if report["kvm_exit_seen"] == true {
+        let leg = &out_class["exit_leg"];
+        assert_eq!(leg["n"], OUTS, "every OUT has an exit leg:\n{all}");
+        assert!(leg["median"].as_f64().is_some_and(|m| m > 0.0), "{all}");
+    } else {
+        assert!(out_class["exit_leg"].is_null(), "{all}");
+        assert!(
+            report["notes"].as_array().is_some_and(|n| n
+                .iter()
+                .any(|n| n.as_str().is_some_and(|s| s.contains("kvm_exit")))),
+            "a host without kvm_exit is named in the notes:\n{all}"
+        );
+    }
     // The instance it named is gone.
     let dir = stderr
         .split_whitespace()
