@@ -585,6 +585,25 @@ pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApRep
         }
         if let Some(e) = &aps.error {
             s.push_str(&format!("\nAP: {e}"));
+        } else if !aps.exits.is_empty() {
+            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
+            // an interrupt lost by the host is told from a target that stopped running.
+            let each: Vec<String> = aps
+                .exits
+                .iter()
+                .map(|a| {
+                    format!(
+                        "vCPU {}: {} userspace exits, {} KVM exits",
+                        a.vcpu,
+                        a.user.total(),
+                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
+                    )
+                })
+                .collect();
+            s.push_str(&format!(
+                "\nAPs running until stopped: {}",
+                each.join("; ")
+            ));
         }
     }
     if m.outcome == Outcome::Completed {
