@@ -600,10 +600,7 @@ pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApRep
                     )
                 })
                 .collect();
-            s.push_str(&format!(
-                "\nAPs running until stopped: {}",
-                each.join("; ")
-            ));
+            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
         }
     }
     if m.outcome == Outcome::Completed {
