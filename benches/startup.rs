@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+mod common;
+use common::{line, verdict};
+
 /// Goal for the time from `main` to the first guest instruction.
 const GOAL_MS: f64 = 5.0;
 /// Goal for resident memory outside guest RAM.
@@ -81,51 +84,27 @@ fn start(exe: &Path, kernel: &Path) -> Result<Start, String> {
     })
 }
 
-/// Median, 10th and 90th percentile, min and max of `v` (nearest rank).
-fn spread(mut v: Vec<f64>) -> Option<[f64; 5]> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
-    Some([at(0.5), at(0.1), at(0.9), v[0], v[v.len() - 1]])
-}
-
-fn line(label: &str, unit: &str, v: Vec<f64>) -> Option<f64> {
-    let n = v.len();
-    let [med, p10, p90, min, max] = spread(v)?;
-    println!(
-        "  {label:<34} median {med:7.2} {unit:<3}  p10-p90 {p10:.2}-{p90:.2}  min-max {min:.2}-{max:.2}  ({n} starts)"
-    );
-    Some(med)
-}
-
 fn report(name: &str, starts: &[Start]) -> (Option<f64>, Option<f64>) {
     println!("{name}:");
     let first = line(
         "first guest instruction after main",
         "ms",
+        "starts",
         starts.iter().filter_map(|s| s.first_ms).collect(),
     );
     let outside = line(
         "resident outside guest RAM",
         "MiB",
+        "starts",
         starts.iter().filter_map(|s| s.outside_mib).collect(),
     );
     line(
         "process wall (spawn to exit)",
         "ms",
+        "starts",
         starts.iter().map(|s| s.wall_ms).collect(),
     );
     (first, outside)
-}
-
-fn verdict(what: &str, median: Option<f64>, goal: f64, unit: &str) {
-    match median {
-        Some(m) if m <= goal => println!("goal {what} <= {goal} {unit}: met (median {m:.2})"),
-        Some(m) => println!("goal {what} <= {goal} {unit}: NOT met (median {m:.2})"),
-        None => println!("goal {what} <= {goal} {unit}: not measured"),
-    }
 }
 
 fn main() {

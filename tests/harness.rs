@@ -152,6 +152,19 @@ fn agree_gives_every_test_a_figure_from_both_harnesses() {
         assert!(r["exitlab_net_median"].is_number(), "{r}");
         assert!(verdict == "agrees" || verdict.starts_with("differs"), "{r}");
         assert!(stdout.contains(r["test"].as_str().unwrap_or("?")));
+        // The harness has exitlab's instructions for every test whose timed loop
+        // reloads operands; cpuid and rdmsr load theirs already.
+        let reloads = !matches!(r["test"].as_str(), Some("cpuid" | "rd_tsc_adjust_msr"));
+        assert_eq!(!r["harness_reload"].is_null(), reloads, "{r}");
     }
+    // Both empty loops were timed per iteration: the harness's per rep, exitlab's per
+    // round, so the mode factor is there.
+    assert_eq!(v["harness_loop_step"]["n"], 10, "{v}");
+    assert!(
+        v["exitlab_loop_step"].as_f64().is_some_and(|s| s > 0.0),
+        "{v}"
+    );
+    assert!(v["mode_factor"].is_number(), "{v}");
+    assert!(stdout.contains("mode factor"), "{stdout}");
     let _ = std::fs::remove_file(&json);
 }

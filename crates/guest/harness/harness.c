@@ -12,11 +12,13 @@
  * Command line words (key=value, others are ignored):
  *   k=K        2^K iterations per block (default 10, 0..20)
  *   reps=R     blocks per test (default 9, 1..1000)
- *   tests=...  comma-separated subset of: loop, cpuid, inl_from_kernel, outl_to_kernel,
+ *   tests=...  comma-separated subset of: loop, loop_x2 (the same empty loop with
+ *              2^(K+1) iterations, which gives the loop's cost per iteration), cpuid, inl_from_kernel, outl_to_kernel,
  *              inl_from_user, outl_to_user, rd_tsc_adjust_msr, wr_tsc_adjust_msr, and
- *              outl_to_kernel_reload, inl_from_user_reload, wr_tsc_adjust_msr_reload
- *              (the same with the operands loaded in every iteration, as a loop
- *              whose rdtsc clobbers them must)
+ *              inl_from_kernel_reload, outl_to_kernel_reload, inl_from_user_reload,
+ *              outl_to_user_reload, wr_tsc_adjust_msr_reload (the same with the
+ *              operands loaded in every iteration, as a loop whose rdtsc clobbers
+ *              them must; cpuid and rd_tsc_adjust_msr load theirs already)
  *   outs=N     instead of timing: N 32-bit OUTs of 0..N-1 to port=P,
  *   ins=N      then N 32-bit INs from port=P (default 0x1234),
  *   marker=M   each preceded by an 8-bit OUT to port M (1 before the OUTs, 2 before the
@@ -146,6 +148,7 @@ static int parse_num(const char *p, const char *end, uint32_t *out)
 
 enum test {
     T_LOOP,
+    T_LOOP_X2,
     T_CPUID,
     T_INL_KERNEL,
     T_OUTL_KERNEL,
@@ -153,14 +156,17 @@ enum test {
     T_OUTL_USER,
     T_RD_TSC_ADJUST,
     T_WR_TSC_ADJUST,
+    T_INL_KERNEL_RELOAD,
     T_OUTL_KERNEL_RELOAD,
     T_INL_USER_RELOAD,
+    T_OUTL_USER_RELOAD,
     T_WR_TSC_ADJUST_RELOAD,
     T_COUNT
 };
 
 static const char *const test_names[T_COUNT] = {
     "loop",
+    "loop_x2",
     "cpuid",
     "inl_from_kernel",
     "outl_to_kernel",
@@ -168,8 +174,10 @@ static const char *const test_names[T_COUNT] = {
     "outl_to_user",
     "rd_tsc_adjust_msr",
     "wr_tsc_adjust_msr",
+    "inl_from_kernel_reload",
     "outl_to_kernel_reload",
     "inl_from_user_reload",
+    "outl_to_user_reload",
     "wr_tsc_adjust_msr_reload",
 };
 
@@ -231,6 +239,12 @@ static uint64_t block(enum test t, uint32_t n, uint32_t tsc_adjust_lo, uint32_t 
      * The same, with the operands loaded again in every iteration from other registers,
      * as a loop whose rdtsc clobbers eax/edx must do (exitlab's lab kernel does).
      */
+    case T_INL_KERNEL_RELOAD:
+        __asm__ volatile("1: movl %1, %%edx; inb %%dx, %%al; dec %0; jnz 1b"
+                         : "+r"(i)
+                         : "r"((uint32_t)KERNEL_PORT)
+                         : "eax", "edx");
+        break;
     case T_OUTL_KERNEL_RELOAD:
         __asm__ volatile("1: movl %1, %%eax; movl %2, %%edx; outb %%al, %%dx; dec %0; jnz 1b"
                          : "+r"(i)
@@ -243,11 +257,18 @@ static uint64_t block(enum test t, uint32_t n, uint32_t tsc_adjust_lo, uint32_t 
                          : "r"((uint32_t)USER_PORT)
                          : "eax", "edx");
         break;
+    case T_OUTL_USER_RELOAD:
+        __asm__ volatile("1: movl %1, %%eax; movl %2, %%edx; outl %%eax, %%dx; dec %0; jnz 1b"
+                         : "+r"(i)
+                         : "r"(0), "r"((uint32_t)USER_PORT)
+                         : "eax", "edx");
+        break;
     case T_WR_TSC_ADJUST_RELOAD:
-        __asm__ volatile("1: movl %1, %%ecx; movl %2, %%eax; movl %3, %%edx; wrmsr; dec %0; jnz 1b"
+        /* ecx survives rdtsc, so a loop around rdtsc reloads eax and edx only. */
+        __asm__ volatile("1: movl %1, %%eax; movl %2, %%edx; wrmsr; dec %0; jnz 1b"
                          : "+S"(i)
-                         : "r"(MSR_TSC_ADJUST), "r"(tsc_adjust_lo), "D"(tsc_adjust_hi)
-                         : "eax", "ecx", "edx");
+                         : "r"(tsc_adjust_lo), "D"(tsc_adjust_hi), "c"(MSR_TSC_ADJUST)
+                         : "eax", "edx");
         break;
     default:
         break;
@@ -370,13 +391,15 @@ void harness_main(uint32_t magic, uint32_t info)
     uint32_t n = 1u << k;
     /* One untimed warm-up block per test. */
     for (int t = 0; t < T_COUNT; t++)
-        if (selected & (1u << t))
+        if (selected & (1u << t) && t != T_LOOP_X2)
             (void)block((enum test)t, n, adj_lo, adj_hi);
     for (uint32_t r = 0; r < reps; r++) {
         for (int t = 0; t < T_COUNT; t++) {
             if (!(selected & (1u << t)))
                 continue;
-            uint64_t c = block((enum test)t, n, adj_lo, adj_hi);
+            /* loop_x2 is the empty loop run twice as long. */
+            uint64_t c = t == T_LOOP_X2 ? block(T_LOOP, 2 * n, adj_lo, adj_hi)
+                                        : block((enum test)t, n, adj_lo, adj_hi);
             puts("T ");
             puts(test_names[t]);
             putc(' ');

@@ -12,14 +12,24 @@
 //!   over the block, and the table shows the median over blocks.
 //!
 //! A test agrees when the harness figure is within ±[`TOLERANCE`] of exitlab's net
-//! median. Otherwise the table says which known difference accounts for it: when the
-//! harness figure agrees with exitlab's net **mean** instead (the test mean minus the
-//! loop mean), the gap is the batch (a mean over 2^k iterations, rare slow iterations
-//! included, against a median of single iterations); when neither agrees it names the
-//! remaining known differences: exitlab's timed loop reloads the operands its `rdtsc`
-//! clobbers (one `mov` per operand and iteration, hoisted out of the harness's loop),
-//! and the two empty loops (fenced stamps in a 64-bit paged kernel against a bare
-//! `dec; jnz` with paging off) are reported side by side.
+//! median. Otherwise the table says which measured difference accounts for it:
+//! - **operand reloads**: exitlab's timed loop loads the operands its `rdtsc` clobbers
+//!   again in every iteration (one `mov` each); the harness times `<test>_reload`
+//!   variants with exactly exitlab's instructions, and when that variant agrees the
+//!   reloads are the difference;
+//! - **guest mode**: where the host emulates guest ring 0, every emulated instruction
+//!   costs what the emulator spends on it, and that depends on the guest's mode (the
+//!   harness runs 32-bit with paging off, the lab kernel 64-bit with four-level
+//!   paging). Both sides time their own two-instruction empty loop per iteration (the
+//!   harness with 2^k and 2^(k+1) iterations, exitlab with batch 1 and
+//!   [`LOOP_BATCH`]); the ratio of the two is the *mode factor*. When the harness's
+//!   figure for exitlab's instructions lies between the mode factor and 1 (each
+//!   ±[`TOLERANCE`]), the cheaper instructions of the harness's guest account for it;
+//! - **batch**: when the harness figure agrees with exitlab's net **mean** instead (the
+//!   test mean minus the loop mean), the gap is a mean over 2^k iterations, rare slow
+//!   iterations included, against a median of single iterations.
+//!
+//! Anything else is reported as unexplained, with both empty loops beside it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -53,6 +63,13 @@ pub const HARNESS_TESTS: &[&str] = &[
 
 /// The harness's empty-loop test.
 pub const HARNESS_LOOP: &str = "loop";
+
+/// The harness's empty loop with twice the iterations.
+pub const HARNESS_LOOP_X2: &str = "loop_x2";
+
+/// The batch of exitlab's second `loop_overhead` run, which with the batch-1 run gives
+/// the cost of one iteration of its empty loop.
+pub const LOOP_BATCH: u64 = 16;
 
 /// What one harness run printed.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +155,24 @@ impl HarnessRun {
         };
         let n = (1u64 << self.k) as f64;
         t.iter().map(|&t| (t as f64 - lm.median) / n).collect()
+    }
+
+    /// Cycles of one iteration of the empty loop without the block's fixed cost (the
+    /// `rdtsc` pair and the dispatch around it), one value per rep: (the `loop_x2`
+    /// block − the `loop` block of the same rep) / 2^k. Empty when the harness did not
+    /// time `loop_x2`.
+    pub fn loop_step(&self) -> Vec<f64> {
+        let (Some(l), Some(l2)) = (
+            self.blocks.get(HARNESS_LOOP),
+            self.blocks.get(HARNESS_LOOP_X2),
+        ) else {
+            return Vec::new();
+        };
+        let n = (1u64 << self.k) as f64;
+        l.iter()
+            .zip(l2)
+            .map(|(&a, &b)| (b as f64 - a as f64) / n)
+            .collect()
     }
 
     /// Per-iteration cycles of the empty loop, one value per block.
@@ -299,6 +334,15 @@ pub struct Agreement {
     pub harness_loop: Option<Summary>,
     /// exitlab's loop_overhead median, over rounds.
     pub exitlab_loop: Option<f64>,
+    /// The harness's empty loop per iteration without the block's fixed cost (from
+    /// `loop_x2` − `loop`, one value per rep).
+    pub harness_loop_step: Option<Summary>,
+    /// exitlab's empty loop per iteration without the sample's brackets (from its
+    /// batch-1 and batch-[`LOOP_BATCH`] runs), the median over rounds.
+    pub exitlab_loop_step: Option<f64>,
+    /// harness loop step / exitlab loop step: what the same instructions cost in the
+    /// harness's guest against exitlab's.
+    pub mode_factor: Option<f64>,
     /// Rounds, k, reps, samples.
     pub rounds: u32,
     /// log2 of the harness iterations per block.
@@ -316,33 +360,69 @@ fn within(ratio: Option<f64>) -> bool {
     ratio.is_some_and(|r| (r - 1.0).abs() <= TOLERANCE + 1e-9)
 }
 
-/// Decides a row from the figures.
-pub fn verdict(
-    harness: Option<f64>,
-    harness_reload: Option<f64>,
-    net_median: Option<f64>,
-    net_mean: Option<f64>,
-    harness_loop: Option<f64>,
-    exitlab_loop: Option<f64>,
-) -> (Option<f64>, Option<f64>, String) {
-    let r = ratio(harness, net_median);
-    let rr = ratio(harness_reload, net_median);
-    let rm = ratio(harness, net_mean);
-    let v = if harness.is_none() {
+/// Whether `ratio` lies between `factor` and 1 (either way round), each widened by the
+/// tolerance.
+fn between(ratio: Option<f64>, factor: Option<f64>) -> bool {
+    match (ratio, factor) {
+        (Some(r), Some(f)) => {
+            r >= f.min(1.0) - TOLERANCE - 1e-9 && r <= f.max(1.0) + TOLERANCE + 1e-9
+        }
+        _ => false,
+    }
+}
+
+/// The figures one row is decided from, cycles per iteration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Figures {
+    /// The harness's figure for the test.
+    pub harness: Option<f64>,
+    /// The harness's `<test>_reload` variant (exitlab's instructions), where the plain
+    /// test's instructions differ from exitlab's.
+    pub harness_reload: Option<f64>,
+    /// exitlab's net median.
+    pub net_median: Option<f64>,
+    /// exitlab's net mean.
+    pub net_mean: Option<f64>,
+    /// The mode factor: harness empty-loop iteration / exitlab empty-loop iteration.
+    pub mode_factor: Option<f64>,
+    /// The harness's empty loop per iteration, block cost included.
+    pub harness_loop: Option<f64>,
+    /// exitlab's loop_overhead median.
+    pub exitlab_loop: Option<f64>,
+}
+
+/// Decides a row from the figures: (harness / net median, harness / net mean, verdict).
+pub fn verdict(f: &Figures) -> (Option<f64>, Option<f64>, String) {
+    let r = ratio(f.harness, f.net_median);
+    // The harness's figure for exitlab's own instructions.
+    let same = ratio(f.harness_reload.or(f.harness), f.net_median);
+    let rm = ratio(f.harness, f.net_mean);
+    let reloads = if f.harness_reload.is_some() {
+        "; exitlab's timed loop also loads the operands its rdtsc clobbers again in every iteration, so the harness's variant with exitlab's instructions is the one compared"
+    } else {
+        ""
+    };
+    let v = if f.harness.is_none() {
         "no harness figure".to_string()
-    } else if net_median.is_none() {
+    } else if f.net_median.is_none() {
         "no exitlab figure".to_string()
     } else if within(r) {
         "agrees".to_string()
-    } else if within(rr) {
+    } else if f.harness_reload.is_some() && within(same) {
         "differs: operand reloads (exitlab's timed loop loads the instruction's operands again in every iteration, because its rdtsc clobbers them; the harness's variant that does the same agrees; each is one more instruction, emulated where the host emulates guest ring 0)".to_string()
+    } else if between(same, f.mode_factor) {
+        format!(
+            "differs: guest mode (the harness's guest, 32-bit with paging off, runs the same empty loop at {:.2}x the cost per iteration of exitlab's 64-bit guest with paging on, and its figure for exitlab's instructions lies between that factor and 1: where the host emulates guest ring 0, each instruction costs what its emulation costs in the guest's mode{reloads})",
+            f.mode_factor.unwrap_or(f64::NAN)
+        )
     } else if within(rm) {
         "differs: batch (the harness's mean over 2^k iterations agrees with exitlab's net mean; exitlab's median of single iterations leaves out the slow ones)".to_string()
     } else {
         format!(
-            "differs, not by the batch: exitlab's timed loop reloads the instruction's operands (eax/ecx/edx, clobbered by its rdtsc) on every iteration, the harness's does not, which adds one instruction each (emulated, thousands of cycles, where the host emulates guest ring 0); and the empty loops each side subtracts differ ({} cycles per iteration in the harness: unfenced dec/jnz, 32-bit, paging off; {} in exitlab: fenced rdtsc pairs, 64-bit, paging on)",
-            harness_loop.map_or("-".into(), fmt_cycles),
-            exitlab_loop.map_or("-".into(), fmt_cycles)
+            "differs, unexplained: neither exitlab's instructions in the harness, nor the mode factor ({}), nor the batch account for it; the empty loops each side subtracts are {} cycles per iteration in the harness (unfenced dec/jnz, 32-bit, paging off) and {} in exitlab (fenced rdtsc pairs, 64-bit, paging on)",
+            f.mode_factor.map_or("-".into(), |m| format!("{m:.2}")),
+            f.harness_loop.map_or("-".into(), fmt_cycles),
+            f.exitlab_loop.map_or("-".into(), fmt_cycles)
         )
     };
     (r, rm, v)
@@ -354,6 +434,22 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     }
+}
+
+/// exitlab's `loop_overhead` median per iteration in one run.
+fn loop_median(res: &Results) -> Option<f64> {
+    res.tests
+        .iter()
+        .find(|t| t.name == "loop_overhead" && t.status == TestStatus::Ok)
+        .and_then(|t| t.cycles.as_ref())
+        .map(|s| s.median)
+}
+
+/// One iteration of an empty loop without the fixed cost around it, from its median
+/// per iteration at batch 1 (`one`) and at `batch` (`many`): the sample at `batch`
+/// holds `batch` iterations and the same brackets as the sample at 1.
+pub fn loop_step(one: f64, many: f64, batch: u64) -> Option<f64> {
+    (batch > 1).then(|| (many * batch as f64 - one) / (batch - 1) as f64)
 }
 
 fn net_mean(res: &Results, test: &str) -> Option<f64> {
@@ -377,6 +473,7 @@ pub fn run(
 ) -> Result<Agreement, RunError> {
     let mut harness_runs = Vec::new();
     let mut bench_runs = Vec::new();
+    let mut loop_batch_runs = Vec::new();
     let mut notes = Vec::new();
     let tests: Vec<_> = std::iter::once("loop_overhead")
         .chain(HARNESS_TESTS.iter().copied())
@@ -418,6 +515,27 @@ pub fn run(
             progress,
         )?;
         bench_runs.push(b);
+        let lb = bench::run(
+            kvm,
+            image,
+            &BenchOptions {
+                tests: tests[..1].to_vec(),
+                params: RunParams {
+                    batch: LOOP_BATCH,
+                    ..opts.params
+                },
+                raw: false,
+                overhead: false,
+                rounds: 1,
+                cancel: None,
+                knobs: Default::default(),
+                phases_off: None,
+            },
+            serde_json::Value::Null,
+            Vec::new(),
+            progress,
+        )?;
+        loop_batch_runs.push(lb);
     }
     let pooled = |f: &dyn Fn(&HarnessRun) -> Vec<f64>| -> Vec<f64> {
         harness_runs.iter().flat_map(f).collect()
@@ -427,13 +545,18 @@ pub fn run(
         summarize(&v).ok().map(|s| s.median)
     };
     let harness_loop = summarize(&pooled(&|h| h.loop_cycles())).ok();
-    let exitlab_loop = over_rounds(&|r| {
-        r.tests
-            .iter()
-            .find(|t| t.name == "loop_overhead")
-            .and_then(|t| t.cycles.as_ref())
-            .map(|s| s.median)
-    });
+    let exitlab_loop = over_rounds(&|r| loop_median(r));
+    let harness_loop_step = summarize(&pooled(&|h| h.loop_step())).ok();
+    let steps: Vec<f64> = bench_runs
+        .iter()
+        .zip(&loop_batch_runs)
+        .filter_map(|(one, many)| loop_step(loop_median(one)?, loop_median(many)?, LOOP_BATCH))
+        .collect();
+    let exitlab_loop_step = summarize(&steps).ok().map(|s| s.median);
+    let mode_factor = ratio(
+        harness_loop_step.as_ref().map(|s| s.median),
+        exitlab_loop_step,
+    );
     let mut rows = Vec::new();
     for &test in HARNESS_TESTS {
         let harness = summarize(&pooled(&|h| h.net(test))).ok();
@@ -446,14 +569,15 @@ pub fn run(
                 .and_then(|t| t.net_median_cycles)
         });
         let nm = over_rounds(&|r| net_mean(r, test));
-        let (ratio_median, ratio_mean, mut v) = verdict(
-            harness.as_ref().map(|s| s.median),
-            harness_reload.as_ref().map(|s| s.median),
+        let (ratio_median, ratio_mean, mut v) = verdict(&Figures {
+            harness: harness.as_ref().map(|s| s.median),
+            harness_reload: harness_reload.as_ref().map(|s| s.median),
             net_median,
-            nm,
-            harness_loop.as_ref().map(|s| s.median),
+            net_mean: nm,
+            mode_factor,
+            harness_loop: harness_loop.as_ref().map(|s| s.median),
             exitlab_loop,
-        );
+        });
         if let Some((_, why)) = harness_runs
             .iter()
             .flat_map(|h| &h.skipped)
@@ -484,6 +608,9 @@ pub fn run(
         rows,
         harness_loop,
         exitlab_loop,
+        harness_loop_step,
+        exitlab_loop_step,
+        mode_factor,
         rounds: opts.rounds.max(1),
         k: opts.k,
         reps: opts.reps,
@@ -557,6 +684,14 @@ impl Agreement {
             fmt(self.harness_loop.as_ref().map(|h| h.median)),
             fmt(self.exitlab_loop)
         );
+        let _ = writeln!(
+            s,
+            "one iteration of the empty loop (two instructions, without the rdtsc brackets): harness {} (median over reps of (loop_x2 - loop) / 2^k), exitlab {} (batch {} against batch 1); mode factor (harness / exitlab) {}",
+            fmt(self.harness_loop_step.as_ref().map(|h| h.median)),
+            fmt(self.exitlab_loop_step),
+            LOOP_BATCH,
+            ratio(self.mode_factor)
+        );
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
@@ -623,45 +758,133 @@ END
     }
 
     #[test]
+    fn loop_step_takes_the_fixed_cost_out() {
+        let out = "EXITLAB-HARNESS 1 k=2 reps=2
+T loop 0 0x64
+T loop_x2 0 0x78
+T loop 1 0x6e
+T loop_x2 1 0x8c
+END
+";
+        let h = parse_harness_output(out).expect("parses");
+        // (120 - 100) / 4 and (140 - 110) / 4: the 4 extra iterations of each rep.
+        assert_eq!(h.loop_step(), vec![5.0, 7.5]);
+        assert!(parse_harness_output(OUTPUT)
+            .expect("parses")
+            .loop_step()
+            .is_empty());
+        // 1,000 cycles at batch 1, 250 per iteration at batch 16 (4,000 in all):
+        // 15 more iterations cost 3,000, 200 each.
+        assert_eq!(loop_step(1000.0, 250.0, 16), Some(200.0));
+        assert_eq!(loop_step(1000.0, 1000.0, 1), None);
+    }
+
+    fn figs(harness: f64, net_median: f64) -> Figures {
+        Figures {
+            harness: Some(harness),
+            net_median: Some(net_median),
+            ..Figures::default()
+        }
+    }
+
+    #[test]
     fn verdicts_follow_the_tolerance_and_name_the_difference() {
-        let (r, _, v) = verdict(Some(105.0), None, Some(100.0), Some(130.0), None, None);
+        let (r, _, v) = verdict(&Figures {
+            net_mean: Some(130.0),
+            ..figs(105.0, 100.0)
+        });
         assert_eq!(v, "agrees");
         assert!((r.unwrap_or(0.0) - 1.05).abs() < 1e-12);
         // 10 % exactly still agrees; just above does not.
-        assert_eq!(
-            verdict(Some(110.0), None, Some(100.0), None, None, None).2,
-            "agrees"
-        );
-        let (_, rm, v) = verdict(Some(125.0), None, Some(100.0), Some(120.0), None, None);
+        assert_eq!(verdict(&figs(110.0, 100.0)).2, "agrees");
+        assert!(verdict(&figs(110.5, 100.0))
+            .2
+            .starts_with("differs, unexplained"));
+        let (_, rm, v) = verdict(&Figures {
+            net_mean: Some(120.0),
+            ..figs(125.0, 100.0)
+        });
         assert!(v.starts_with("differs: batch"), "{v}");
         assert!((rm.unwrap_or(0.0) - 125.0 / 120.0).abs() < 1e-12);
-        let v = verdict(
-            Some(300.0),
-            None,
-            Some(100.0),
-            Some(110.0),
-            Some(2.0),
-            Some(39.0),
-        )
+        let v = verdict(&Figures {
+            net_mean: Some(110.0),
+            harness_loop: Some(2.0),
+            exitlab_loop: Some(39.0),
+            mode_factor: Some(0.8),
+            ..figs(300.0, 100.0)
+        })
         .2;
-        assert!(v.starts_with("differs, not by the batch"), "{v}");
+        assert!(v.starts_with("differs, unexplained"), "{v}");
         assert!(
-            v.contains("(2 cycles") && v.contains("; 39 in exitlab"),
+            v.contains("(0.80)") && v.contains("are 2 cycles") && v.contains("and 39 in exitlab"),
             "{v}"
         );
         assert_eq!(
-            verdict(None, None, Some(1.0), None, None, None).2,
+            verdict(&Figures {
+                net_median: Some(1.0),
+                ..Figures::default()
+            })
+            .2,
             "no harness figure"
         );
         assert_eq!(
-            verdict(Some(1.0), None, None, None, None, None).2,
+            verdict(&Figures {
+                harness: Some(1.0),
+                ..Figures::default()
+            })
+            .2,
             "no exitlab figure"
         );
         // The reload variant agreeing names the operand reloads, ahead of the batch.
-        let v = verdict(Some(50.0), Some(98.0), Some(100.0), Some(55.0), None, None).2;
+        let v = verdict(&Figures {
+            harness_reload: Some(98.0),
+            net_mean: Some(55.0),
+            ..figs(50.0, 100.0)
+        })
+        .2;
         assert!(v.starts_with("differs: operand reloads"), "{v}");
         // A non-positive exitlab figure gives no ratio rather than a wrong sign.
-        let (r, _, v) = verdict(Some(5.0), None, Some(-3.0), None, None, None);
+        let (r, _, v) = verdict(&figs(5.0, -3.0));
         assert!(r.is_none() && v.starts_with("differs"));
+    }
+
+    #[test]
+    fn the_mode_factor_explains_what_lies_between_it_and_one() {
+        // The harness's guest runs the empty loop at 0.8x: 75 for exitlab's 100 lies
+        // within 0.8 - 10 %; its reload variant is the figure compared.
+        let m = |harness: f64, reload: Option<f64>| {
+            verdict(&Figures {
+                harness_reload: reload,
+                mode_factor: Some(0.8),
+                ..figs(harness, 100.0)
+            })
+            .2
+        };
+        let v = m(75.0, None);
+        assert!(
+            v.starts_with("differs: guest mode") && v.contains("0.80x"),
+            "{v}"
+        );
+        assert!(!v.contains("operand"), "{v}");
+        let v = m(50.0, Some(72.0));
+        assert!(
+            v.starts_with("differs: guest mode") && v.contains("operands"),
+            "{v}"
+        );
+        // Below the factor's reach, or above 1 + 10 %, the mode does not explain it.
+        assert!(m(69.0, None).starts_with("differs, unexplained"));
+        assert!(m(50.0, Some(69.0)).starts_with("differs, unexplained"));
+        assert!(m(111.0, None).starts_with("differs, unexplained"));
+        // Without a factor there is no mode verdict.
+        assert!(verdict(&figs(75.0, 100.0))
+            .2
+            .starts_with("differs, unexplained"));
+        // A factor above 1 explains a harness figure between 1 and it.
+        let v = verdict(&Figures {
+            mode_factor: Some(1.3),
+            ..figs(125.0, 100.0)
+        })
+        .2;
+        assert!(v.starts_with("differs: guest mode"), "{v}");
     }
 }

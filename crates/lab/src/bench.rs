@@ -12,6 +12,7 @@ use exitlab_vmm::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
+use crate::packed::PackedSamples;
 use crate::results::{BenchConfig, Overhead, ProcessStats, Results, TestResult, TestStatus, Tool};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use crate::stats::summarize;
@@ -114,10 +115,15 @@ pub fn run(
         quiet_loop_limit: quiet_loop_limit(&per_test),
         ..Baseline::default()
     };
-    let mut measurements: Vec<Measurement> = Vec::with_capacity(tests.len());
+    // What the report needs of the measurements once each is analysed (their samples
+    // are dropped then): the first pinning failure and the largest resident memory
+    // outside guest RAM, which the VMM overhead experiment's VMs add to.
+    let mut pin_error: Option<String> = None;
+    let mut rss_outside_guest: Option<u64> = None;
     let mut results = Vec::with_capacity(tests.len());
     let mut tsc_khz: Option<(u64, String)> = None;
     for (def, rounds) in tests.iter().zip(per_test) {
+        let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
         let figures = crate::figures::round_figures(&rounds);
         let Some(m) = Measurement::merge(rounds) else {
             continue;
@@ -150,10 +156,11 @@ pub fn run(
             r.samples = opts.params.samples;
         }
         results.push(r);
-        measurements.push(m);
+        pin_error = pin_error.or(m.pin_error);
+        rss_outside_guest = rss_outside_guest.max(m.vmm_rss_bytes);
     }
     let mut notes = notes;
-    if let Some(e) = measurements.iter().find_map(|m| m.pin_error.as_ref()) {
+    if let Some(e) = &pin_error {
         notes.push(format!(
             "pinning the vCPU thread failed: {e}; the vCPU ran unpinned"
         ));
@@ -173,7 +180,14 @@ pub fn run(
     });
     let vmm_overhead = if opts.overhead && incomplete.is_none() {
         let mut kernel_view = crate::trace_report::OverheadView::new();
-        let r = overhead(kvm, image, opts, &mut kernel_view, progress)?;
+        let r = overhead(
+            kvm,
+            image,
+            opts,
+            &mut kernel_view,
+            &mut rss_outside_guest,
+            progress,
+        )?;
         if let Err(why) = &r {
             notes.push(format!("VMM overhead not measured: {why}"));
         } else {
@@ -210,14 +224,10 @@ pub fn run(
         tests: results,
         vmm_overhead,
         notes,
-        process: measurements
-            .iter()
-            .filter_map(|m| m.vmm_rss_bytes)
-            .max()
-            .map(|outside| ProcessStats {
-                vmm_rss_outside_guest_bytes: outside,
-                peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
-            }),
+        process: rss_outside_guest.map(|outside| ProcessStats {
+            vmm_rss_outside_guest_bytes: outside,
+            peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
+        }),
         provenance: Some(crate::results::Provenance::current()),
         incomplete,
         ab: None,
@@ -245,6 +255,30 @@ fn cancelled(opts: &BenchOptions) -> bool {
         .is_some_and(|c| c.load(Ordering::SeqCst))
 }
 
+/// One completed round of a test while the run goes on: the measurement without its
+/// samples, which are kept packed (a run holds every round of every test until its
+/// last round; see [`crate::packed`]).
+#[derive(Debug, Clone)]
+struct Stored {
+    m: Measurement,
+    samples: PackedSamples,
+}
+
+impl Stored {
+    fn new(mut m: Measurement) -> Stored {
+        let samples = PackedSamples::pack(&m.samples);
+        m.samples = Vec::new();
+        Stored { m, samples }
+    }
+
+    /// The measurement with its samples unpacked.
+    fn into_measurement(self) -> Measurement {
+        let mut m = self.m;
+        m.samples = self.samples.unpack();
+        m
+    }
+}
+
 /// Runs `rounds` rounds of the whole suite, each test in a fresh VM every round with its
 /// share of the samples, so that slow drifts of the host spread over all tests alike.
 /// A test that did not complete, failed or was skipped is not run again. Also returns
@@ -256,19 +290,24 @@ fn run_rounds(
     opts: &BenchOptions,
     rounds: u64,
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<(Vec<Vec<Measurement>>, Option<u32>), RunError> {
-    let mut per_test: Vec<Vec<Measurement>> = tests.iter().map(|_| Vec::new()).collect();
+) -> Result<(Vec<Vec<Stored>>, Option<u32>), RunError> {
+    let mut per_test: Vec<Vec<Stored>> = tests.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         progress(Progress::Round(round as u32 + 1, rounds as u32));
         let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
         for (def, done) in tests.iter().zip(per_test.iter_mut()) {
-            if done.last().is_some_and(|m| m.outcome != Outcome::Completed) {
+            if done
+                .last()
+                .is_some_and(|r| r.m.outcome != Outcome::Completed)
+            {
                 continue;
             }
             if cancelled(opts) {
                 return Ok((per_test, Some(round as u32 + 1)));
             }
-            done.push(one_round(kvm, image, def, opts, share, progress)?);
+            done.push(Stored::new(one_round(
+                kvm, image, def, opts, share, progress,
+            )?));
         }
     }
     Ok((per_test, None))
@@ -302,10 +341,10 @@ fn one_round(
 pub const QUIET_SHARE_WANTED: f64 = 0.5;
 
 /// Samples of `rounds` taken while the host was quiet (paired loop within `limit`).
-fn quiet_count(rounds: &[Measurement], limit: f64) -> u64 {
+fn quiet_count(rounds: &[Stored], limit: f64) -> u64 {
     rounds
         .iter()
-        .flat_map(|m| &m.samples)
+        .flat_map(|r| r.samples.iter())
         .filter(|s| s.g_loop as f64 <= limit)
         .count() as u64
 }
@@ -315,11 +354,11 @@ type ExtraRounds = Vec<(&'static str, u32)>;
 
 /// The tests (indices) whose completed rounds hold fewer than `wanted` samples taken
 /// while the host was quiet; a test with a round that did not complete is not run again.
-fn short_of_quiet_samples(per_test: &[Vec<Measurement>], limit: f64, wanted: u64) -> Vec<usize> {
+fn short_of_quiet_samples(per_test: &[Vec<Stored>], limit: f64, wanted: u64) -> Vec<usize> {
     per_test
         .iter()
         .enumerate()
-        .filter(|(_, done)| done.iter().all(|m| m.outcome == Outcome::Completed))
+        .filter(|(_, done)| done.iter().all(|r| r.m.outcome == Outcome::Completed))
         .filter(|(_, done)| quiet_count(done, limit) < wanted)
         .map(|(i, _)| i)
         .collect()
@@ -338,7 +377,7 @@ fn top_up_quiet_samples(
     tests: &[&'static TestDef],
     opts: &BenchOptions,
     rounds: u64,
-    per_test: &mut [Vec<Measurement>],
+    per_test: &mut [Vec<Stored>],
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<(ExtraRounds, Option<u32>), RunError> {
     let share = (opts.params.samples / rounds).max(1);
@@ -358,7 +397,9 @@ fn top_up_quiet_samples(
                 return Ok((extra, Some(rounds as u32 + round as u32 + 1)));
             }
             let def = tests[i];
-            per_test[i].push(one_round(kvm, image, def, opts, share, progress)?);
+            per_test[i].push(Stored::new(one_round(
+                kvm, image, def, opts, share, progress,
+            )?));
             match extra.iter_mut().find(|(n, _)| *n == def.name) {
                 Some((_, k)) => *k += 1,
                 None => extra.push((def.name, 1)),
@@ -370,11 +411,11 @@ fn top_up_quiet_samples(
 
 /// The median of the empty loop the guest measured before each sample of a completed
 /// round: how fast the host ran the guest while the round ran.
-fn round_loop_median(m: &Measurement) -> Option<f64> {
-    if m.outcome != Outcome::Completed {
+fn round_loop_median(r: &Stored) -> Option<f64> {
+    if r.m.outcome != Outcome::Completed {
         return None;
     }
-    let loops: Vec<f64> = m.samples.iter().map(|s| s.g_loop as f64).collect();
+    let loops: Vec<f64> = r.samples.iter().map(|s| s.g_loop as f64).collect();
     summarize(&loops).ok().map(|s| s.median)
 }
 
@@ -383,7 +424,7 @@ fn round_loop_median(m: &Measurement) -> Option<f64> {
 /// host ran the guest then; the quietest round of the whole run is the reference, and a
 /// sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was taken while the
 /// host was busy (see [`analysis::quiet_samples`]).
-fn quiet_loop_limit(per_test: &[Vec<Measurement>]) -> Option<f64> {
+fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
     per_test
         .iter()
         .flatten()
@@ -432,6 +473,7 @@ fn overhead(
     image: &[u8],
     opts: &BenchOptions,
     kernel_view: &mut crate::trace_report::OverheadView,
+    rss_outside_guest: &mut Option<u64>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Result<Overhead, String>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
@@ -464,6 +506,8 @@ fn overhead(
                 },
             )?;
             kernel_view.finish(traced, is_bare, exitlab_guest::abi::USER_PORT);
+            // The process's memory counts here too (the trace of the round included).
+            *rss_outside_guest = (*rss_outside_guest).max(m.vmm_rss_bytes);
             devices = n;
             let status = status_of(&m.outcome);
             progress(Progress::Done(label, &status));
@@ -529,18 +573,31 @@ mod tests {
         m
     }
 
+    fn stored(loops: &[u64]) -> Stored {
+        Stored::new(round(loops))
+    }
+
+    #[test]
+    fn a_stored_round_gives_back_its_samples() {
+        let m = round(&[1000, 1010, 1020]);
+        let s = Stored::new(m.clone());
+        assert!(s.m.samples.is_empty());
+        assert_eq!(s.samples.len(), 3);
+        assert_eq!(s.into_measurement().samples, m.samples);
+    }
+
     #[test]
     fn the_quietest_round_of_the_run_sets_the_noise_limit() {
         let per_test = vec![
-            vec![round(&[1000, 1010, 1020]), round(&[1500, 1500, 1600])],
-            vec![round(&[990, 1000, 1005])],
+            vec![stored(&[1000, 1010, 1020]), stored(&[1500, 1500, 1600])],
+            vec![stored(&[990, 1000, 1005])],
         ];
         // Quietest round median 1000 (second test), plus 3 %.
         assert_eq!(quiet_loop_limit(&per_test), Some(1030.0));
         let mut stuck = round(&[10, 10, 10]);
         stuck.outcome = Outcome::DidNotComplete("stuck".into());
         let mut with_stuck = per_test.clone();
-        with_stuck.push(vec![stuck]);
+        with_stuck.push(vec![Stored::new(stuck)]);
         assert_eq!(
             quiet_loop_limit(&with_stuck),
             Some(1030.0),
@@ -554,11 +611,11 @@ mod tests {
         stuck.outcome = Outcome::DidNotComplete("stuck".into());
         let per_test = vec![
             // 4 quiet samples of 6.
-            vec![round(&[1000, 1000, 1000]), round(&[1000, 1500, 1500])],
+            vec![stored(&[1000, 1000, 1000]), stored(&[1000, 1500, 1500])],
             // 2 quiet of 6.
-            vec![round(&[1000, 1000, 1500]), round(&[1500, 1500, 1500])],
+            vec![stored(&[1000, 1000, 1500]), stored(&[1500, 1500, 1500])],
             // Not completed: never run again.
-            vec![stuck],
+            vec![Stored::new(stuck)],
         ];
         assert_eq!(quiet_count(&per_test[0], 1030.0), 4);
         assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 3), vec![1]);

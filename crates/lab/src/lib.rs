@@ -14,6 +14,7 @@ pub mod html;
 mod kernel;
 pub mod knobs;
 pub mod openmetrics;
+pub mod packed;
 pub mod report;
 pub mod results;
 pub mod runner;

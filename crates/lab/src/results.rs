@@ -146,7 +146,8 @@ pub struct RoundFigure {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStats {
     /// Largest resident memory outside guest RAM, sampled at the end of each test while
-    /// its VM was alive (bytes): the VMM's own footprint.
+    /// its VM was alive, the VMM overhead experiment's VMs included (bytes): the VMM's
+    /// own footprint.
     pub vmm_rss_outside_guest_bytes: u64,
     /// Peak resident memory of the process, guest RAM included (VmHWM, bytes).
     pub peak_rss_bytes: u64,

@@ -152,8 +152,14 @@ impl Measurement {
     /// exactly (each round ran its own warm-up). The first round that did not complete
     /// decides the outcome.
     pub fn merge(rounds: Vec<Measurement>) -> Option<Measurement> {
+        // Room for all samples and KVM_RUN durations at once: growing by doubling would
+        // hold up to twice the run's samples while the last rounds are added.
+        let samples: usize = rounds.iter().map(|r| r.samples.len()).sum();
+        let runs: usize = rounds.iter().map(|r| r.kvm_run_log.len()).sum();
         let mut it = rounds.into_iter();
         let mut m = it.next()?;
+        m.samples.reserve_exact(samples - m.samples.len());
+        m.kvm_run_log.reserve_exact(runs - m.kvm_run_log.len());
         for r in it {
             if m.outcome != Outcome::Completed {
                 break;

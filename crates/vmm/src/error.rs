@@ -15,7 +15,7 @@ pub enum VmmError {
     /// The host's KVM API version is not 12.
     #[error("KVM API version {0} is not supported (exitlab needs 12)")]
     ApiVersion(i32),
-    /// A KVM ioctl failed.
+    /// A KVM ioctl (or a system call on the memory given to KVM) failed.
     #[error("{0} failed: {1}")]
     Kvm(&'static str, kvm_ioctls::Error),
     /// A capability the requested configuration needs is missing.

@@ -31,6 +31,24 @@ pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>,
             memory_size: region.len(),
             userspace_addr: host as u64,
         };
+        // Guest RAM stays out of core dumps, and its mapping keeps flags of its own, so
+        // the kernel never merges it with a neighbouring anonymous mapping of the process
+        // (a malloc arena): `sys::rss_outside_guest` counts memory by mapping and would
+        // otherwise leave the merged part of the VMM's own memory out.
+        // SAFETY: madvise only sets a flag on pages of the live mapping owned by `mem`.
+        if unsafe {
+            libc::madvise(
+                host.cast::<libc::c_void>(),
+                region.len() as usize,
+                libc::MADV_DONTDUMP,
+            )
+        } != 0
+        {
+            return Err(VmmError::Kvm(
+                "madvise(MADV_DONTDUMP) of guest RAM",
+                kvm_ioctls::Error::last(),
+            ));
+        }
         // SAFETY: the slot describes a live anonymous mapping owned by `mem`; the returned
         // Arc is stored in the `Vm` next to the VM fd and dropped only after it, so the
         // mapping outlives every use KVM makes of it.
