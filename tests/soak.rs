@@ -152,7 +152,8 @@ fn sigint_and_sigterm_stop_the_vm_with_the_interrupted_code() {
         assert_eq!(out.status.code(), Some(130), "{sig}: {err}");
         assert!(err.contains("interrupted"), "{sig}: {err}");
         assert!(
-            took < Duration::from_secs(5),
+            // A guard against a teardown that hangs, not a speed target.
+            took < Duration::from_secs(60),
             "{sig}: teardown took {took:?}"
         );
         eprintln!(
