@@ -137,29 +137,24 @@ static int hpet_irq(uint32_t timer, uint32_t config, uint32_t pin, uint32_t vect
                     const char *what)
 {
     ioapic_route(pin, vector, lapic_id());
-    /* The comparator first, interrupts on last: a comparator still at its reset value
-     * (all ones) counts as already passed, and the timer would fire at once (as on
-     * QEMU). The high half first keeps the value ahead of the counter throughout. */
-    /* A comparator the counter passes before the interrupt is enabled has matched with
-     * its interrupt off, and (as the HPET specification has it) enabling the interrupt
-     * afterwards raises nothing. 1 ms of slack is plenty on hardware but not on a host
-     * where each of these register writes is a slow exit (an emulated L1 under load):
-     * when the counter has passed the comparator by the time the interrupt is on and
-     * nothing is pending, the arming came too late, and it is redone with ten times the
-     * slack. */
-    uint64_t cmp = 0, slack = 100000; /* 1 ms at 100 MHz */
-    for (int tries = 0;; tries++) {
-        hpet_wr(HPET_TN_CONFIG(timer), config);
-        cmp = hpet_counter() + slack;
-        hpet_wr(HPET_TN_CMP(timer) + 4, (uint32_t)(cmp >> 32));
-        hpet_wr(HPET_TN_CMP(timer), (uint32_t)cmp);
-        hpet_wr(HPET_TN_CONFIG(timer), config | HPET_TN_INT_ENB);
-        if (lapic_irr(vector) || hpet_counter() < cmp || tries == 3)
-            break;
-        slack *= 10;
-        print("# hpet: %s: the counter passed the comparator before its interrupt was on "
-              "(a slow host); arming again with %llu ticks of slack\n", what, slack);
-    }
+    /* A comparator the counter passes while the timer's interrupt is off has matched with
+     * the interrupt off, and (as the HPET specification has it) turning the interrupt on
+     * afterwards raises nothing. 1 ms between reading the counter and enabling is plenty
+     * on hardware but not where each register write is a slow exit (an emulated L1 under
+     * load). So the interrupt goes on first, with the comparator parked 2^30 ticks ahead
+     * (10 s), and the comparator is then moved to 1 ms ahead, low half first: every value
+     * it passes through is ahead of the counter, and if the host is so slow that the
+     * final value is already behind it, the timer fires at once, with its interrupt on.
+     * (Enabling the interrupt with the comparator still at its reset value, all ones,
+     * would fire at once: that value counts as passed, as on QEMU.) */
+    hpet_wr(HPET_TN_CONFIG(timer), config);
+    uint64_t park = hpet_counter() + (1ULL << 30);
+    hpet_wr(HPET_TN_CMP(timer) + 4, (uint32_t)(park >> 32));
+    hpet_wr(HPET_TN_CMP(timer), (uint32_t)park);
+    hpet_wr(HPET_TN_CONFIG(timer), config | HPET_TN_INT_ENB);
+    uint64_t cmp = hpet_counter() + 100000; /* 1 ms at 100 MHz */
+    hpet_wr(HPET_TN_CMP(timer), (uint32_t)cmp);
+    hpet_wr(HPET_TN_CMP(timer) + 4, (uint32_t)(cmp >> 32));
     uint64_t t0 = rdtsc();
     int pending = 0;
     while (!(pending = lapic_irr(vector)) && rdtsc() - t0 < ms_to_tsc(HPET_IRQ_WAIT_MS))
