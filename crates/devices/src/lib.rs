@@ -10,7 +10,9 @@
 //! [`IoEventSpec`] for a doorbell the VMM hands to KVM as an ioeventfd, and an
 //! `EventFd` the VMM registers as an irqfd (the serial port's interrupt).
 //!
-//! [`pc`] lists where each device sits on a standard PC.
+//! [`pc`] lists where each device sits on a standard PC. [`ioapic`] and [`pic`] are the
+//! interrupt controllers of a split irqchip, which KVM emulates itself otherwise; the
+//! I/O APIC delivers through an [`ioapic::MsiSink`] the VMM implements.
 #![deny(unsafe_code)]
 
 use std::sync::Arc;
@@ -22,9 +24,11 @@ pub mod debug_exit;
 pub mod fw_cfg;
 pub mod hpet;
 pub mod i8042;
+pub mod ioapic;
 pub mod pc;
 pub mod pci;
 pub mod pci_testdev;
+pub mod pic;
 pub mod pm;
 pub mod pm_timer;
 pub mod port92;

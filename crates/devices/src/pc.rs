@@ -4,6 +4,9 @@
 //! (nothing there: kvm-unit-tests' `inl_from_qemu` measures a user-space exit that
 //! finds no device) and the ELCR at 0x4D0/0x4D1 (the in-kernel PIC emulates it,
 //! `inl_from_kernel`/`outl_to_kernel`).
+//!
+//! The interrupt controllers of a split irqchip ([`SPLIT_IRQCHIP_RANGES`]) are claimed
+//! only in that mode: with the full in-kernel irqchip KVM answers the same addresses.
 
 use crate::IoSpace;
 
@@ -97,6 +100,26 @@ pub const PORT92: IoRange = IoRange::pio(0x92, 1);
 /// ([`crate::pci::PciConfigIo`]).
 pub const PCI_CONFIG: IoRange = IoRange::pio(0xCF8, 8);
 
+/// The userspace I/O APIC of a split irqchip ([`crate::ioapic::Ioapic`]); the MADT
+/// names this base.
+pub const IOAPIC: IoRange = IoRange::mmio(0xFEC0_0000, crate::ioapic::IOAPIC_MMIO_LEN);
+/// The master 8259A of a split irqchip ([`crate::pic::Pic`] at offset 0).
+pub const PIC_MASTER: IoRange = IoRange::pio(0x20, 2);
+/// The slave 8259A ([`crate::pic::Pic`] through [`crate::OffsetDevice`] with
+/// [`crate::pic::PIC_SLAVE_BIAS`]).
+pub const PIC_SLAVE: IoRange = IoRange::pio(0xA0, 2);
+/// The ELCR ([`crate::pic::Pic`] with [`crate::pic::PIC_ELCR_BIAS`]).
+pub const PIC_ELCR: IoRange = IoRange::pio(0x4D0, 2);
+
+/// The ranges of the split irqchip's userspace interrupt controllers, with the bias
+/// each registration of the PIC takes (0 for the I/O APIC).
+pub const SPLIT_IRQCHIP_RANGES: &[(&str, IoRange, u64)] = &[
+    ("ioapic", IOAPIC, 0),
+    ("pic-master", PIC_MASTER, 0),
+    ("pic-slave", PIC_SLAVE, crate::pic::PIC_SLAVE_BIAS),
+    ("elcr", PIC_ELCR, crate::pic::PIC_ELCR_BIAS),
+];
+
 /// Slot of the pci-testdev on bus 0 (function 0).
 pub const PCI_TESTDEV_SLOT: u8 = 3;
 /// Where firmware-style setup puts pci-testdev's BAR0 (4 KiB of MMIO, in the PCI
@@ -135,6 +158,19 @@ mod tests {
                 assert!(!ra.overlaps(rb), "{a} overlaps {b}");
             }
         }
+    }
+
+    #[test]
+    fn split_irqchip_ranges_overlap_nothing_else() {
+        for (a, ra, _) in SPLIT_IRQCHIP_RANGES {
+            for (b, rb) in STANDARD_RANGES {
+                assert!(!ra.overlaps(rb), "{a} overlaps {b}");
+            }
+        }
+        assert!(!IOAPIC.overlaps(&IoRange::mmio(
+            u64::from(PCI_TESTDEV_MMIO_BASE),
+            crate::pci_testdev::PCI_TESTDEV_MMIO_SIZE
+        )));
     }
 
     #[test]

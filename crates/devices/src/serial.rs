@@ -5,9 +5,10 @@
 //! discard, or a [`SharedBuffer`] a test reads back byte for byte. Input bytes for the
 //! guest are queued with [`Serial::enqueue_input`].
 //!
-//! Interrupts are edge-triggered through an `EventFd` that the VMM registers with KVM
-//! as an irqfd for GSI 4: each time the UART raises an interrupt it writes the
-//! eventfd. The transmitter is always ready: LSR bit 5 (THR empty) and bit 6 (idle)
+//! Interrupts are edge-triggered: through an `EventFd` that the VMM registers with KVM
+//! as an irqfd for GSI 4 (each time the UART raises an interrupt it writes the
+//! eventfd), or, where the I/O APIC is in userspace (a split irqchip), as a pulse on an
+//! [`IrqLine`] ([`Serial::with_line`]). The transmitter is always ready: LSR bit 5 (THR empty) and bit 6 (idle)
 //! read as set, so a guest polling LSR before each byte never waits.
 //!
 //! Accesses wider than a byte are split into byte accesses at consecutive registers,
@@ -20,7 +21,7 @@ use vm_superio::serial::NoEvents;
 use vm_superio::Trigger;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::{BusDevice, IoAction};
+use crate::{BusDevice, IoAction, IrqLine};
 
 /// Number of ports the UART decodes.
 pub const SERIAL_PORT_LEN: u64 = 8;
@@ -36,29 +37,40 @@ pub enum SerialError {
     /// Duplicating the interrupt eventfd failed.
     #[error("failed to duplicate the serial interrupt eventfd: {0}; the process may be out of file descriptors")]
     CloneEventFd(#[source] io::Error),
+    /// The UART drives an interrupt line, not an eventfd.
+    #[error("the serial port drives an interrupt line directly (split irqchip): there is no eventfd to register as irqfd")]
+    NoEventFd,
 }
 
-/// The interrupt trigger handed to vm-superio: writes 1 to an eventfd.
-#[derive(Debug)]
-pub struct EventFdTrigger(EventFd);
+/// The interrupt trigger handed to vm-superio.
+pub enum SerialTrigger {
+    /// Writes 1 to an eventfd (an irqfd of the in-kernel irqchip).
+    EventFd(EventFd),
+    /// Pulses line `gsi` (raise, lower): an edge for the userspace I/O APIC.
+    Line(Arc<dyn IrqLine>, u32),
+}
 
-impl EventFdTrigger {
-    /// Wrap `evt`.
-    pub fn new(evt: EventFd) -> Self {
-        Self(evt)
-    }
-
-    /// The wrapped eventfd.
-    pub fn eventfd(&self) -> &EventFd {
-        &self.0
+impl std::fmt::Debug for SerialTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SerialTrigger::EventFd(e) => f.debug_tuple("EventFd").field(e).finish(),
+            SerialTrigger::Line(_, gsi) => f.debug_tuple("Line").field(gsi).finish(),
+        }
     }
 }
 
-impl Trigger for EventFdTrigger {
+impl Trigger for SerialTrigger {
     type E = io::Error;
 
     fn trigger(&self) -> io::Result<()> {
-        self.0.write(1)
+        match self {
+            SerialTrigger::EventFd(e) => e.write(1),
+            SerialTrigger::Line(line, gsi) => {
+                line.set_level(*gsi, true);
+                line.set_level(*gsi, false);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -94,7 +106,7 @@ impl Write for SharedBuffer {
     }
 }
 
-type Uart = vm_superio::Serial<EventFdTrigger, NoEvents, Box<dyn Write + Send>>;
+type Uart = vm_superio::Serial<SerialTrigger, NoEvents, Box<dyn Write + Send>>;
 
 /// The 16550A UART.
 pub struct Serial {
@@ -115,17 +127,27 @@ impl Serial {
     /// `EventFd::try_clone` before the call) to register as irqfd for GSI 4.
     pub fn new(interrupt: EventFd, out: Box<dyn Write + Send>) -> Self {
         Self {
-            uart: Mutex::new(vm_superio::Serial::new(EventFdTrigger(interrupt), out)),
+            uart: Mutex::new(vm_superio::Serial::new(
+                SerialTrigger::EventFd(interrupt),
+                out,
+            )),
+        }
+    }
+
+    /// A UART whose interrupt is an edge (a pulse) on line `gsi` of `line`.
+    pub fn with_line(line: Arc<dyn IrqLine>, gsi: u32, out: Box<dyn Write + Send>) -> Self {
+        Self {
+            uart: Mutex::new(vm_superio::Serial::new(SerialTrigger::Line(line, gsi), out)),
         }
     }
 
     /// A duplicate of the interrupt eventfd, for the VMM to register as irqfd.
     pub fn interrupt_eventfd(&self) -> Result<EventFd, SerialError> {
         let uart = self.lock();
-        uart.interrupt_evt()
-            .0
-            .try_clone()
-            .map_err(SerialError::CloneEventFd)
+        match uart.interrupt_evt() {
+            SerialTrigger::EventFd(e) => e.try_clone().map_err(SerialError::CloneEventFd),
+            SerialTrigger::Line(..) => Err(SerialError::NoEventFd),
+        }
     }
 
     /// Queue bytes for the guest to read. Returns how many fit in the 64-byte receive
@@ -257,6 +279,15 @@ mod tests {
         assert_eq!(irq.read().unwrap(), 1);
         assert_eq!(buf.contents(), b"z");
         assert!(s.interrupt_eventfd().is_ok());
+    }
+
+    #[test]
+    fn a_line_trigger_pulses_the_line() {
+        let lines = Arc::new(crate::test_util::Lines::default());
+        let s = Serial::with_line(lines.clone(), 4, Box::new(std::io::sink()));
+        s.write(IER, &[0x02]);
+        assert_eq!(*crate::lock(&lines.0), vec![(4, true), (4, false)]);
+        assert!(matches!(s.interrupt_eventfd(), Err(SerialError::NoEventFd)));
     }
 
     #[test]
