@@ -246,7 +246,7 @@ pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result
                 .into_iter()
                 .map(|(a, l)| (a.0, l as u64))
                 .collect(),
-            irqchip: false,
+            irqchip: exitlab_vmm::vm::IrqChip::None,
             pit: false,
             ..VmConfig::default()
         },

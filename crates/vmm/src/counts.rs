@@ -7,7 +7,9 @@
 macro_rules! exit_counts {
     ($($(#[doc = $doc:literal])* $field:ident),+ $(,)?) => {
         /// Userspace exits of one vCPU by reason. Plain counters owned by the vCPU thread.
+        // `default`: results written before a reason existed still read (as 0).
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
         #[repr(C)]
         pub struct ExitCounts {
             $($(#[doc = $doc])* pub $field: u64,)+
@@ -49,6 +51,9 @@ exit_counts! {
     doorbell,
     /// KVM_RUN interrupted by a signal.
     intr,
+    /// KVM_EXIT_IOAPIC_EOI: the guest's EOI of a level-triggered vector of the userspace
+    /// I/O APIC (split irqchip).
+    ioapic_eoi,
     /// Anything else.
     other,
 }
@@ -86,15 +91,16 @@ mod tests {
             wrmsr: 7,
             doorbell: 8,
             intr: 9,
-            other: 10,
+            ioapic_eoi: 10,
+            other: 11,
         };
         let b = a.plus(&a);
-        assert_eq!(b.total(), 110);
+        assert_eq!(b.total(), 132);
         assert_eq!(b.since(&a), a);
         let names: Vec<&str> = a.entries().iter().map(|e| e.0).collect();
         assert_eq!(names.len(), ExitCounts::REASONS);
         assert_eq!(names[0], "io_in");
-        assert_eq!(names[9], "other");
+        assert_eq!(names[10], "other");
         assert!(a
             .entries()
             .iter()
@@ -121,5 +127,12 @@ mod tests {
         .unwrap();
         assert_eq!(v["mmio_write"], 7);
         assert_eq!(v.as_object().unwrap().len(), ExitCounts::REASONS);
+    }
+
+    #[test]
+    fn counts_written_before_a_reason_existed_still_read() {
+        let old = r#"{"io_in":1,"io_out":0,"mmio_read":0,"mmio_write":0,"hlt":0,"rdmsr":0,"wrmsr":0,"doorbell":2,"intr":0,"other":0}"#;
+        let c: ExitCounts = serde_json::from_str(old).unwrap();
+        assert_eq!((c.io_in, c.doorbell, c.ioapic_eoi), (1, 2, 0));
     }
 }

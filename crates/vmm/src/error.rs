@@ -37,8 +37,12 @@ pub enum VmmError {
     #[error("invalid VM configuration: a VM needs at least one vCPU")]
     NoVcpus,
     /// The in-kernel PIT was asked for without the in-kernel irqchip.
-    #[error("invalid VM configuration: the in-kernel PIT needs the in-kernel irqchip")]
+    #[error("invalid VM configuration: the in-kernel PIT needs the full in-kernel irqchip (not none, not split): leave the PIT out or use --irqchip kernel")]
     PitWithoutIrqchip,
+    /// KVM's routing table for the split irqchip's I/O APIC could not be built (a bug:
+    /// it always has 24 entries).
+    #[error("cannot build the I/O APIC's KVM routing table (a bug in exitlab: please report it)")]
+    RoutingTable,
     /// A vCPU index beyond the VM's vCPU count.
     #[error("vCPU id {id} is out of range for a VM of {cpus} vCPUs")]
     VcpuOutOfRange {

@@ -5,7 +5,8 @@
 //! instantiated with:
 //! - [`Devices`]: the platform. Port and MMIO accesses go through the vCPU's own bus
 //!   views to the devices, every exit is counted by reason, HLT and MSRs routed to
-//!   userspace are answered by policy.
+//!   userspace are answered by policy, and KVM_EXIT_IOAPIC_EOI (split irqchip) ends
+//!   the level-triggered interrupts of its vector in the userspace I/O APIC.
 //! - [`Bare`]: the floor of a userspace exit on this host. Every read is answered with
 //!   all ones, every write dropped, nothing looked up and nothing counted; any exit that
 //!   is not a port or MMIO access (or a kick) stops the vCPU.
@@ -17,6 +18,7 @@
 //! size of a port exit, which is what lets the unit tests below feed recorded exits to a
 //! handler without a VM.
 
+use exitlab_devices::ioapic::Ioapic;
 use exitlab_devices::IoAction;
 use kvm_ioctls::VcpuExit;
 use vm_memory::GuestMemoryMmap;
@@ -169,6 +171,9 @@ pub struct Devices<'a> {
     pub user_msrs: &'a [UserMsr],
     /// What a userspace HLT does.
     pub hlt: HltPolicy,
+    /// The userspace I/O APIC of a split irqchip, which KVM_EXIT_IOAPIC_EOI ends
+    /// level-triggered interrupts of.
+    pub ioapic: Option<&'a Ioapic>,
     /// Doorbells.
     pub doorbell: DoorbellRoute<'a>,
 }
@@ -260,6 +265,15 @@ impl ExitHandler for Devices<'_> {
             VcpuExit::Intr => {
                 counts.intr += 1;
                 Next::Interrupted
+            }
+            VcpuExit::IoapicEoi(vector) => {
+                counts.ioapic_eoi += 1;
+                // KVM reports EOIs only for the routes the I/O APIC set, so there is one
+                // whenever this exit comes; without one there is nothing to end.
+                if let Some(io) = self.ioapic {
+                    io.end_of_interrupt(vector);
+                }
+                Next::Resume
             }
             other => {
                 counts.other += 1;
@@ -404,7 +418,27 @@ mod tests {
         mem: GuestMemoryMmap,
         hook: Hook,
         dev: Arc<Recorder>,
+        ioapic: Arc<Ioapic>,
+        msis: Arc<Msis>,
     }
+
+    /// Records the vectors of the MSIs the I/O APIC sends.
+    #[derive(Default)]
+    struct Msis(Mutex<Vec<u8>>);
+
+    impl exitlab_devices::ioapic::MsiSink for Msis {
+        fn signal_msi(&self, msg: exitlab_devices::ioapic::MsiMessage) -> bool {
+            self.0.lock().unwrap().push(msg.data as u8);
+            true
+        }
+        fn routes_changed(
+            &self,
+            _: &[exitlab_devices::ioapic::MsiMessage; exitlab_devices::ioapic::IOAPIC_PINS],
+        ) {
+        }
+    }
+
+    const IOAPIC: u64 = 0xfec0_0000;
 
     const PORT: u16 = 0x3f8;
     const MMIO: u64 = 0xfed0_0000;
@@ -420,7 +454,12 @@ mod tests {
         let dev = Arc::new(Recorder::default());
         pio.insert(dev.clone(), u64::from(PORT), 8).unwrap();
         mmio.insert(dev.clone(), MMIO, 0x1000).unwrap();
+        let msis = Arc::new(Msis::default());
+        let ioapic = Arc::new(Ioapic::new(msis.clone()));
+        mmio.insert(ioapic.clone(), IOAPIC, 0x1000).unwrap();
         Rig {
+            ioapic,
+            msis,
             pio: pio.view(),
             mmio: mmio.view(),
             counts: ExitCounts::default(),
@@ -438,6 +477,7 @@ mod tests {
                 counts: &mut self.counts,
                 user_msrs: &MSRS,
                 hlt: HltPolicy::Resume,
+                ioapic: Some(&self.ioapic),
                 doorbell: DoorbellRoute {
                     hook: &mut self.hook,
                     vcpu_id: 0,
@@ -661,6 +701,43 @@ mod tests {
             n => panic!("unexpected {n:?}"),
         }
         assert_eq!(r.counts.other, 4);
+    }
+
+    #[test]
+    fn ioapic_eoi_exits_end_level_interrupts_in_the_userspace_ioapic() {
+        let mut r = rig();
+        // The guest routes input 10 to vector 0x41, level-triggered: four MMIO exits.
+        for (off, v) in [(0u64, 0x25u32), (0x10, 0), (0, 0x24), (0x10, 0x8041)] {
+            r.feed(Ok(VcpuExit::MmioWrite(IOAPIC + off, &v.to_le_bytes())), 0);
+        }
+        r.ioapic.set_level(10, true);
+        assert_eq!(*r.msis.0.lock().unwrap(), vec![0x41]);
+        // The guest's EOI of another vector ends nothing.
+        assert!(matches!(
+            r.feed(Ok(VcpuExit::IoapicEoi(0x42)), 0),
+            Next::Resume
+        ));
+        assert_eq!(r.msis.0.lock().unwrap().len(), 1);
+        // Its EOI of 0x41 with the line still high: delivered again.
+        assert!(matches!(
+            r.feed(Ok(VcpuExit::IoapicEoi(0x41)), 0),
+            Next::Resume
+        ));
+        assert_eq!(*r.msis.0.lock().unwrap(), vec![0x41, 0x41]);
+        r.ioapic.set_level(10, false);
+        r.feed(Ok(VcpuExit::IoapicEoi(0x41)), 0);
+        assert_eq!(r.msis.0.lock().unwrap().len(), 2);
+        assert_eq!(r.ioapic.redirection(10).map(|e| e & (1 << 14)), Some(0));
+        assert_eq!(
+            (r.counts.ioapic_eoi, r.counts.mmio_write, r.counts.other),
+            (3, 4, 0)
+        );
+        assert_eq!(r.ioapic.accesses().writes, 4);
+        // The bare loop has no I/O APIC: the exit stops it, named.
+        match r.feed_bare(Ok(VcpuExit::IoapicEoi(0x41))) {
+            Next::Stop(VcpuStop::Unexpected(what)) => assert!(what.contains("IoapicEoi")),
+            n => panic!("unexpected {n:?}"),
+        }
     }
 
     #[test]

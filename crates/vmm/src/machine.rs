@@ -1,5 +1,6 @@
-//! The PC test platform behind `exitlab run`: guest RAM with the PCI hole, the in-kernel
-//! irqchip and PIT, the small devices test kernels expect (16550A, debug-exit, i8042,
+//! The PC test platform behind `exitlab run`: guest RAM with the PCI hole, the irqchip
+//! (in the kernel with KVM's PIT, or split with exitlab's I/O APIC and PIC and no PIT:
+//! [`crate::irqchip`]), the small devices test kernels expect (16550A, debug-exit, i8042,
 //! CMOS, pc-testdev, fw_cfg, ACPI PM timer, PCI with pci-testdev), a kernel loaded by
 //! `exitlab-boot`, one thread per vCPU, and the end of the run as the guest decides it.
 
@@ -15,6 +16,7 @@ use exitlab_devices::debug_exit::DebugExit;
 use exitlab_devices::fw_cfg::{FwCfg, FwCfgError};
 use exitlab_devices::hpet::Hpet;
 use exitlab_devices::i8042::I8042;
+use exitlab_devices::ioapic::IoapicAccesses;
 use exitlab_devices::pc;
 use exitlab_devices::pci::{
     PciAddress, PciBarChange, PciBarObserver, PciConfigIo, PciDevice, PciError,
@@ -31,6 +33,7 @@ use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
+pub use crate::irqchip::IrqChip;
 use crate::suspend::{self, SleepEnd};
 use crate::thread::{self, VcpuThread};
 use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
@@ -90,10 +93,15 @@ pub struct MachineConfig {
 }
 
 /// Platform choices beyond the defaults, as QEMU's `-machine pit=off`, `-global
-/// kvm-pit.lost_tick_policy=discard` and `-cpu host,-feature` make them.
+/// kvm-pit.lost_tick_policy=discard` and `-cpu host,-feature` make them, and
+/// `--irqchip`.
 #[derive(Debug, Clone)]
 pub struct PlatformOptions {
-    /// Create the in-kernel PIT.
+    /// Where the interrupt controllers are emulated ([`IrqChip::Kernel`] or
+    /// [`IrqChip::Split`]).
+    pub irqchip: IrqChip,
+    /// Create the in-kernel PIT (only with [`IrqChip::Kernel`]: a split irqchip has no
+    /// PIT, whatever this says).
     pub pit: bool,
     /// Let the PIT re-inject missed ticks (KVM's default).
     pub pit_reinject: bool,
@@ -104,6 +112,7 @@ pub struct PlatformOptions {
 impl Default for PlatformOptions {
     fn default() -> Self {
         PlatformOptions {
+            irqchip: IrqChip::Kernel,
             pit: true,
             pit_reinject: true,
             cpuid_clear: Vec::new(),
@@ -160,6 +169,10 @@ pub struct RunReport {
     pub per_vcpu: Vec<VcpuExits>,
     /// KVM's count of all exits, summed over vCPUs (when the host has binary stats).
     pub kvm_exits: Option<u64>,
+    /// The guest's accesses to the userspace I/O APIC (split irqchip only).
+    pub ioapic: Option<IoapicAccesses>,
+    /// KVM's `mmio_exits` (binary stats), summed over vCPUs, when the host has them.
+    pub kvm_mmio_exits: Option<u64>,
     /// Time from `MachineConfig` to the first KVM_RUN of the boot vCPU.
     pub setup_time: Duration,
     /// Wall time of the guest run.
@@ -207,15 +220,6 @@ pub enum MachineError {
     /// KVM or VM setup failed.
     #[error(transparent)]
     Vmm(#[from] VmmError),
-}
-
-/// Raises and lowers interrupt lines through KVM_IRQ_LINE.
-struct KvmIrqLine(Arc<VmFd>);
-
-impl IrqLine for KvmIrqLine {
-    fn set_level(&self, gsi: u32, level: bool) {
-        let _ = self.0.set_irq_line(gsi, level);
-    }
 }
 
 /// Moves PCI BAR registrations (bus ranges and ioeventfds) when the guest reprograms a
@@ -347,8 +351,18 @@ pub fn build_pc_platform(vm: &Vm, cfg: PlatformConfig) -> Result<PcPlatform, Mac
     })
 }
 
-/// The 16550A at COM1, its interrupt through an irqfd.
+/// The 16550A at COM1, its interrupt through an irqfd (in-kernel irqchip) or as a
+/// pulse on the userspace I/O APIC's input 4 (split irqchip).
 fn add_serial(vm: &Vm, out: SerialOut) -> Result<Arc<Serial>, MachineError> {
+    if vm.split_chips().is_some() {
+        let serial = Arc::new(Serial::with_line(
+            vm.irq_line().clone(),
+            pc::COM1_IRQ,
+            serial_sink(out)?,
+        ));
+        insert(vm.pio_bus(), serial.clone(), pc::COM1)?;
+        return Ok(serial);
+    }
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|e| VmmError::Os("eventfd", e))?;
     vm.fd()
         .register_irqfd(&serial_irq, pc::COM1_IRQ)
@@ -382,7 +396,7 @@ fn add_legacy_devices(vm: &Vm, ram_bytes: u64, cpus: u32) -> Result<Arc<Cmos>, M
     let cmos = Arc::new(Cmos::new(below, above, cpus));
     insert(pio, cmos.clone(), pc::CMOS)?;
     insert(pio, Arc::new(TestDevPorts::new()), pc::TESTDEV_PORTS)?;
-    let irq_line: Arc<dyn IrqLine> = Arc::new(KvmIrqLine(vm.fd().clone()));
+    let irq_line: Arc<dyn IrqLine> = vm.irq_line().clone();
     insert(
         pio,
         Arc::new(TestDevIrqLines::new(irq_line.clone())),
@@ -466,7 +480,8 @@ fn validate(cfg: &MachineConfig) -> Result<(), MachineError> {
     Ok(())
 }
 
-/// The VM: RAM around the PCI hole, in-kernel irqchip and PIT.
+/// The VM: RAM around the PCI hole, the irqchip asked for, KVM's PIT with the in-kernel
+/// one.
 fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, MachineError> {
     let ram: Vec<(u64, u64)> = layout::ram_regions(cfg.ram_bytes)
         .into_iter()
@@ -476,8 +491,8 @@ fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, Machi
         kvm,
         VmConfig {
             ram,
-            irqchip: true,
-            pit: cfg.platform.pit,
+            irqchip: cfg.platform.irqchip,
+            pit: cfg.platform.pit && cfg.platform.irqchip == IrqChip::Kernel,
             user_msrs: Vec::new(),
             disable_exits: 0,
             cpus: cfg.cpus,
@@ -553,6 +568,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         threads,
         exits: ExitCounts::default(),
         kvm_exits: Some(0),
+        kvm_mmio_exits: Some(0),
         per_vcpu: Vec::new(),
         last_stop: String::new(),
         sleep: SleepContext {
@@ -573,6 +589,8 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         exits: sup.exits,
         per_vcpu: sup.per_vcpu,
         kvm_exits: sup.kvm_exits,
+        ioapic: vm.ioapic().map(|io| io.accesses()),
+        kvm_mmio_exits: sup.kvm_mmio_exits,
         setup_time,
         run_time: started.elapsed(),
         e820: loaded.e820,
@@ -585,6 +603,7 @@ struct Supervisor {
     threads: Vec<(u32, VcpuThread<NoHook>)>,
     exits: ExitCounts,
     kvm_exits: Option<u64>,
+    kvm_mmio_exits: Option<u64>,
     per_vcpu: Vec<VcpuExits>,
     last_stop: String,
     /// What an ACPI S3 sleep needs.
@@ -608,11 +627,11 @@ impl Supervisor {
 
     fn collect_vcpu(&mut self, vcpu: &Vcpu) {
         let kvm = vcpu.kvm_stats().and_then(|s| s.read("exits"));
+        let mmio = vcpu.kvm_stats().and_then(|s| s.read("mmio_exits"));
+        let add = |a: Option<u64>, b: Option<u64>| Some(a? + b?);
         self.exits = self.exits.plus(vcpu.counts());
-        self.kvm_exits = match (self.kvm_exits, kvm) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
+        self.kvm_exits = add(self.kvm_exits, kvm);
+        self.kvm_mmio_exits = add(self.kvm_mmio_exits, mmio);
         self.per_vcpu.push(VcpuExits {
             vcpu: vcpu.id(),
             exits: *vcpu.counts(),

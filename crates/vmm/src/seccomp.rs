@@ -161,7 +161,7 @@ mod tests {
             kvm,
             VmConfig {
                 ram: vec![(0, 1 << 20), (0xFFFF_0000, 0x1_0000)],
-                irqchip: true,
+                irqchip: crate::irqchip::IrqChip::Kernel,
                 pit: false,
                 ..VmConfig::default()
             },

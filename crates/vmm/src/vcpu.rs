@@ -15,6 +15,7 @@ use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
+use exitlab_devices::ioapic::Ioapic;
 pub use crate::counts::ExitCounts;
 use crate::exit::{self, Bare, Devices, DoorbellRoute, ExitHandler, Next};
 use crate::kvmstats::KvmStats;
@@ -201,6 +202,7 @@ pub struct Vcpu {
     user_msrs: Arc<[UserMsr]>,
     stats: Option<KvmStats>,
     stop: Arc<AtomicBool>,
+    ioapic: Option<Arc<Ioapic>>,
 }
 
 impl Vcpu {
@@ -211,6 +213,7 @@ impl Vcpu {
         pio: BusView,
         mmio: BusView,
         user_msrs: Arc<[UserMsr]>,
+        ioapic: Option<Arc<Ioapic>>,
     ) -> Result<Vcpu, VmmError> {
         let stamps = match config.stamp_gpa {
             Some(gpa) => Some(StampPage::new(mem.clone(), gpa).ok_or(
@@ -237,6 +240,7 @@ impl Vcpu {
             counts: ExitCounts::default(),
             stats,
             stop: Arc::new(AtomicBool::new(false)),
+            ioapic,
         })
     }
 
@@ -374,6 +378,7 @@ impl Vcpu {
             user_msrs,
             stats,
             stop,
+            ioapic,
         } = self;
         let mut lp = Loop {
             fd,
@@ -397,6 +402,7 @@ impl Vcpu {
                 counts,
                 user_msrs,
                 hlt: config.hlt,
+                ioapic: ioapic.as_deref(),
                 doorbell,
             }),
             Handler::Bare => lp.run(&mut Bare { counts, doorbell }),

@@ -1,9 +1,11 @@
-//! A VM: the KVM VM fd, guest memory, the in-kernel irqchip and PIT, ioeventfds, MSRs
-//! routed to userspace, and the port and MMIO buses.
+//! A VM: the KVM VM fd, guest memory, the irqchip (in the kernel, or split with
+//! exitlab's I/O APIC and PIC: [`crate::irqchip`]) and the in-kernel PIT, ioeventfds,
+//! MSRs routed to userspace, and the port and MMIO buses.
 
 use std::sync::Arc;
 
-use exitlab_devices::IoEventSpec;
+use exitlab_devices::ioapic::Ioapic;
+use exitlab_devices::{IoEventSpec, IrqLine};
 pub use exitlab_devices::IoSpace;
 use kvm_bindings::{kvm_enable_cap, kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Cap, Kvm, VmFd};
@@ -11,6 +13,8 @@ use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::Bus;
+pub use crate::irqchip::IrqChip;
+use crate::irqchip::{KvmIrqLine, SplitChips, SplitIrqLine};
 use crate::msr::{self, UserMsr};
 use crate::vcpu::{Vcpu, VcpuConfig};
 use crate::{cpuid, memory, VmmError};
@@ -20,10 +24,11 @@ use crate::{cpuid, memory, VmmError};
 pub struct VmConfig {
     /// Guest RAM as (guest-physical base, bytes), sorted, non-overlapping.
     pub ram: Vec<(u64, u64)>,
-    /// Create the in-kernel LAPIC/IOAPIC/PIC (KVM_CREATE_IRQCHIP). Without it, HLT and
-    /// every interrupt-controller access reach userspace.
-    pub irqchip: bool,
-    /// Create the in-kernel PIT (needs `irqchip`).
+    /// The interrupt controllers: all in the kernel (KVM_CREATE_IRQCHIP), split (local
+    /// APICs in the kernel, exitlab's I/O APIC and PIC on the buses), or none (HLT and
+    /// every interrupt-controller access reach userspace).
+    pub irqchip: IrqChip,
+    /// Create the in-kernel PIT (needs `irqchip` = [`IrqChip::Kernel`]).
     pub pit: bool,
     /// MSRs routed to userspace.
     pub user_msrs: Vec<UserMsr>,
@@ -44,7 +49,7 @@ impl Default for VmConfig {
     fn default() -> Self {
         VmConfig {
             ram: vec![(0, 64 << 20)],
-            irqchip: true,
+            irqchip: IrqChip::Kernel,
             pit: true,
             user_msrs: Vec::new(),
             disable_exits: 0,
@@ -87,6 +92,8 @@ pub struct Vm {
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
     ioevents: Vec<EventFd>,
+    split: Option<SplitChips>,
+    irq_line: Arc<dyn IrqLine>,
     fd: Arc<VmFd>,
     mem: Arc<GuestMemoryMmap>,
     user_msrs: Arc<[UserMsr]>,
@@ -105,7 +112,7 @@ impl Vm {
         if config.cpus == 0 {
             return Err(VmmError::NoVcpus);
         }
-        if config.pit && !config.irqchip {
+        if config.pit && config.irqchip != IrqChip::Kernel {
             return Err(VmmError::PitWithoutIrqchip);
         }
         let fd = kvm
@@ -133,9 +140,12 @@ impl Vm {
                 .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
         }
         crate::knobs::apply_vm(&fd, &config.knobs)?;
-        if config.irqchip {
-            fd.create_irq_chip()
-                .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
+        match config.irqchip {
+            IrqChip::Kernel => fd
+                .create_irq_chip()
+                .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?,
+            IrqChip::Split => crate::irqchip::enable_split(&fd)?,
+            IrqChip::None => {}
         }
         if config.pit {
             let pit = kvm_pit_config {
@@ -153,12 +163,24 @@ impl Vm {
             msr::route_to_userspace(&fd, &config.user_msrs)?;
         }
         let mem = memory::create(&fd, &config.ram)?;
+        let fd = Arc::new(fd);
+        let (pio, mmio) = (Bus::new(), Bus::new());
+        let split = match config.irqchip {
+            IrqChip::Split => Some(SplitChips::install(&fd, &pio, &mmio)?),
+            _ => None,
+        };
+        let irq_line: Arc<dyn IrqLine> = match &split {
+            Some(chips) => Arc::new(SplitIrqLine(chips.clone())),
+            None => Arc::new(KvmIrqLine(fd.clone())),
+        };
         Ok(Vm {
             kvm,
-            fd: Arc::new(fd),
+            fd,
             mem,
-            pio: Bus::new(),
-            mmio: Bus::new(),
+            pio,
+            mmio,
+            split,
+            irq_line,
             user_msrs: config.user_msrs.clone().into(),
             ioevents: Vec::new(),
             config,
@@ -188,6 +210,22 @@ impl Vm {
     /// The MMIO bus.
     pub fn mmio_bus(&self) -> &Arc<Bus> {
         &self.mmio
+    }
+
+    /// The interrupt lines devices drive: KVM_IRQ_LINE with the in-kernel irqchip, the
+    /// userspace I/O APIC and PIC with a split one.
+    pub fn irq_line(&self) -> &Arc<dyn IrqLine> {
+        &self.irq_line
+    }
+
+    /// The userspace I/O APIC and PIC, with a split irqchip.
+    pub fn split_chips(&self) -> Option<&SplitChips> {
+        self.split.as_ref()
+    }
+
+    /// The userspace I/O APIC, with a split irqchip.
+    pub fn ioapic(&self) -> Option<&Arc<Ioapic>> {
+        self.split.as_ref().map(|s| &s.ioapic)
     }
 
     /// The configuration the VM was built from.
@@ -244,7 +282,7 @@ impl Vm {
             &mut table,
             self.config.disable_exits,
             &self.config.knobs,
-            self.config.irqchip && crate::knobs::tsc_deadline_offered(&self.fd),
+            self.config.irqchip.in_kernel_lapic() && crate::knobs::tsc_deadline_offered(&self.fd),
         );
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
@@ -256,6 +294,7 @@ impl Vm {
             self.pio.view(),
             self.mmio.view(),
             self.user_msrs.clone(),
+            self.ioapic().cloned(),
         )
     }
 }
@@ -330,17 +369,28 @@ mod tests {
         let e = Vm::new(
             kvm.clone(),
             VmConfig {
-                irqchip: false,
+                irqchip: IrqChip::None,
                 pit: true,
                 ..VmConfig::default()
             },
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("PIT needs the in-kernel irqchip"),
+            e.to_string().contains("PIT needs the full in-kernel irqchip"),
             "{e}"
         );
+        let e = Vm::new(
+            kvm.clone(),
+            VmConfig {
+                irqchip: IrqChip::Split,
+                pit: true,
+                ..VmConfig::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--irqchip kernel"), "{e}");
         let mut vm = Vm::new(kvm, VmConfig::default()).unwrap();
+        assert!(vm.ioapic().is_none(), "KVM's own I/O APIC answers");
         let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).unwrap_err();
         assert!(e.to_string().contains("MMIO without datamatch only"), "{e}");
         let e = vm
@@ -361,5 +411,43 @@ mod tests {
             Err(e) => assert!(e.to_string().contains("out of range"), "{e}"),
             Ok(_) => panic!("vCPU 5 of a 1-vCPU VM was created"),
         }
+    }
+
+    #[test]
+    fn a_split_irqchip_puts_the_ioapic_and_pic_on_the_buses_or_names_the_capability() {
+        let kvm = Arc::new(crate::testing::kvm_or_fail());
+        let r = Vm::new(
+            kvm.clone(),
+            VmConfig {
+                irqchip: IrqChip::Split,
+                pit: false,
+                ..VmConfig::default()
+            },
+        );
+        if kvm.check_extension_raw(kvm_bindings::KVM_CAP_SPLIT_IRQCHIP.into()) <= 0 {
+            let e = r.unwrap_err().to_string();
+            panic!("this host's KVM lacks KVM_CAP_SPLIT_IRQCHIP: {e}");
+        }
+        let vm = r.unwrap();
+        let io = vm.ioapic().expect("a userspace I/O APIC").clone();
+        let mut d = [0u8; 4];
+        assert!(vm.mmio_bus().view().write(0xfec0_0000, &[1, 0, 0, 0]).is_some());
+        assert!(vm.mmio_bus().view().read(0xfec0_0010, &mut d));
+        assert_eq!(u32::from_le_bytes(d), 0x0017_0020, "the version register");
+        assert_eq!(io.accesses().total(), 2);
+        let mut b = [0u8; 1];
+        assert!(vm.pio_bus().view().read(0x21, &mut b), "the master PIC");
+        assert!(vm.pio_bus().view().read(0xa1, &mut b), "the slave PIC");
+        assert!(vm.pio_bus().view().read(0x4d0, &mut b), "the ELCR");
+        vm.irq_line().set_level(3, true);
+        assert!(vm
+            .create_vcpu(VcpuConfig {
+                id: 0,
+                stamp_gpa: None,
+                run_log: 0,
+                doorbell_port: None,
+                hlt: crate::vcpu::HltPolicy::Stop,
+            })
+            .is_ok());
     }
 }
