@@ -67,7 +67,8 @@ pub struct BenchArgs {
     rounds: u32,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
-    /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin.
+    /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
+    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip.
     #[arg(long, value_name = "KNOB=A,B")]
     ab: Option<String>,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
@@ -101,6 +102,10 @@ pub struct IrqArgs {
     /// KVM's PV send-IPI feature in the guest CPUID: on or off (default: as KVM offers).
     #[arg(long)]
     pv_ipi: Option<String>,
+    /// Where the I/O APIC and PIC are emulated: kernel (KVM_CREATE_IRQCHIP) or split
+    /// (KVM_CAP_SPLIT_IRQCHIP: exitlab's own in userspace, no PIT).
+    #[arg(long, default_value = "kernel")]
+    irqchip: String,
 }
 
 impl IrqArgs {
@@ -108,6 +113,7 @@ impl IrqArgs {
         let mut k = IrqKnobs::default();
         k.set("apic", &self.apic)?;
         k.set("idle", &self.idle)?;
+        k.set("irqchip", &self.irqchip)?;
         let opt = [
             ("cpus", &self.cpus),
             ("disable-exits", &self.disable_exits),
@@ -487,9 +493,22 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     let (host, mut notes, phases_off) = host_context();
     opts.phases_off = phases_off;
     if let Ok(kvm) = exitlab_vmm::open_kvm() {
-        if let Err(e) = opts.params.irq.probe(&kvm) {
-            eprintln!("exitlab: {e}");
-            return EXIT_NO_KVM;
+        // Both sides of an A/B run are probed: a knob the host lacks is refused before
+        // anything runs, whichever side asks for it.
+        let mut sides = vec![opts.clone()];
+        if let Some(ab) = &ab {
+            for v in [&ab.a, &ab.b] {
+                let mut o = opts.clone();
+                if (ab.knob.set)(&mut o, v).is_ok() {
+                    sides.push(o);
+                }
+            }
+        }
+        for o in &sides {
+            if let Err(e) = o.params.irq.probe(&kvm) {
+                eprintln!("exitlab: {e}");
+                return EXIT_NO_KVM;
+            }
         }
     }
     notes.extend(irq_notes(&opts));

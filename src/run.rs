@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use exitlab_boot::ImageFormat;
 use exitlab_devices::pci::PciError;
-use exitlab_vmm::machine::{self, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut};
+use exitlab_vmm::machine::{
+    self, IrqChip, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut,
+};
 
 use crate::exit::{
     guest_exit_code, usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_KVM_FAILURE, EXIT_NO_KVM,
@@ -41,7 +43,7 @@ pub struct RunArgs {
     kernel: Option<PathBuf>,
     /// Boot a kernel built into exitlab instead: `chaos`, a seeded hostile guest booted
     /// again and again for --seconds, ending with an account of exits and faults.
-    #[arg(long, value_parser = ["chaos"], conflicts_with_all = ["kernel", "initrd", "cmdline", "timeout", "exit_stats", "no_pvh"])]
+    #[arg(long, value_parser = ["chaos"], conflicts_with_all = ["kernel", "initrd", "cmdline", "timeout", "exit_stats", "no_pvh", "irqchip"])]
     builtin: Option<String>,
     /// With --builtin chaos: how long to run, in seconds.
     #[arg(long, default_value_t = 30.0, requires = "builtin")]
@@ -76,6 +78,14 @@ pub struct RunArgs {
     /// Enter an ELF vmlinux at its 64-bit entry point instead of its PVH entry.
     #[arg(long)]
     no_pvh: bool,
+    /// Where the I/O APIC and PIC are emulated: kernel (KVM_CREATE_IRQCHIP, with KVM's
+    /// PIT) or split (KVM_CAP_SPLIT_IRQCHIP: exitlab's own in userspace, no PIT).
+    #[arg(long, default_value = "kernel", value_parser = parse_irqchip)]
+    irqchip: IrqChip,
+}
+
+fn parse_irqchip(s: &str) -> Result<IrqChip, String> {
+    IrqChip::parse(s)
 }
 
 /// Runs `exitlab run` as the arguments say (a kernel, or a built-in one).
@@ -110,7 +120,10 @@ pub fn run_main(a: RunArgs) -> i32 {
         prefer_pvh: !a.no_pvh,
         verbose: crate::cli::verbosity() > 0,
         quiet: crate::cli::verbosity() < 0,
-        platform: PlatformOptions::default(),
+        platform: PlatformOptions {
+            irqchip: a.irqchip,
+            ..PlatformOptions::default()
+        },
     })
 }
 
@@ -151,6 +164,23 @@ fn exit_table(report: &machine::RunReport) -> String {
             s.push_str("  (KVM's count of all exits, in-kernel ones included)\n");
         }
         None => s.push_str("  kvm_exits    unavailable (no KVM binary stats on this host)\n"),
+    }
+    if let Some(io) = report.ioapic {
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>10}  (MMIO accesses to the userspace I/O APIC: {} reads, {} writes)",
+            "ioapic",
+            io.total(),
+            io.reads,
+            io.writes
+        );
+    }
+    if let Some(n) = report.kvm_mmio_exits {
+        let _ = writeln!(
+            s,
+            "  {:<12} {n:>10}  (KVM's count of MMIO exits, in-kernel ones included)",
+            "kvm_mmio_exits"
+        );
     }
     s
 }
@@ -345,6 +375,12 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         Ok(k) => k,
         Err(code) => return code,
     };
+    if let Err(e) = exitlab_vmm::irqchip::probe(o.platform.irqchip, &|cap| {
+        kvm.check_extension_raw(cap.into())
+    }) {
+        eprintln!("exitlab: {e}");
+        return EXIT_NO_KVM;
+    }
     let cfg = MachineConfig {
         kernel: checked.kernel,
         kernel_path: o.kernel.display().to_string(),

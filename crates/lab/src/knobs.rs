@@ -112,6 +112,12 @@ pub const KNOBS: &[Knob] = &[
         get: |o| o.params.irq.get("pv-ipi"),
         set: |o, v| o.params.irq.set("pv-ipi", v),
     },
+    Knob {
+        name: "irqchip",
+        help: "where the I/O APIC and PIC are emulated: kernel or split (KVM_CAP_SPLIT_IRQCHIP)",
+        get: |o| o.params.irq.get("irqchip"),
+        set: |o, v| o.params.irq.set("irqchip", v),
+    },
 ];
 
 /// The knob called `name`.
@@ -211,6 +217,14 @@ mod tests {
             .err()
             .unwrap()
             .contains("expected 0 or 3"));
+        let s = parse_ab("irqchip=kernel,split", &o).unwrap();
+        let mut o3 = o.clone();
+        (s.knob.set)(&mut o3, &s.b).unwrap();
+        assert_eq!(o3.params.irq.irqchip, exitlab_vmm::vm::IrqChip::Split);
+        assert!(parse_ab("irqchip=kernel,user", &o)
+            .err()
+            .unwrap()
+            .contains("use kernel or split"));
         assert!(parse_ab("ring", &o).err().unwrap().contains("KNOB=A,B"));
         assert!(parse_ab("ring=0", &o).err().unwrap().contains("two values"));
         assert!(parse_ab("batch=5,5", &o)
@@ -228,6 +242,7 @@ mod tests {
         let v = values(&opts());
         assert_eq!(v["ring"], "0");
         assert_eq!(v["pin"], "none");
+        assert_eq!(v["irqchip"], "kernel");
         assert_eq!(v.len(), KNOBS.len());
     }
 }

@@ -485,7 +485,7 @@ fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
     };
     match def.platform {
         Platform::NoIrqchip => {
-            c.irqchip = false;
+            c.irqchip = exitlab_vmm::vm::IrqChip::None;
             c.pit = false;
         }
         Platform::UserMsr => c.user_msrs.push(UserMsr {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use exitlab_guest::abi;
 use exitlab_vmm::knobs::{self, VmKnobs};
+use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::thread::{self, VcpuThread};
 use exitlab_vmm::vcpu::{
     DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig,
@@ -117,6 +118,8 @@ pub struct IrqKnobs {
     pub halt_poll_ns: Option<u32>,
     /// PV send-IPI feature bit in the guest CPUID (None: as KVM offers).
     pub pv_ipi: Option<bool>,
+    /// Where the I/O APIC and PIC are emulated: in the kernel, or in exitlab (split).
+    pub irqchip: IrqChip,
     /// Host CPUs of APs 1, 2, ... (vCPU 0's is `RunParams::pin`); `ap_pins_len` used.
     pub ap_pins: [u16; MAX_AP_PINS],
     /// Entries of `ap_pins` in use.
@@ -134,6 +137,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "disable-exits",
     "halt-poll-ns",
     "pv-ipi",
+    "irqchip",
 ];
 
 impl IrqKnobs {
@@ -174,6 +178,7 @@ impl IrqKnobs {
                     o => return Err(format!("pv-ipi '{o}': use on or off")),
                 }
             }
+            "irqchip" => self.irqchip = IrqChip::parse(value)?,
             o => {
                 return Err(format!(
                     "unknown knob '{o}'; knobs: {}",
@@ -199,6 +204,7 @@ impl IrqKnobs {
                 Some(false) => "off".into(),
                 None => "default".into(),
             },
+            "irqchip" => self.irqchip.name().into(),
             _ => String::new(),
         }
     }
@@ -232,6 +238,13 @@ impl IrqKnobs {
 
     /// Checks the host offers every knob asked for.
     pub fn probe(&self, kvm: &Kvm) -> Result<(), String> {
+        self.probe_with(kvm, &|cap| kvm.check_extension_raw(cap.into()))
+    }
+
+    /// [`IrqKnobs::probe`] with KVM_CHECK_EXTENSION's answers for the irqchip taken from
+    /// `check` (tests stand in a host that lacks a capability).
+    pub fn probe_with(&self, kvm: &Kvm, check: &dyn Fn(u32) -> i32) -> Result<(), String> {
+        exitlab_vmm::irqchip::probe(self.irqchip, check)?;
         knobs::probe(kvm, self.disable_exits, &self.vm_knobs())?;
         if self.idle == Idle::Mwait
             && self.disable_exits & knobs::DISABLE_MWAIT == 0
@@ -256,8 +269,14 @@ impl IrqKnobs {
         def.apic.unwrap_or(self.apic)
     }
 
-    /// Sets up `c` for `def` with these knobs.
+    /// Sets up `c` for `def` with these knobs. A test that runs without an irqchip
+    /// keeps none; the others get the irqchip asked for (and no PIT when it is split:
+    /// KVM's PIT needs the full in-kernel irqchip).
     pub fn configure(&self, def: &TestDef, c: &mut VmConfig) {
+        if c.irqchip == IrqChip::Kernel && self.irqchip == IrqChip::Split {
+            c.irqchip = IrqChip::Split;
+            c.pit = false;
+        }
         c.cpus = self.cpus_for(def);
         c.disable_exits = self.disable_exits;
         c.knobs = self.vm_knobs();
@@ -277,6 +296,14 @@ impl IrqKnobs {
                 "the lab kernel runs at most {} vCPUs",
                 abi::MAX_CPUS
             ));
+        }
+        if self.irqchip == IrqChip::Split
+            && (def.id == abi::TEST_INL_FROM_KERNEL || def.id == abi::TEST_OUTL_TO_KERNEL)
+        {
+            return Some(
+                "--irqchip split: the ELCR (port 0x4d0) is exitlab's userspace PIC, not the kernel's"
+                    .into(),
+            );
         }
         if def.id == abi::TEST_PV_SEND_IPI && self.pv_ipi == Some(false) {
             return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
@@ -300,8 +327,16 @@ pub struct IrqConfig {
     pub halt_poll_ns: Option<u32>,
     /// PV send-IPI CPUID bit forced on or off, if set.
     pub pv_ipi: Option<bool>,
+    /// Where the I/O APIC and PIC were emulated: "kernel" or "split" (results written
+    /// before the knob existed read as "kernel", which they ran with).
+    #[serde(default = "kernel_irqchip")]
+    pub irqchip: String,
     /// Host CPU of each vCPU that was pinned (vCPU 0 first; `None` = not pinned).
     pub pins: Vec<Option<u32>>,
+}
+
+fn kernel_irqchip() -> String {
+    IrqChip::Kernel.name().into()
 }
 
 /// What a test's results record about its vCPUs.
@@ -328,6 +363,7 @@ impl IrqKnobs {
             disable_exits: knobs::disable_exits_names(self.disable_exits),
             halt_poll_ns: self.halt_poll_ns,
             pv_ipi: self.pv_ipi,
+            irqchip: self.irqchip.name().into(),
             pins,
         }
     }
@@ -337,8 +373,9 @@ impl IrqConfig {
     /// One line for reports.
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "interrupts: apic {} (x2apic_* tests: x2apic), vCPUs {}, idle {}, disable-exits {}",
+            "interrupts: apic {} (x2apic_* tests: x2apic), irqchip {}, vCPUs {}, idle {}, disable-exits {}",
             self.apic.name(),
+            self.irqchip,
             if self.cpus == 0 {
                 "as each test needs".to_string()
             } else {
@@ -709,6 +746,9 @@ mod tests {
         k.set("disable-exits", "hlt,pause").unwrap();
         k.set("halt-poll-ns", "0").unwrap();
         k.set("pv-ipi", "off").unwrap();
+        k.set("irqchip", "split").unwrap();
+        assert_eq!(k.irqchip, IrqChip::Split);
+        assert_eq!(k.get("irqchip"), "split");
         assert_eq!(k.apic, ApicMode::X2apic);
         assert_eq!(k.cpus, 4);
         assert_eq!(k.idle, Idle::Hlt);
@@ -717,9 +757,15 @@ mod tests {
         assert_eq!(k.pv_ipi, Some(false));
         let d = k.record(None).describe();
         assert!(
-            d.contains("apic x2apic") && d.contains("disable-exits hlt,pause"),
+            d.contains("apic x2apic")
+                && d.contains("irqchip split")
+                && d.contains("disable-exits hlt,pause"),
             "{d}"
         );
+        assert!(k
+            .set("irqchip", "user")
+            .unwrap_err()
+            .contains("use kernel or split"));
         k.set("disable-exits", "none").unwrap();
         assert_eq!(k.disable_exits, 0);
         assert!(k.set("cpus", "0").unwrap_err().contains("out of range"));
