@@ -27,6 +27,12 @@ fn bad_knob_values_are_usage_errors() {
         (&["bench", "--pv-ipi", "yes"], "use on or off"),
         (&["bench", "--cpus", "0"], "out of range"),
         (&["bench", "--halt-poll-ns", "lots"], "not a number of ns"),
+        (&["bench", "--irqchip", "user"], "use kernel or split"),
+        (
+            &["bench", "--ab", "irqchip=kernel,user"],
+            "use kernel or split",
+        ),
+        (&["run", "k", "--irqchip", "user"], "use kernel or split"),
     ] {
         let o = exitlab(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -78,6 +84,47 @@ fn knobs_are_probed_and_written_into_the_results() {
         .find(|t| t["name"] == "eoi")
         .expect("eoi in the results");
     assert_eq!(eoi["irq"]["apic"], "x2apic");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_irqchip_knob_is_probed_and_written_into_the_results() {
+    let kvm = exitlab_vmm::open_kvm().expect("this test needs a usable /dev/kvm");
+    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "eoi,inl_from_kernel",
+        "--samples",
+        "5",
+        "--warmup",
+        "1",
+        "--no-overhead",
+        "--rounds",
+        "1",
+        "--irqchip",
+        "split",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let has = kvm.check_extension_raw(exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP.into()) > 0;
+    if !has {
+        assert_eq!(o.status.code(), Some(6));
+        let e = text(&o.stderr);
+        panic!("this host's KVM lacks KVM_CAP_SPLIT_IRQCHIP; exitlab said: {e}");
+    }
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("irqchip split"), "{out}");
+    assert!(
+        out.contains("inl_from_kernel skipped: --irqchip split"),
+        "the in-kernel PIC test does not run against the userspace PIC: {out}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["config"]["irq"]["irqchip"], "split");
+    assert_eq!(v["config"]["knobs"]["irqchip"], "split");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -94,9 +94,7 @@ impl MsiMessage {
         let dest = (rte >> 56) & 0xff;
         MsiMessage {
             address: 0xfee0_0000 | (dest << 12) | (dest_mode << 2),
-            data: vector
-                | (delivery_mode << 8)
-                | if level { (1 << 15) | (1 << 14) } else { 0 },
+            data: vector | (delivery_mode << 8) | if level { (1 << 15) | (1 << 14) } else { 0 },
         }
     }
 }
@@ -365,7 +363,10 @@ mod tests {
 
     impl Rec {
         fn vectors(&self) -> Vec<u32> {
-            crate::lock(&self.msis).iter().map(|m| m.data & 0xff).collect()
+            crate::lock(&self.msis)
+                .iter()
+                .map(|m| m.data & 0xff)
+                .collect()
         }
     }
 
@@ -416,16 +417,17 @@ mod tests {
     fn redirection_entries_reset_masked_and_keep_what_is_written() {
         let (io, _) = ioapic();
         for pin in 0..IOAPIC_PINS as u8 {
-            assert_eq!(reg_read(&io, REG_REDIR_BASE + 2 * pin), 1 << 16, "pin {pin}");
+            assert_eq!(
+                reg_read(&io, REG_REDIR_BASE + 2 * pin),
+                1 << 16,
+                "pin {pin}"
+            );
             assert_eq!(reg_read(&io, REG_REDIR_BASE + 2 * pin + 1), 0);
         }
         // Remote IRR and delivery status are read-only.
         reg_write(&io, REG_REDIR_BASE + 6, 0xffff_ffff);
         reg_write(&io, REG_REDIR_BASE + 7, 0x1200_0000);
-        assert_eq!(
-            reg_read(&io, REG_REDIR_BASE + 6),
-            0xffff_ffff & !(RTE_READ_ONLY as u32)
-        );
+        assert_eq!(reg_read(&io, REG_REDIR_BASE + 6), !(RTE_READ_ONLY as u32));
         assert_eq!(io.redirection(3), Some(0x1200_0000_ffff_afff));
         assert_eq!(io.redirection(IOAPIC_PINS), None);
     }
@@ -552,7 +554,6 @@ mod tests {
                 writes: 1 + 4
             },
             "a register read is an IOREGSEL write and an IOWIN read"
-
         );
     }
 }

@@ -289,6 +289,7 @@ int test_triplefault(void); /* faults.c */
 int test_timeout(void);     /* faults.c */
 int test_badfetch(void);    /* faults.c */
 int test_reset92(void);     /* faults.c */
+int test_ioapic(void);      /* ioapic.c */
 
 /* What the exception stubs push, lowest address first. */
 struct exception_frame {

@@ -3,7 +3,7 @@
  * boot protocols behave as documented.
  *
  * Each area has its own file (boot.c, acpi.c, fwcfg.c, timers.c, pci.c, serial.c,
- * smp.c, nmi.c, strio.c, mce.c, s3.c, faults.c; lib.c holds what they share); a test
+ * smp.c, nmi.c, strio.c, mce.c, s3.c, faults.c, ioapic.c; lib.c holds what they share); a test
  * is one function, and the table below lists them, as kvm-unit-tests' x86/vmexit.c
  * keeps its tests.
  *
@@ -55,6 +55,7 @@ static const struct test {
     {"timeout", test_timeout, T_NAMED},
     {"badfetch", test_badfetch, T_NAMED},
     {"reset92", test_reset92, T_NAMED},
+    {"ioapic", test_ioapic, T_NAMED},
 };
 
 #define NTESTS (sizeof(tests) / sizeof(tests[0]))

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use exitlab_guest::abi;
 use exitlab_vmm::knobs::{self, VmKnobs};
-use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::thread::{self, VcpuThread};
 use exitlab_vmm::vcpu::{
     DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig,
 };
+use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::vm::{Vm, VmConfig};
 use exitlab_vmm::Kvm;
 use exitlab_vmm::VmmError;

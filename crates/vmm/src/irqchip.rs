@@ -21,9 +21,10 @@ use exitlab_devices::ioapic::{Ioapic, MsiMessage, MsiSink, IOAPIC_PINS};
 use exitlab_devices::pc;
 use exitlab_devices::pic::Pic;
 use exitlab_devices::{BusDevice, IrqLine, OffsetDevice};
+/// The capability number of the split irqchip (for [`probe`]'s callers).
+pub use kvm_bindings::KVM_CAP_SPLIT_IRQCHIP;
 use kvm_bindings::{
-    kvm_enable_cap, kvm_irq_routing_entry, kvm_msi, KvmIrqRouting, KVM_CAP_SPLIT_IRQCHIP,
-    KVM_IRQ_ROUTING_MSI,
+    kvm_enable_cap, kvm_irq_routing_entry, kvm_msi, KvmIrqRouting, KVM_IRQ_ROUTING_MSI,
 };
 use kvm_ioctls::VmFd;
 

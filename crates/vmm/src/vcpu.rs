@@ -15,7 +15,6 @@ use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
-use exitlab_devices::ioapic::Ioapic;
 pub use crate::counts::ExitCounts;
 use crate::exit::{self, Bare, Devices, DoorbellRoute, ExitHandler, Next};
 use crate::kvmstats::KvmStats;
@@ -24,6 +23,7 @@ use crate::regs;
 use crate::sys::{self, StampPage};
 use crate::VmmError;
 use exitlab_boot::EntryState;
+use exitlab_devices::ioapic::Ioapic;
 
 /// How a vCPU is set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

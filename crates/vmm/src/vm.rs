@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use exitlab_devices::ioapic::Ioapic;
-use exitlab_devices::{IoEventSpec, IrqLine};
 pub use exitlab_devices::IoSpace;
+use exitlab_devices::{IoEventSpec, IrqLine};
 use kvm_bindings::{kvm_enable_cap, kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Cap, Kvm, VmFd};
 use vm_memory::GuestMemoryMmap;
@@ -376,7 +376,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("PIT needs the full in-kernel irqchip"),
+            e.to_string()
+                .contains("PIT needs the full in-kernel irqchip"),
             "{e}"
         );
         let e = Vm::new(
@@ -431,7 +432,11 @@ mod tests {
         let vm = r.unwrap();
         let io = vm.ioapic().expect("a userspace I/O APIC").clone();
         let mut d = [0u8; 4];
-        assert!(vm.mmio_bus().view().write(0xfec0_0000, &[1, 0, 0, 0]).is_some());
+        assert!(vm
+            .mmio_bus()
+            .view()
+            .write(0xfec0_0000, &[1, 0, 0, 0])
+            .is_some());
         assert!(vm.mmio_bus().view().read(0xfec0_0010, &mut d));
         assert_eq!(u32::from_le_bytes(d), 0x0017_0020, "the version register");
         assert_eq!(io.accesses().total(), 2);
