@@ -297,3 +297,28 @@ fn ipis_to_a_polling_vcpu_cause_no_userspace_exit_in_either_apic_mode() {
         assert_eq!(m.per_vcpu.len(), 2, "{name}: exits of both vCPUs");
     }
 }
+
+#[test]
+fn a_split_irqchip_keeps_the_local_apics_in_the_kernel() {
+    let kvm = kvm();
+    let split = knobs(|k| k.irqchip = exitlab_vmm::vm::IrqChip::Split);
+    if let Err(e) = split.probe(&kvm) {
+        panic!("{e}");
+    }
+    // KVM keeps the local APICs with a split irqchip: IPIs, self-IPIs and EOIs of
+    // local interrupts never reach exitlab, in either APIC mode.
+    for name in ["eoi", "x2apic_eoi", "self_ipi_sti_nop", "ipi"] {
+        let m = run(name, 10, split);
+        let r = completed_in_kernel(&m);
+        for v in &m.per_vcpu {
+            assert_eq!(v.user.ioapic_eoi, 0, "{name}: vCPU {}", v.vcpu);
+        }
+        assert!(r.irq.is_some(), "{name}");
+    }
+    // The ELCR is exitlab's then: the in-kernel PIC test has nothing to measure.
+    let m = run("inl_from_kernel", 5, split);
+    match &m.outcome {
+        Outcome::Skipped(why) => assert!(why.contains("--irqchip split"), "{why}"),
+        o => panic!("inl_from_kernel ran against the userspace PIC: {o:?}"),
+    }
+}
