@@ -337,19 +337,41 @@ enum LinuxHost {
     /// KVM emulates guest ring 0 (the paravirtual kvm_pvm): Linux stops on an
     /// instruction its emulator lacks long before init.
     EmulatedRing0,
-    /// KVM itself runs inside a software emulator (QEMU TCG, as in the l1kvm guest):
-    /// Linux runs, but so slowly that init is not reached within a test's budget.
+    /// KVM runs inside a software emulator (QEMU TCG, the l1kvm guest) that has one CPU
+    /// (`run-in-l1 --cpus 1`): Linux boots and runs the workload in under a minute.
     UnderSoftwareEmulation,
+    /// KVM runs inside a software emulator that has several CPUs (the l1kvm guest's
+    /// default): Linux deadlocks before init, see [`linux_host`].
+    UnderSmpSoftwareEmulation,
     /// KVM on hardware virtualization: Linux runs to init in seconds.
     Hardware,
 }
 
+/// Which [`LinuxHost`] this is.
+///
+/// Why a software emulator with several CPUs cannot run Linux, found in the l1kvm guest
+/// (QEMU 7.2 TCG, one host thread for all its CPUs, running kvm_amd): within its first
+/// 5 to 25 s of guest time, Linux takes an interrupt while its RFLAGS.IF is clear (the
+/// interrupt frame on its stack holds RFLAGS 0x2; the interrupted RIP is a call or
+/// return target, where the emulator's translation blocks begin) inside the handler of
+/// the same interrupt, and spins for ever on the lock that handler holds
+/// (`jiffies_lock`, `timekeeper_lock`, an IRQ descriptor's lock). QEMU with KVM in the
+/// same guest, booting the same kernel and initrd, hangs the same way (same RIP in
+/// `native_queued_spin_lock_slowpath`, RFLAGS 0x2): the cause is below exitlab. In the
+/// same guest started with one CPU, Linux reaches init and runs the workload with one
+/// and with two vCPUs in under 30 s. (Both guests also lack XSETBV interception: Linux
+/// warns "XSAVE consistency problem" under either VMM, harmlessly.)
 fn linux_host() -> LinuxHost {
     let v = exitlab_host::survey().virtualization;
     if v.kvm_pvm_loaded {
         LinuxHost::EmulatedRing0
     } else if v.hypervisor_signature.as_deref() == Some("TCGTCGTCGTCG") {
-        LinuxHost::UnderSoftwareEmulation
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus > 1 {
+            LinuxHost::UnderSmpSoftwareEmulation
+        } else {
+            LinuxHost::UnderSoftwareEmulation
+        }
     } else {
         LinuxHost::Hardware
     }
@@ -364,26 +386,20 @@ fn tail(text: &str, n: usize) -> &str {
     &text[start..]
 }
 
-/// vCPUs of the Linux workload test. One: with two, Linux stalled in SMP bring-up on
-/// exitlab under the l1kvm guest's SVM KVM (both vCPUs in `hlt` with interrupts off
-/// after "smp: Bringing up secondary CPUs"), an open finding.
-const CPUS: u32 = 1;
-
-/// The Linux workload: the PVH vmlinux with exitlab's hackbench initrd.
-/// - Where KVM runs Linux on hardware virtualization, the load must run to completion on
-///   every vCPU, report every message moved, end the VM through the debug-exit port
-///   with 0, and every vCPU must have exited to userspace.
-/// - Where KVM runs under a software emulator (the l1kvm guest), Linux needs far more
-///   than this test's budget to reach init (25 minutes were not enough here, and it was
-///   seen spinning on a lock with interrupts off at PCI init, an open finding): the same
-///   checks hold if the workload completes; if the budget ends first, the test says
-///   that completion was not verified. A failure of the run (emulation failure, failed
-///   entry) always fails the test.
+/// The Linux workload on `cpus` vCPUs: the PVH vmlinux with exitlab's hackbench initrd.
+/// - Where KVM runs Linux (hardware virtualization, or a one-CPU software emulator such
+///   as `run-in-l1 --cpus 1`), the load must run to completion on every vCPU, report
+///   every message moved, end the VM through the debug-exit port with 0, and every vCPU
+///   must have exited to userspace.
+/// - Where KVM runs in a software emulator with several CPUs (the l1kvm guest's
+///   default), Linux deadlocks before init (see [`linux_host`]): the same checks hold if
+///   the workload completes; if the budget ends first, the test says that completion was
+///   not verified, why, and where it can be. A failure of the run (emulation failure,
+///   failed entry) always fails the test.
 /// - Where the host emulates guest ring 0, Linux cannot get to init: the run must end by
 ///   itself with the emulation failure named, never hang, and the workload must be
 ///   reported as not started.
-#[test]
-fn linux_runs_the_hackbench_initrd_to_completion() {
+fn hackbench_on(cpus: u32) {
     common::require_kvm();
     let (_, vmlinux) = kernel();
     let (_, summary) = host_kind();
@@ -399,11 +415,13 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
         &vmlinux,
         Boot {
             cmdline: &cmdline,
-            cpus: CPUS,
+            cpus,
             initrd: Some(exitlab_guest::hackbench::INITRD.to_vec()),
             timeout: Duration::from_secs(match host {
                 LinuxHost::EmulatedRing0 => 300,
-                LinuxHost::UnderSoftwareEmulation => 420,
+                // 25-30 s were measured in a quiet one-CPU l1kvm guest.
+                LinuxHost::UnderSoftwareEmulation => 300,
+                LinuxHost::UnderSmpSoftwareEmulation => 420,
                 LinuxHost::Hardware => 600,
             }),
             done: |_| false,
@@ -411,7 +429,8 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
     );
     let outcome = exitlab_guest::hackbench::parse(&text);
     eprintln!(
-        "hackbench on {summary}: {outcome:?}; run ended {:?} after {:.1} s; exits per vCPU: {:?}",
+        "hackbench on {cpus} vCPUs, {summary}: {outcome:?}; run ended {:?} after {:.1} s; \
+         exits per vCPU: {:?}",
         report.end,
         report.run_time.as_secs_f64(),
         report
@@ -438,11 +457,15 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
         }
         return;
     }
-    if host == LinuxHost::UnderSoftwareEmulation && matches!(report.end, RunEnd::Timeout { .. }) {
+    if host == LinuxHost::UnderSmpSoftwareEmulation && matches!(report.end, RunEnd::Timeout { .. })
+    {
         assert!(text.contains("Linux version"), "no banner in:\n{text}");
         eprintln!(
             "NOT VERIFIED on this host: Linux did not reach the workload within the budget \
-             under software emulation ({outcome:?}); console tail:\n{}",
+             ({outcome:?}); KVM runs in a software emulator with several CPUs, which delivers \
+             interrupts to the guest while its IF is clear (Linux deadlocks, under QEMU as \
+             under exitlab); run this test in a one-CPU emulator (run-in-l1 --cpus 1), \
+             where it must pass; console tail:\n{}",
             tail(&text, 800)
         );
         return;
@@ -454,7 +477,7 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
             tail(&text, 3000)
         )
     });
-    assert_eq!(o.cpus, CPUS, "every vCPU came up in Linux:\n{text}");
+    assert_eq!(o.cpus, cpus, "every vCPU came up in Linux:\n{text}");
     assert_eq!(o.messages, params.messages());
     assert_eq!(o.failed, 0, "{text}");
     assert!(o.seconds > 0.0);
@@ -463,7 +486,7 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
         "the workload ends the VM through the debug-exit port with 0: {:?}",
         report.end
     );
-    assert_eq!(report.per_vcpu.len(), CPUS as usize);
+    assert_eq!(report.per_vcpu.len(), cpus as usize);
     for v in &report.per_vcpu {
         assert!(
             v.exits.total() > 0,
@@ -472,6 +495,16 @@ fn linux_runs_the_hackbench_initrd_to_completion() {
             v.exits
         );
     }
+}
+
+#[test]
+fn linux_runs_the_hackbench_initrd_to_completion() {
+    hackbench_on(1);
+}
+
+#[test]
+fn linux_runs_the_hackbench_initrd_to_completion_on_two_vcpus() {
+    hackbench_on(2);
 }
 
 /// `exitlab bench --workload hackbench`, one round, as a user runs it:
@@ -488,7 +521,7 @@ fn bench_workload_hackbench_runs_linux_or_says_why_it_stopped() {
     let (_, vmlinux) = kernel();
     let host = linux_host();
     let boot_timeout = match host {
-        LinuxHost::UnderSoftwareEmulation => "90",
+        LinuxHost::UnderSoftwareEmulation | LinuxHost::UnderSmpSoftwareEmulation => "90",
         _ => "600",
     };
     let _one = exitlab_devices::lock(&ONE_BOOT_AT_A_TIME);
@@ -534,7 +567,9 @@ fn bench_workload_hackbench_runs_linux_or_says_why_it_stopped() {
                 "{v}"
             );
         }
-        LinuxHost::UnderSoftwareEmulation => {
+        // In a one-CPU l1kvm guest this ran Linux to the end once (exit 0); both kinds
+        // keep the boot limit's account until that has been seen to hold every time.
+        LinuxHost::UnderSoftwareEmulation | LinuxHost::UnderSmpSoftwareEmulation => {
             if o.status.code() == Some(0) {
                 assert_eq!(run["failed"], 0, "{v}");
             } else {

@@ -33,6 +33,7 @@
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,12 @@ static void finish(int code)
 	const char *local = getenv("HB_LOCAL");
 
 	fflush(stdout);
+	/*
+	 * The console driver sends the bytes later, from its interrupt handler (maybe on
+	 * another vCPU): wait until they are out, or the result line can be cut off when
+	 * the VM ends (seen with two vCPUs). Not a terminal (HB_LOCAL runs): nothing to do.
+	 */
+	tcdrain(STDOUT_FILENO);
 	if (local && strcmp(local, "1") == 0)
 		exit(code);
 	if (ioperm(DEBUG_EXIT_PORT, 1, 1) == 0)

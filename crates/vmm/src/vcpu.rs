@@ -43,6 +43,9 @@ pub struct VcpuConfig {
     pub hlt: HltPolicy,
 }
 
+/// Stack words a register report carries (64-bit guests).
+const STACK_DUMP_WORDS: usize = 64;
+
 /// Marks a [`Vcpu::run_log`] entry whose exit was a doorbell.
 pub const RUN_LOG_DOORBELL: u64 = 1 << 63;
 
@@ -329,7 +332,41 @@ impl Vcpu {
 
     /// A dump of the registers, for failure reports.
     pub fn dump_registers(&self) -> String {
-        regs::dump(&self.fd)
+        let mut s = regs::dump(&self.fd);
+        if let Some(words) = self.stack_words(STACK_DUMP_WORDS) {
+            s += "\nstack (rsp upwards):";
+            for (i, w) in words.iter().enumerate() {
+                if i % 4 == 0 {
+                    s += "\n ";
+                }
+                s += &format!(" {w:016x}");
+            }
+        }
+        s
+    }
+
+    /// Up to `n` 64-bit words of the guest's stack from RSP upwards (each page
+    /// translated through the guest's page tables), for failure and timeout reports:
+    /// the return addresses in it name the code that led to where the vCPU is.
+    pub fn stack_words(&self, n: usize) -> Option<Vec<u64>> {
+        let rsp = self.fd.get_regs().ok()?.rsp;
+        let sregs = self.fd.get_sregs().ok()?;
+        if sregs.cr0 & (1 << 31) == 0 || sregs.cs.l == 0 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let gva = rsp.checked_add(i * 8)?;
+            let t = self.fd.translate_gva(gva).ok()?;
+            if t.valid == 0 {
+                break;
+            }
+            let Ok(w) = self.mem.read_obj::<u64>(GuestAddress(t.physical_address)) else {
+                break;
+            };
+            out.push(w);
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// Up to 16 bytes of guest memory at the current RIP (translated through the guest's
