@@ -526,10 +526,15 @@ fn overhead(
         }
     }
     match (summarize(&full), summarize(&bare)) {
-        (Ok(f), Ok(b)) => Ok(Ok(Overhead {
-            bus_devices: Some(devices as u64),
-            ..Overhead::new(OVERHEAD_TEST, f, b)
-        })),
+        (Ok(f), Ok(b)) => {
+            let mut all = full;
+            all.extend(bare);
+            Ok(Ok(Overhead {
+                bus_devices: Some(devices as u64),
+                stamp_step_cycles: crate::results::stamp_step(&all),
+                ..Overhead::new(OVERHEAD_TEST, f, b)
+            }))
+        }
         _ => Ok(Err("no userspace-share samples were collected".into())),
     }
 }

@@ -418,6 +418,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             &rows,
         );
         lines.extend(table.lines().map(|l| format!("  {l}")));
+        lines.extend(overhead_resolution(o));
     }
     let checked: Vec<&TestResult> = results
         .tests
@@ -464,6 +465,44 @@ fn detail_lines(results: &Results) -> Vec<String> {
     }
     for note in &results.notes {
         lines.push(format!("note: {note}"));
+    }
+    lines
+}
+
+/// What the overhead ratio rests on: the difference full − bare in cycles and in steps
+/// of the stamps' resolution, and a warning when the bare loop's share is so few steps
+/// that one step moves the ratio by more than 10 %.
+fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
+    let Some(step) = o.stamp_step_cycles.filter(|s| *s > 0) else {
+        return Vec::new();
+    };
+    let step = step as f64;
+    let d10 = o.full.p10 - o.bare.p10;
+    let dmed = o.full.median - o.bare.median;
+    if !(d10.is_finite() && dmed.is_finite()) {
+        return Vec::new();
+    }
+    let signed = |d: f64| {
+        if d < 0.0 {
+            fmt_cycles(d)
+        } else {
+            format!("+{}", fmt_cycles(d))
+        }
+    };
+    let mut lines = vec![format!(
+        "  full - bare: {} cycles at p10, {} at the median ({:.0} and {:.0} steps of {} cycles, the finest step between these stamps)",
+        signed(d10),
+        signed(dmed),
+        d10 / step,
+        dmed / step,
+        fmt_cycles(step)
+    )];
+    let bare_steps = o.bare.p10 / step;
+    if bare_steps.is_finite() && bare_steps < 10.0 {
+        lines.push(format!(
+            "  coarse: the bare loop's share is {bare_steps:.0} step(s) of the host's clock, so one step moves the ratio by {:.0}%; read the difference in cycles, and the kernel's view of the whole userspace share (a note from bench run as root with tracefs)",
+            100.0 / bare_steps.max(1.0)
+        ));
     }
     lines
 }
@@ -750,7 +789,7 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
 mod tests {
     use super::*;
     use crate::results::tests::{ok_test, sample_results};
-    use crate::results::{ExitCheck, Handling};
+    use crate::results::{ExitCheck, Handling, Overhead};
 
     #[test]
     fn number_formats() {
@@ -879,6 +918,56 @@ mod tests {
         assert!(text.contains("1.95x"), "{text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn overhead_says_what_its_ratio_rests_on() {
+        let mut results = sample_results();
+        let base = results.vmm_overhead.as_ref().unwrap().full.clone();
+        let summary = |p10: f64, median: f64| Summary {
+            p10,
+            median,
+            ..base.clone()
+        };
+        // Stamps read in 26-cycle steps: 104 against 52 is a ratio of 2.00 that rests
+        // on a difference of two steps and a bare share of two steps.
+        let mut o = Overhead::new("inl_from_user", summary(104.0, 130.0), summary(52.0, 78.0));
+        o.stamp_step_cycles = Some(26);
+        results.vmm_overhead = Some(o.clone());
+        let text = render_table(&results);
+        assert!(text.contains("2.00x"), "{text}");
+        assert!(
+            text.contains(
+                "full - bare: +52 cycles at p10, +52 at the median (2 and 2 steps of 26 cycles"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("coarse: the bare loop's share is 2 step(s) of the host's clock, so one step moves the ratio by 50%"),
+            "{text}"
+        );
+        // A bare share of many steps is not called coarse; the difference is still shown.
+        let mut fine = Overhead::new(
+            "inl_from_user",
+            summary(2_262.0, 2_418.0),
+            summary(2_184.0, 2_392.0),
+        );
+        fine.stamp_step_cycles = Some(26);
+        results.vmm_overhead = Some(fine);
+        let text = render_table(&results);
+        assert!(
+            text.contains("full - bare: +78 cycles at p10, +26 at the median (3 and 1 steps"),
+            "{text}"
+        );
+        assert!(!text.contains("coarse"), "{text}");
+        // Files from before the step was recorded show the table alone.
+        o.stamp_step_cycles = None;
+        results.vmm_overhead = Some(o);
+        let text = render_table(&results);
+        assert!(
+            !text.contains("full - bare") && !text.contains("coarse"),
+            "{text}"
+        );
     }
 
     #[test]
