@@ -526,15 +526,11 @@ fn overhead(
         }
     }
     match (summarize(&full), summarize(&bare)) {
-        (Ok(f), Ok(b)) => {
-            let mut all = full;
-            all.extend(bare);
-            Ok(Ok(Overhead {
-                bus_devices: Some(devices as u64),
-                stamp_step_cycles: crate::results::stamp_step(&all),
-                ..Overhead::new(OVERHEAD_TEST, f, b)
-            }))
-        }
+        (Ok(f), Ok(b)) => Ok(Ok(Overhead {
+            bus_devices: Some(devices as u64),
+            stamp_step_cycles: crate::stats::stamp_step(full.iter().chain(&bare).copied()),
+            ..Overhead::new(OVERHEAD_TEST, f, b)
+        })),
         _ => Ok(Err("no userspace-share samples were collected".into())),
     }
 }

@@ -98,6 +98,15 @@ pub(crate) fn fmt_pct_signed(value: f64) -> String {
     }
 }
 
+/// A signed number of cycles with thousands separators, e.g. `+1,234` or `-52`.
+fn fmt_cycles_signed(value: f64) -> String {
+    if value.is_finite() && value >= 0.0 {
+        format!("+{}", fmt_cycles(value))
+    } else {
+        fmt_cycles(value)
+    }
+}
+
 /// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (through the `time` crate); a time beyond
 /// what it represents (year 9999) is shown as seconds since the epoch.
 pub(crate) fn fmt_unix_utc(secs: u64) -> String {
@@ -482,17 +491,10 @@ fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
     if !(d10.is_finite() && dmed.is_finite()) {
         return Vec::new();
     }
-    let signed = |d: f64| {
-        if d < 0.0 {
-            fmt_cycles(d)
-        } else {
-            format!("+{}", fmt_cycles(d))
-        }
-    };
     let mut lines = vec![format!(
         "  full - bare: {} cycles at p10, {} at the median ({:.0} and {:.0} steps of {} cycles, the finest step between these stamps)",
-        signed(d10),
-        signed(dmed),
+        fmt_cycles_signed(d10),
+        fmt_cycles_signed(dmed),
         d10 / step,
         dmed / step,
         fmt_cycles(step)

@@ -493,19 +493,6 @@ pub struct Overhead {
     pub stamp_step_cycles: Option<u64>,
 }
 
-/// The resolution of a set of TSC differences: the smallest positive gap between two
-/// distinct values (cycles), `None` when there are fewer than two distinct values.
-pub fn stamp_step(values: &[f64]) -> Option<u64> {
-    let mut v: Vec<u64> = values
-        .iter()
-        .filter(|x| x.is_finite() && **x >= 0.0)
-        .map(|x| *x as u64)
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v.windows(2).map(|w| w[1] - w[0]).min()
-}
-
 impl Overhead {
     /// Builds the comparison, computing both ratios; a ratio whose
     /// denominator is not positive is NaN.
@@ -1091,18 +1078,6 @@ pub(crate) mod tests {
         zero.median = -1.0;
         let o = Overhead::new("t", summary(200.0), zero);
         assert!(o.ratio_p10.is_nan() && o.ratio_median.is_nan());
-    }
-
-    #[test]
-    fn stamp_step_is_the_finest_gap_between_distinct_values() {
-        // Stamps read in 26-cycle steps, with repeats and a gap of two steps.
-        assert_eq!(stamp_step(&[52.0, 78.0, 52.0, 130.0, 104.0]), Some(26));
-        assert_eq!(stamp_step(&[100.0, 103.0, 250.0]), Some(3));
-        // One distinct value (or none) has no measurable step.
-        assert_eq!(stamp_step(&[52.0, 52.0]), None);
-        assert_eq!(stamp_step(&[]), None);
-        // Non-finite values are left out.
-        assert_eq!(stamp_step(&[f64::NAN, 10.0, f64::INFINITY, 30.0]), Some(20));
     }
 
     #[test]
