@@ -58,7 +58,12 @@ pub struct BenchArgs {
     /// limit.
     #[arg(long, default_value_t = 0.0)]
     timeout: f64,
-    /// Skip the VMM overhead experiment (full exit loop vs bare KVM_RUN loop).
+    /// Run the VMM overhead experiment (`exitlab run` against the independent bare
+    /// KVM_RUN loop `exitlab-floor`, traced from the kernel's side; and the in-process
+    /// stamps) even with --tests; it runs by default with the default suite only.
+    #[arg(long, conflicts_with = "no_overhead")]
+    overhead: bool,
+    /// Skip the VMM overhead experiment.
     #[arg(long)]
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
@@ -246,7 +251,10 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             irq: a.irq.knobs(&a.pin)?,
         },
         raw: a.raw,
-        overhead: !a.no_overhead,
+        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),
+        floor: std::env::current_exe()
+            .ok()
+            .map(exitlab_lab::floor::FloorSetup::new),
         rounds: a.rounds,
         cancel: None,
         knobs: Default::default(),
@@ -381,8 +389,8 @@ impl Display {
     }
 }
 
-/// Steps the progress display counts: a test per round (and side), plus the overhead
-/// experiment's six runs.
+/// Steps the progress display counts: a test per round (and side), plus one for the
+/// overhead experiment.
 fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
     // loop_overhead is always run, first.
     let tests =
@@ -390,7 +398,7 @@ fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
     let rounds = u64::from(opts.rounds);
     match ab {
         Some(_) => 2 * tests * rounds,
-        None => tests * rounds + if opts.overhead { 6 } else { 0 },
+        None => tests * rounds + u64::from(opts.overhead),
     }
 }
 
@@ -512,6 +520,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         }
     }
     notes.extend(irq_notes(&opts));
+    notes.extend(crate::trace_cmd::remove_stale_instances());
     let stop = arm_signals();
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
     opts.cancel = Some(stop);

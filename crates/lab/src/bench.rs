@@ -33,6 +33,10 @@ pub struct BenchOptions {
     pub raw: bool,
     /// Run the VMM overhead experiment (needs inl_from_user to be runnable).
     pub overhead: bool,
+    /// The overhead experiment's headline comparison, `exitlab run` against the
+    /// independent bare loop (see [`crate::floor`]); `None` runs only the in-process
+    /// stamps (the lab's own tests, which have no exitlab executable to run).
+    pub floor: Option<crate::floor::FloorSetup>,
     /// Split each test's samples over this many rounds; every round runs the whole
     /// suite once, each test in a fresh VM, so that slow drifts of the host spread over
     /// all tests alike instead of favouring the ones that ran at a good moment.
@@ -166,7 +170,7 @@ pub fn run(
         ));
     }
     notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
-    let incomplete = interrupted.map(|round| {
+    let mut incomplete = interrupted.map(|round| {
         let when = match u64::from(round).checked_sub(rounds) {
             Some(extra) if extra > 0 => {
                 format!("extra round {extra} (after the {rounds} planned ones)")
@@ -178,25 +182,35 @@ pub fn run(
             results.len()
         )
     });
-    let vmm_overhead = if opts.overhead && incomplete.is_none() {
-        let mut kernel_view = crate::trace_report::OverheadView::new();
-        let r = overhead(
-            kvm,
-            image,
-            opts,
-            &mut kernel_view,
-            &mut rss_outside_guest,
-            progress,
-        )?;
-        if let Err(why) = &r {
-            notes.push(format!("VMM overhead not measured: {why}"));
-        } else {
-            notes.push(kernel_view.note());
-        }
-        r.ok()
-    } else {
-        None
-    };
+    let (mut vmm_overhead, mut floor) = (None, None);
+    if opts.overhead && incomplete.is_none() {
+        progress(Progress::Start(OVERHEAD_LABEL));
+        let stamps = overhead(kvm, image, opts, &mut rss_outside_guest)?;
+        let kernel = match (&stamps, &opts.floor) {
+            (Some(_), Some(setup)) => crate::floor::compare(setup, &|| cancelled(opts)).map(Some),
+            (Some(_), None) => Some(None),
+            (None, _) => None,
+        };
+        let status = match (stamps, kernel) {
+            (Some(stamps), Some(kernel)) => {
+                match stamps {
+                    Ok(o) => vmm_overhead = Some(o),
+                    Err(why) => notes.push(format!("VMM overhead (in-process stamps) not measured: {why}")),
+                }
+                floor = kernel;
+                TestStatus::Ok
+            }
+            _ => {
+                let why = format!(
+                    "interrupted during the VMM overhead experiment: the {} test(s) completed all their rounds; the experiment's figures were dropped",
+                    results.len()
+                );
+                incomplete = Some(why.clone());
+                TestStatus::DidNotComplete { reason: why }
+            }
+        };
+        progress(Progress::Done(OVERHEAD_LABEL, &status));
+    }
     let (tsc_khz, tsc_khz_source) = tsc_khz
         .or_else(|| tsc_from_host(&host))
         .unwrap_or((0, "unknown".into()));
@@ -223,6 +237,7 @@ pub fn run(
         },
         tests: results,
         vmm_overhead,
+        floor,
         notes,
         process: rss_outside_guest.map(|outside| ProcessStats {
             vmm_rss_outside_guest_bytes: outside,
@@ -463,21 +478,25 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
     Some(note)
 }
 
-/// The VMM overhead experiment: the userspace share of `inl_from_user` exits with the
-/// full loop (bus lookup, device, accounting) against the bare loop, alternating rounds
-/// so that host drift affects both alike. Both run on a bus populated as `exitlab run`
-/// populates it, with the measured port claimed by a device, so that the full loop's
-/// lookup searches a real bus and calls a real device.
+/// What the progress display shows for the whole VMM overhead experiment (one step).
+pub const OVERHEAD_LABEL: &str =
+    "VMM overhead (in-process stamps; exitlab run vs exitlab-floor, traced)";
+
+/// The in-process part of the VMM overhead experiment, a diagnostic: the userspace
+/// share of `inl_from_user` exits with the full loop (bus lookup, device, accounting)
+/// against the same loop with the bare handler, alternating rounds so that host drift
+/// affects both alike, as this process's own TSC stamps see it. Both run on a bus
+/// populated as `exitlab run` populates it, with the measured port claimed by a device,
+/// so that the full loop's lookup searches a real bus and calls a real device. `None`
+/// when the user stopped the run (checked between runs).
 fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    kernel_view: &mut crate::trace_report::OverheadView,
     rss_outside_guest: &mut Option<u64>,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Result<Overhead, String>, RunError> {
+) -> Result<Option<Result<Overhead, String>>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
-        return Ok(Err("the test is missing from the catalogue".into()));
+        return Ok(Some(Err("the test is missing from the catalogue".into())));
     };
     let mut params = opts.params;
     params.batch = 1;
@@ -489,13 +508,9 @@ fn overhead(
     let mut devices = 0;
     for _ in 0..OVERHEAD_ROUNDS {
         for is_bare in [true, false] {
-            let label = if is_bare {
-                "inl_from_user (bare KVM_RUN loop)"
-            } else {
-                "inl_from_user (full VMM loop)"
-            };
-            progress(Progress::Start(label));
-            let traced = kernel_view.start();
+            if cancelled(opts) {
+                return Ok(None);
+            }
             let (m, n) = runner::run_test_on_pc_bus(
                 kvm,
                 image,
@@ -505,17 +520,15 @@ fn overhead(
                     ..params
                 },
             )?;
-            kernel_view.finish(traced, is_bare, exitlab_guest::abi::USER_PORT);
-            // The process's memory counts here too (the trace of the round included).
             *rss_outside_guest = (*rss_outside_guest).max(m.vmm_rss_bytes);
             devices = n;
-            let status = status_of(&m.outcome);
-            progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
-                return Ok(Err(format!(
-                    "{label}: {}",
+                let status = status_of(&m.outcome);
+                let loop_name = if is_bare { "bare handler" } else { "full VMM loop" };
+                return Ok(Some(Err(format!(
+                    "{OVERHEAD_TEST} ({loop_name}): {}",
                     status.reason().unwrap_or("failed")
-                )));
+                ))));
             }
             let values = analysis::host_values(&m.samples).0;
             if is_bare {
@@ -526,12 +539,12 @@ fn overhead(
         }
     }
     match (summarize(&full), summarize(&bare)) {
-        (Ok(f), Ok(b)) => Ok(Ok(Overhead {
+        (Ok(f), Ok(b)) => Ok(Some(Ok(Overhead {
             bus_devices: Some(devices as u64),
             stamp_step_cycles: crate::stats::stamp_step(full.iter().chain(&bare).copied()),
             ..Overhead::new(OVERHEAD_TEST, f, b)
-        })),
-        _ => Ok(Err("no userspace-share samples were collected".into())),
+        }))),
+        _ => Ok(Some(Err("no userspace-share samples were collected".into()))),
     }
 }
 

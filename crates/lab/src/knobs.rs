@@ -190,6 +190,7 @@ mod tests {
             },
             raw: false,
             overhead: false,
+            floor: None,
             rounds: 1,
             cancel: None,
             knobs: BTreeMap::new(),

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod catalogue;
 pub mod compare;
 pub mod figures;
+pub mod floor;
 pub mod host_report;
 pub mod html;
 mod kernel;

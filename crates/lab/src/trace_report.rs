@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use exitlab_trace::{Capture, Event, MmioKind, Record, Session, SessionConfig};
+use exitlab_trace::{Capture, Event, MmioKind, Record};
 use serde::Serialize;
 
 use crate::report::{fmt_cycles, layout, Align};
@@ -388,13 +388,23 @@ fn pair(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> Paired 
 /// Userspace times (cycles) of the userspace exits that did `what` to `target`, over
 /// every thread, in trace order.
 pub fn user_times(records: &[Record], what: &str, target: Target) -> Vec<u64> {
-    pair(records, PhaseSplit::None, None)
+    user_exits(records, what, target).1
+}
+
+/// How many userspace exits of `what` to `target` the records hold, and the userspace
+/// time of each that was followed by a KVM_RUN entry (see [`user_times`]).
+pub fn user_exits(records: &[Record], what: &str, target: Target) -> (u64, Vec<u64>) {
+    let paired = pair(records, PhaseSplit::None, None);
+    let exits: Vec<&ExitRec> = paired
         .threads
         .values()
         .flat_map(|t| &t.exits)
         .filter(|e| e.key.handled == Handled::User && e.key.what == what && e.key.target == target)
-        .filter_map(|e| e.user)
-        .collect()
+        .collect();
+    (
+        exits.len() as u64,
+        exits.iter().filter_map(|e| e.user).collect(),
+    )
 }
 
 /// Pairs the events of `records` into exits and summarises them. `tgids`, when given,
@@ -432,110 +442,6 @@ pub fn analyse(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> 
         kvm_exit_seen,
         phase_starts,
         notes,
-    }
-}
-
-/// The VMM-overhead experiment seen from the kernel's side: each run of the bench's
-/// overhead experiment is traced on its own (this process and the threads it starts),
-/// and the userspace times of its exits to the measured port are pooled per loop.
-pub struct OverheadView {
-    unavailable: Option<String>,
-    full: Vec<f64>,
-    bare: Vec<f64>,
-    lost: u64,
-}
-
-impl Default for OverheadView {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl OverheadView {
-    /// A view that has traced nothing yet.
-    pub fn new() -> Self {
-        OverheadView {
-            unavailable: None,
-            full: Vec::new(),
-            bare: Vec::new(),
-            lost: 0,
-        }
-    }
-
-    /// Starts tracing this process for one run; `None` when tracing is unavailable
-    /// (not root, no tracefs, ...), which [`OverheadView::note`] then reports.
-    pub fn start(&mut self) -> Option<Session> {
-        if self.unavailable.is_some() {
-            return None;
-        }
-        let mut pids: Vec<u32> = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if pids.is_empty() {
-            pids.push(std::process::id());
-        }
-        let cfg = SessionConfig {
-            pids,
-            follow_forks: true,
-            buffer_kb: 8 << 10,
-            ..SessionConfig::default()
-        };
-        match Session::start(&cfg) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.unavailable = Some(e.to_string());
-                None
-            }
-        }
-    }
-
-    /// Ends one run's tracing and keeps the userspace times of its `in` exits to `port`.
-    pub fn finish(&mut self, session: Option<Session>, bare: bool, port: u16) {
-        let Some(s) = session else { return };
-        match s.finish() {
-            Ok(cap) => {
-                self.lost += cap.lost;
-                let v = user_times(&cap.records, "in", Target::Port(port));
-                let dst = if bare { &mut self.bare } else { &mut self.full };
-                dst.extend(v.into_iter().map(|c| c as f64));
-            }
-            Err(e) => self.unavailable = Some(e.to_string()),
-        }
-    }
-
-    /// The kernel-side figures (full, bare), when both loops were traced.
-    pub fn summaries(&self) -> Option<(Summary, Summary)> {
-        Some((summary_of(&self.full)?, summary_of(&self.bare)?))
-    }
-
-    /// One line for the bench's notes: the full/bare ratio at p10 and median, or why
-    /// there is none.
-    pub fn note(&self) -> String {
-        if let Some(why) = &self.unavailable {
-            return format!("VMM overhead from the kernel's side not measured: {why}");
-        }
-        let Some((f, b)) = self.summaries() else {
-            return "VMM overhead from the kernel's side not measured: the trace held no userspace exit of the measured port".into();
-        };
-        let mut s = format!(
-            "VMM overhead from the kernel's side (traced: kvm_userspace_exit -> next ioctl(KVM_RUN), the whole userspace share of an exit): full VMM p10 {} / median {} cycles ({} exits), bare loop p10 {} / median {} ({} exits), ratio {:.2}x / {:.2}x",
-            fmt_cycles(f.p10),
-            fmt_cycles(f.median),
-            group(f.n),
-            fmt_cycles(b.p10),
-            fmt_cycles(b.median),
-            group(b.n),
-            f.p10 / b.p10,
-            f.median / b.median
-        );
-        if self.lost > 0 {
-            s += &format!(" (the kernel dropped {} events)", self.lost);
-        }
-        s
     }
 }
 
