@@ -195,7 +195,9 @@ pub fn run(
             (Some(stamps), Some(kernel)) => {
                 match stamps {
                     Ok(o) => vmm_overhead = Some(o),
-                    Err(why) => notes.push(format!("VMM overhead (in-process stamps) not measured: {why}")),
+                    Err(why) => notes.push(format!(
+                        "VMM overhead (in-process stamps) not measured: {why}"
+                    )),
                 }
                 floor = kernel;
                 TestStatus::Ok
@@ -524,7 +526,11 @@ fn overhead(
             devices = n;
             if m.outcome != Outcome::Completed {
                 let status = status_of(&m.outcome);
-                let loop_name = if is_bare { "bare handler" } else { "full VMM loop" };
+                let loop_name = if is_bare {
+                    "bare handler"
+                } else {
+                    "full VMM loop"
+                };
                 return Ok(Some(Err(format!(
                     "{OVERHEAD_TEST} ({loop_name}): {}",
                     status.reason().unwrap_or("failed")
@@ -544,7 +550,9 @@ fn overhead(
             stamp_step_cycles: crate::stats::stamp_step(full.iter().chain(&bare).copied()),
             ..Overhead::new(OVERHEAD_TEST, f, b)
         }))),
-        _ => Ok(Some(Err("no userspace-share samples were collected".into()))),
+        _ => Ok(Some(
+            Err("no userspace-share samples were collected".into()),
+        )),
     }
 }
 

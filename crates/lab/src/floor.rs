@@ -106,7 +106,7 @@ impl Side {
 /// [`FloorView::NotMeasured`] with the reason.
 pub fn compare(setup: &FloorSetup, cancelled: &dyn Fn() -> bool) -> Option<FloorView> {
     match compare_inner(setup, cancelled) {
-        Ok(Some(c)) => Some(FloorView::Measured(c)),
+        Ok(Some(c)) => Some(FloorView::Measured(Box::new(c))),
         Ok(None) => None,
         Err(reason) => Some(FloorView::NotMeasured { reason }),
     }

@@ -452,6 +452,12 @@ fn detail_lines(results: &Results) -> Vec<String> {
 /// ratio coarse (one step moves it by more than 5 %): it is then not shown.
 pub const FINE_STEPS: f64 = 20.0;
 
+/// Whether a share of `steps` steps of the stamps' resolution is too coarse for a ratio
+/// (fewer than [`FINE_STEPS`], or not a number).
+fn coarse_steps(steps: f64) -> bool {
+    steps.is_nan() || steps < FINE_STEPS
+}
+
 /// The overhead experiment's headline: exitlab as users run it against the independent
 /// bare loop, from the kernel's side (or why that was not measured).
 pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
@@ -459,8 +465,8 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
     let c = match f {
         FloorView::NotMeasured { reason } => {
             return vec![format!(
-                "VMM overhead against the independent bare loop (exitlab-floor) not measured: {reason}"
-            )]
+            "VMM overhead against the independent bare loop (exitlab-floor) not measured: {reason}"
+        )]
         }
         FloorView::Measured(c) => c,
     };
@@ -493,7 +499,13 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
     ];
     let table = layout(
         &["", "p10", "median", "exits", "command"],
-        &[Align::Left, Align::Right, Align::Right, Align::Right, Align::Left],
+        &[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
         &rows,
     );
     lines.extend(table.lines().map(|l| format!("  {}", l.trim_end())));
@@ -520,9 +532,9 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
 /// their ratio only where the stamps are fine enough for one.
 fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
     let bus = match o.bus_devices {
-        Some(n) => format!(
-            ", on the PC platform's bus ({n} devices, the measured port claimed by one)"
-        ),
+        Some(n) => {
+            format!(", on the PC platform's bus ({n} devices, the measured port claimed by one)")
+        }
         None => ", on an unpopulated bus".to_string(),
     };
     let mut lines = vec![format!(
@@ -532,7 +544,7 @@ fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
     let coarse = o
         .stamp_step_cycles
         .filter(|s| *s > 0)
-        .is_some_and(|s| !(o.bare.p10 / s as f64 >= FINE_STEPS));
+        .is_some_and(|s| coarse_steps(o.bare.p10 / s as f64));
     let mut rows = vec![
         vec![
             "full VMM".to_string(),
@@ -584,7 +596,7 @@ fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
         fmt_cycles(step)
     )];
     let bare_steps = o.bare.p10 / step;
-    if !(bare_steps >= FINE_STEPS) {
+    if coarse_steps(bare_steps) {
         lines.push(format!(
             "  coarse: the bare handler's share is {bare_steps:.0} step(s) of the host's clock, so one step moves a ratio by {:.0}%: no ratio is shown; read the difference in cycles, and the kernel's view above",
             100.0 / bare_steps.max(1.0)

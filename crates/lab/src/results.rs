@@ -524,7 +524,7 @@ impl Overhead {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum FloorView {
     /// Both sides were traced.
-    Measured(FloorComparison),
+    Measured(Box<FloorComparison>),
     /// The kernel view was not available (no tracefs, not root, ...) or a side failed.
     NotMeasured {
         /// Why, and what to do about it.

@@ -459,9 +459,20 @@ mod tests {
         assert!(is_stale(&format!("exitlab-{me}-{}-0", start + 1)));
         // No process can have a PID beyond pid_max (at most 2^22).
         assert!(is_stale("exitlab-4294967295-5-0"));
-        assert!(is_stale("exitlab-4294967295-0"), "older names, no start time");
-        assert!(!is_stale(&format!("exitlab-{me}-0")), "older name of a live PID");
-        for other in ["exitlab", "exitlab-x-1", "someone-else-1-2", "exitlab-1-2-3-4"] {
+        assert!(
+            is_stale("exitlab-4294967295-0"),
+            "older names, no start time"
+        );
+        assert!(
+            !is_stale(&format!("exitlab-{me}-0")),
+            "older name of a live PID"
+        );
+        for other in [
+            "exitlab",
+            "exitlab-x-1",
+            "someone-else-1-2",
+            "exitlab-1-2-3-4",
+        ] {
             assert_eq!(instance_owner(other), None, "{other}");
             assert!(!is_stale(other));
         }
@@ -477,7 +488,10 @@ mod tests {
         for n in [live.as_str(), "exitlab-4294967295-7-0", "other-tool"] {
             fs::create_dir_all(inst.join(n)).unwrap();
         }
-        assert_eq!(remove_stale_instances(&root), vec!["exitlab-4294967295-7-0"]);
+        assert_eq!(
+            remove_stale_instances(&root),
+            vec!["exitlab-4294967295-7-0"]
+        );
         assert_eq!(exitlab_instances(&root), vec![live.clone()]);
         assert!(inst.join("other-tool").is_dir(), "not exitlab's: kept");
         fs::remove_dir_all(&root).unwrap();
