@@ -75,7 +75,7 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         after: PathBuf,
         /// Smallest change, in percent, that counts as slower or faster (the whole 95%
         /// interval must lie beyond it).
-        #[arg(long, default_value_t = exitlab_lab::compare::DEFAULT_THRESHOLD_PCT)]
+        #[arg(long, default_value_t = exitlab_results::compare::DEFAULT_THRESHOLD_PCT)]
         threshold: f64,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side

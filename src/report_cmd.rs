@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use exitlab_lab::results::Results;
-use exitlab_lab::{compare, html, openmetrics, report, results};
+use exitlab_results::results::Results;
+use exitlab_results::{compare, html, openmetrics, report, results};
 
 use crate::exit::{usage_error, EXIT_CANT_WRITE, EXIT_REGRESSION};
 

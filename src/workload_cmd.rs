@@ -216,6 +216,6 @@ fn options(w: &WorkloadArgs, s: &Shared<'_>) -> Result<WorkloadOptions, String> 
         boot_timeout: Duration::from_secs_f64(w.boot_timeout),
         extra_cmdline: w.append.clone(),
         cancel: None,
-        threshold_pct: exitlab_lab::compare::DEFAULT_THRESHOLD_PCT,
+        threshold_pct: exitlab_results::compare::DEFAULT_THRESHOLD_PCT,
     })
 }
