@@ -19,7 +19,7 @@ use exitlab_lab::smp::{self, IrqKnobs};
 use exitlab_results::results::{Results, TestStatus};
 use exitlab_results::{host_report, report};
 
-use crate::exit::{
+use crate::status::{
     usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
@@ -517,7 +517,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
     opts.cancel = Some(stop);
     // -q/--quiet is global (every subcommand takes it).
-    let quiet = crate::cli::verbosity() < 0;
+    let quiet = crate::verbosity::level() < 0;
     let mut display = Display::new(quiet, progress_steps(&opts, ab.as_ref()));
     if !quiet {
         eprintln!(

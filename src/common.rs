@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::exit::{EXIT_CANT_WRITE, EXIT_INTERNAL};
+use crate::status::{EXIT_CANT_WRITE, EXIT_INTERNAL};
 
 /// The `--json [FILE]` option.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -70,7 +70,7 @@ impl JsonArg {
         }
         match exitlab_results::results::write_atomic(path, value) {
             Ok(()) => {
-                if crate::cli::verbosity() >= 0 {
+                if crate::verbosity::level() >= 0 {
                     eprintln!("{what} written to {}", path.display());
                 }
                 Ok(())

@@ -4,7 +4,7 @@
 use exitlab_results::host_report;
 
 use crate::common::JsonArg;
-use crate::exit::{usage_error, EXIT_NO_KVM};
+use crate::status::{usage_error, EXIT_NO_KVM};
 
 /// Prints the host report (as text, or as JSON with `--json`); exits with the
 /// KVM-unavailable code when /dev/kvm cannot be used, so that scripts can test for it.

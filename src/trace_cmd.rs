@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use exitlab_results::trace_report::{PhaseSplit, TraceReport};
 use exitlab_trace::{Session, SessionConfig};
 
-use crate::exit::{usage_error, EXIT_TEST_FAILED};
+use crate::status::{usage_error, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
