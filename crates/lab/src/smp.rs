@@ -487,4 +487,17 @@ mod tests {
         assert_eq!(k.ap_pin(2), None);
         assert_eq!(k.ap_pin(0), None);
     }
+
+    #[test]
+    fn results_written_before_the_irqchip_knob_read_as_the_default_record() {
+        // exitlab-results defaults a missing irqchip to "kernel": the name of the VMM's
+        // kernel irqchip, which such runs had.
+        let old: IrqConfig = serde_json::from_str(
+            r#"{"apic":"xapic","cpus":0,"idle":"poll","disable_exits":"none",
+                "halt_poll_ns":null,"pv_ipi":null,"pins":[null]}"#,
+        )
+        .unwrap();
+        assert_eq!(old, IrqKnobs::default().record(None));
+        assert_eq!(old.irqchip, IrqChip::Kernel.name());
+    }
 }
