@@ -105,8 +105,8 @@ pub struct PlatformOptions {
     pub pit: bool,
     /// Let the PIT re-inject missed ticks (KVM's default).
     pub pit_reinject: bool,
-    /// CPUID feature bits to clear.
-    pub cpuid_clear: Vec<crate::cpuid::CpuidBit>,
+    /// The guest CPU (QEMU's `-cpu`): the host's by default.
+    pub cpu: crate::cpuid::CpuTemplate,
 }
 
 impl Default for PlatformOptions {
@@ -115,7 +115,7 @@ impl Default for PlatformOptions {
             irqchip: IrqChip::Kernel,
             pit: true,
             pit_reinject: true,
-            cpuid_clear: Vec::new(),
+            cpu: crate::cpuid::CpuTemplate::default(),
         }
     }
 }
@@ -497,7 +497,7 @@ fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, Machi
             disable_exits: 0,
             cpus: cfg.cpus,
             pit_reinject: cfg.platform.pit_reinject,
-            cpuid_clear: cfg.platform.cpuid_clear.clone(),
+            cpu: cfg.platform.cpu.clone(),
             knobs: Default::default(),
         },
     )?)
