@@ -55,8 +55,8 @@ use exitlab_vmm::cpuid::{self, CpuTemplate, PhysBits};
 use exitlab_vmm::irqchip::IrqChip;
 use exitlab_vmm::machine::PlatformOptions;
 
-use crate::exit::usage_error;
 use crate::run::{run_cmd, RunOptions};
+use crate::status::usage_error;
 
 /// The name under which the binary takes QEMU's options directly.
 pub const QEMU_NAME: &str = "exitlab-qemu";
