@@ -228,7 +228,10 @@ pub fn parse(args: &[OsString]) -> Result<Parsed, String> {
         prefer_pvh: true,
         verbose: false,
         quiet: true,
-        platform: PlatformOptions::default(),
+        platform: PlatformOptions {
+            firmware_state: true,
+            ..PlatformOptions::default()
+        },
     };
     let mut warnings = Vec::new();
     let mut enforce = false;
