@@ -3,17 +3,18 @@
 
 mod agree_cmd;
 mod bench_cmd;
-mod chaos;
+mod chaos_cmd;
 mod cli;
 mod common;
-mod exit;
 mod host_cmd;
 mod input;
 mod qemu;
 mod report_cmd;
 mod run;
 mod signals;
+mod status;
 mod trace_cmd;
+mod verbosity;
 mod workload_cmd;
 
 /// When `main` was entered: `run -v` counts the time to the first guest instruction from

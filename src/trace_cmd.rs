@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use exitlab_lab::trace_report::{PhaseSplit, TraceReport};
+use exitlab_results::trace_report::{PhaseSplit, TraceReport};
 use exitlab_trace::{Session, SessionConfig};
 
-use crate::exit::{usage_error, EXIT_TEST_FAILED};
+use crate::status::{usage_error, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
@@ -118,7 +118,7 @@ fn floor(a: &TraceArgs) -> i32 {
         exits_per_run: a.exits,
         ..exitlab_lab::floor::FloorSetup::new(exe)
     };
-    if crate::cli::verbosity() >= 0 {
+    if crate::verbosity::level() >= 0 {
         eprintln!(
             "exitlab trace: exitlab run{} against exitlab-floor, {} round(s) of {} exits each ...",
             if a.command.is_empty() {
@@ -134,7 +134,7 @@ fn floor(a: &TraceArgs) -> i32 {
         return EXIT_TEST_FAILED;
     };
     if !a.json.to_stdout() {
-        for l in exitlab_lab::report::render_floor(&view) {
+        for l in exitlab_results::report::render_floor(&view) {
             println!("{l}");
         }
     }
@@ -142,7 +142,7 @@ fn floor(a: &TraceArgs) -> i32 {
         return code;
     }
     match view {
-        exitlab_lab::results::FloorView::Measured(c) if c.counts_agree() => 0,
+        exitlab_results::results::FloorView::Measured(c) if c.counts_agree() => 0,
         _ => EXIT_TEST_FAILED,
     }
 }
@@ -188,7 +188,7 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         }
     }
     let split = match (a.phase_seconds, a.marker_port) {
-        (Some(s), _) => match exitlab_lab::host_report::survey(None).tsc.khz {
+        (Some(s), _) => match exitlab_lab::host_survey::survey(None).tsc.khz {
             Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
             None => {
                 return usage_error(

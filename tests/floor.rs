@@ -52,7 +52,7 @@ fn the_floor_runs_the_harness_and_counts_exactly_its_exits() {
     );
     // A file that is no kernel is refused with status 2 before KVM is used.
     let bad = Command::new(&floor)
-        .arg(&floor.with_file_name("no-such-kernel"))
+        .arg(floor.with_file_name("no-such-kernel"))
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use exitlab_trace::{Capture, Session, SessionConfig};
 
-use crate::results::{FloorComparison, FloorSide, FloorView};
-use crate::stats::summarize;
-use crate::trace_report::{user_exits, Target};
+use exitlab_results::results::{FloorComparison, FloorSide, FloorView};
+use exitlab_results::stats::summarize;
+use exitlab_results::trace_report::{user_exits, Target};
 
 /// The port the harness's exits mode reads by default; nothing on exitlab's PC platform
 /// claims it.

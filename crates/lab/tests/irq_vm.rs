@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use exitlab_lab::analysis::{self, Baseline};
 use exitlab_lab::catalogue;
-use exitlab_lab::results::TestStatus;
 use exitlab_lab::runner::{self, Measurement, Outcome, RunParams};
-use exitlab_lab::smp::{ApicMode, IrqKnobs};
+use exitlab_lab::smp::IrqKnobs;
+use exitlab_results::irq::ApicMode;
+use exitlab_results::results::TestStatus;
 use exitlab_vmm::knobs;
 
-fn kvm() -> Arc<kvm_ioctls::Kvm> {
+fn kvm() -> Arc<exitlab_vmm::Kvm> {
     match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
         Err(e) => panic!("these tests need a usable /dev/kvm: {e}"),
@@ -51,7 +52,7 @@ fn knobs(f: impl FnOnce(&mut IrqKnobs)) -> IrqKnobs {
 
 /// Asserts `m` completed with every sample and no userspace exit but the doorbells, on
 /// every vCPU, and returns its analysis.
-fn completed_in_kernel(m: &Measurement) -> exitlab_lab::results::TestResult {
+fn completed_in_kernel(m: &Measurement) -> exitlab_results::results::TestResult {
     assert_eq!(
         m.outcome,
         Outcome::Completed,
@@ -86,7 +87,7 @@ fn smp_bringup_of_one_two_and_the_most_vcpus() {
             3,
             knobs(|k| {
                 k.cpus = cpus;
-                k.idle = exitlab_lab::smp::Idle::Hlt;
+                k.idle = exitlab_results::irq::Idle::Hlt;
             }),
         );
         let r = completed_in_kernel(&m);
@@ -264,7 +265,7 @@ fn bad_knob_values_are_refused_by_name() {
     // MWAIT idle needs MONITOR/MWAIT in the guest CPUID: refused up front where KVM
     // offers neither the CPUID bit nor the capability that brings it.
     let kvm = kvm();
-    let mwait = knobs(|k| k.idle = exitlab_lab::smp::Idle::Mwait);
+    let mwait = knobs(|k| k.idle = exitlab_results::irq::Idle::Mwait);
     let offered = knobs::cpuid_offers_mwait(&kvm);
     match mwait.probe(&kvm) {
         Ok(()) => assert!(offered, "--idle mwait accepted without MONITOR/MWAIT"),
@@ -321,4 +322,29 @@ fn a_split_irqchip_keeps_the_local_apics_in_the_kernel() {
         Outcome::Skipped(why) => assert!(why.contains("--irqchip split"), "{why}"),
         o => panic!("inl_from_kernel ran against the userspace PIC: {o:?}"),
     }
+}
+
+#[test]
+fn split_irqchip_is_refused_naming_the_capability_where_the_host_lacks_it() {
+    let kvm = kvm();
+    let split = IrqKnobs {
+        irqchip: exitlab_vmm::vm::IrqChip::Split,
+        ..IrqKnobs::default()
+    };
+    // A host that lacks the capability, everything else as this one.
+    let lacking = |cap: u32| {
+        if cap == exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP {
+            0
+        } else {
+            kvm.check_extension_raw(cap.into())
+        }
+    };
+    let e = split.probe_with(&kvm, &lacking).unwrap_err();
+    assert!(e.contains("KVM_CAP_SPLIT_IRQCHIP"), "{e}");
+    assert!(e.contains("--irqchip kernel"), "says what to do: {e}");
+    // The kernel irqchip does not need it.
+    assert!(IrqKnobs::default().probe_with(&kvm, &lacking).is_ok());
+    // On this host the answer follows the capability.
+    let has = kvm.check_extension_raw(exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP.into()) > 0;
+    assert_eq!(split.probe(&kvm).is_ok(), has);
 }
