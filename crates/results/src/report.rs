@@ -883,10 +883,75 @@ mod tests {
             "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
-        assert!(text.contains("VMM overhead (inl_from_qemu, on an unpopulated bus)"));
+        assert!(text.contains("VMM overhead, in-process stamps (inl_from_qemu, on an unpopulated bus; a diagnostic"), "{text}");
         assert!(text.contains("1.95x"), "{text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn the_floor_comparison_heads_the_overhead_block_and_says_when_it_is_missing() {
+        use crate::results::{FloorComparison, FloorSide, FloorView};
+        let mut results = sample_results();
+        let base = results.vmm_overhead.as_ref().unwrap().full.clone();
+        let side = |cmd: &str, p10: f64, median: f64, exits: u64| FloorSide {
+            command: cmd.into(),
+            user: Summary {
+                p10,
+                median,
+                ..base.clone()
+            },
+            exits,
+            exits_expected: 100_000,
+            round_medians: vec![median; 5],
+        };
+        let c = FloorComparison::new(
+            "kernel view".into(),
+            "harness ins=20000".into(),
+            5,
+            20_000,
+            side("exitlab run x", 1_664.0, 1_690.0, 100_000),
+            side("exitlab-floor x", 1_600.0, 1_625.0, 100_000),
+            0,
+        );
+        assert!(c.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(c.clone())));
+        let text = render_table(&results);
+        let block = text
+            .split("VMM overhead, userspace cycles per exit, exitlab against the independent bare loop")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        for needle in [
+            "1,664",
+            "1,600",
+            "1.04x",
+            "100,000",
+            "exitlab-floor x",
+            "5 rounds",
+        ] {
+            assert!(block.contains(needle), "{needle}: {text}");
+        }
+        assert!(!text.contains("warning: the trace saw"), "{text}");
+        // An exit the trace did not see is said, not hidden.
+        let mut short = c;
+        short.exitlab.exits = 99_998;
+        assert!(!short.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(short)));
+        let text = render_table(&results);
+        assert!(
+            text.contains("warning: the trace saw 99,998 exits of exitlab run x where the guest makes 100,000"),
+            "{text}"
+        );
+        results.floor = Some(FloorView::NotMeasured {
+            reason: "the kernel view is not available: tracefs ...".into(),
+        });
+        let text = render_table(&results);
+        assert!(text.contains("VMM overhead against the independent bare loop (exitlab-floor) not measured: the kernel view is not available"), "{text}");
+        // The view survives the results file.
+        let json = serde_json::to_string(&results).unwrap();
+        assert!(json.contains("\"status\":\"not_measured\""), "{json}");
+        let back: Results = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.floor, results.floor);
     }
 
     #[test]
@@ -898,13 +963,17 @@ mod tests {
             median,
             ..base.clone()
         };
-        // Stamps read in 26-cycle steps: 104 against 52 is a ratio of 2.00 that rests
-        // on a difference of two steps and a bare share of two steps.
+        // Stamps read in 26-cycle steps: 104 against 52 would be a ratio of 2.00 that
+        // rests on a difference of two steps and a bare share of two steps: no ratio is
+        // printed, the difference in cycles is.
         let mut o = Overhead::new("inl_from_user", summary(104.0, 130.0), summary(52.0, 78.0));
         o.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(o.clone());
         let text = render_table(&results);
-        assert!(text.contains("2.00x"), "{text}");
+        assert!(
+            !text.contains("2.00x") && !text.contains("\n  ratio"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "full - bare: +52 cycles at p10, +52 at the median (2 and 2 steps of 26 cycles"
@@ -912,7 +981,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("coarse: the bare loop's share is 2 step(s) of the host's clock, so one step moves the ratio by 50%"),
+            text.contains("coarse: the bare handler's share is 2 step(s) of the host's clock, so one step moves a ratio by 50%: no ratio is shown"),
             "{text}"
         );
         // A bare share of many steps is not called coarse; the difference is still shown.
@@ -924,6 +993,10 @@ mod tests {
         fine.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(fine);
         let text = render_table(&results);
+        assert!(
+            text.contains("1.04x"),
+            "84 steps: the ratio is shown\n{text}"
+        );
         assert!(
             text.contains("full - bare: +78 cycles at p10, +26 at the median (3 and 1 steps"),
             "{text}"
