@@ -8,8 +8,14 @@
  * does, and then does nothing per exit but switch on the exit reason and on the port:
  * no seccomp, no signal handling, no device bus, no allocation, no timing.
  *
- * Usage: exitlab-floor [--serial] KERNEL [CMDLINE]
+ * Usage: exitlab-floor [--serial] [--irqchip] [--cpuid] KERNEL [CMDLINE]
  *   --serial   copy what the guest writes to COM1 (0x3F8) to standard output
+ *   --irqchip  create the in-kernel interrupt controllers (KVM_CREATE_IRQCHIP), as a PC
+ *              platform does; off by default: the floor has no device at all
+ *   --cpuid    give the vCPU every CPUID leaf KVM supports (KVM_SET_CPUID2), as a VMM
+ *              does; off by default: KVM's own defaults
+ * The two options change the kernel's work around each exit, not the loop; they let a
+ * comparison tell the platform's share from the VMM's (docs/exit-path.md).
  *
  * Ports: writes to 0x3F8..0x3FF are the serial port (dropped, or copied with --serial;
  * reads of its line status say "transmitter empty"); a write to 0xF4 (isa-debug-exit)
@@ -107,13 +113,19 @@ static void flat(struct kvm_segment *s, uint16_t sel, uint8_t type)
 
 int main(int argc, char **argv)
 {
-    int echo = 0, a = 1;
-    if (a < argc && strcmp(argv[a], "--serial") == 0) {
-        echo = 1;
-        a++;
+    int echo = 0, irqchip = 0, cpuid = 0, a = 1;
+    for (; a < argc && strncmp(argv[a], "--", 2) == 0; a++) {
+        if (strcmp(argv[a], "--serial") == 0)
+            echo = 1;
+        else if (strcmp(argv[a], "--irqchip") == 0)
+            irqchip = 1;
+        else if (strcmp(argv[a], "--cpuid") == 0)
+            cpuid = 1;
+        else
+            break;
     }
     if (a >= argc || argc - a > 2)
-        return bad("usage: exitlab-floor [--serial] KERNEL [CMDLINE]");
+        return bad("usage: exitlab-floor [--serial] [--irqchip] [--cpuid] KERNEL [CMDLINE]");
     const char *path = argv[a], *cmdline = a + 1 < argc ? argv[a + 1] : "";
     if (strlen(cmdline) >= CMDLINE_MAX)
         return bad("the command line is too long");
@@ -162,9 +174,23 @@ int main(int argc, char **argv)
     memcpy(ram + MBI_GPA + 16, &cmd_gpa, 4);
     memcpy(ram + CMDLINE_GPA, cmdline, strlen(cmdline) + 1);
 
+    if (irqchip && ioctl(vm, KVM_CREATE_IRQCHIP, 0) < 0)
+        return fail("KVM_CREATE_IRQCHIP");
     int vcpu = ioctl(vm, KVM_CREATE_VCPU, 0);
     if (vcpu < 0)
         return fail("KVM_CREATE_VCPU");
+    if (cpuid) {
+        enum { MAX_LEAVES = 256 };
+        struct kvm_cpuid2 *c = calloc(1, sizeof *c + MAX_LEAVES * sizeof(struct kvm_cpuid_entry2));
+        if (c == NULL)
+            return fail("calloc");
+        c->nent = MAX_LEAVES;
+        if (ioctl(kvm, KVM_GET_SUPPORTED_CPUID, c) < 0)
+            return fail("KVM_GET_SUPPORTED_CPUID");
+        if (ioctl(vcpu, KVM_SET_CPUID2, c) < 0)
+            return fail("KVM_SET_CPUID2");
+        free(c);
+    }
     int run_size = ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
     if (run_size < (int)sizeof(struct kvm_run))
         return fail("KVM_GET_VCPU_MMAP_SIZE");
