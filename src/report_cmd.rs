@@ -62,6 +62,11 @@ pub fn check_figures(r: &Results, path: &Path) -> Result<(), String> {
         "vmm_overhead",
         &mut bad,
     );
+    walk(
+        &serde_json::to_value(&r.floor).unwrap_or_default(),
+        "floor",
+        &mut bad,
+    );
     if !(r.wall_seconds.is_finite() && r.wall_seconds >= 0.0) {
         bad.push(format!("wall_seconds = {}", r.wall_seconds));
     }

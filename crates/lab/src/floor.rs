@@ -136,7 +136,9 @@ fn compare_inner(
             .chain(c.get_args())
             .map(|a| {
                 let p = Path::new(a);
-                if p == guest.0 || p == floor || p == setup.exitlab {
+                if p == floor {
+                    exitlab_floor::NAME.to_string()
+                } else if p == guest.0 || p == setup.exitlab {
                     p.file_name().unwrap_or(a).to_string_lossy().into_owned()
                 } else if a.to_string_lossy().contains(' ') {
                     format!("\"{}\"", a.to_string_lossy())
