@@ -741,63 +741,7 @@ impl TraceReport {
                     let start = self.phase_starts.get(p.index).copied().unwrap_or(0);
                     let _ = writeln!(s, "  phase {} (from +{} cycles)", p.index + 1, group(start));
                 }
-                let rows: Vec<Vec<String>> = p
-                    .classes
-                    .iter()
-                    .chain(p.all_user.iter())
-                    .map(|c| {
-                        let med = |x: &Option<Summary>| {
-                            x.as_ref().map_or("-".into(), |s| fmt_cycles(s.median))
-                        };
-                        let u = c.user.as_ref();
-                        vec![
-                            c.key.what.clone(),
-                            c.key.target.label(),
-                            match c.key.handled {
-                                Handled::User => "user".into(),
-                                Handled::Kernel => "kernel".into(),
-                            },
-                            group(c.count),
-                            med(&c.run),
-                            med(&c.exit_leg),
-                            med(&c.kernel),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p10)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.median)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p90)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p99)),
-                        ]
-                    })
-                    .collect();
-                let table = layout(
-                    &[
-                        "exit",
-                        "target",
-                        "handled",
-                        "count",
-                        "KVM_RUN med",
-                        "exit leg med",
-                        "kernel med",
-                        "user p10",
-                        "user med",
-                        "user p90",
-                        "user p99",
-                    ],
-                    &[
-                        Align::Left,
-                        Align::Left,
-                        Align::Left,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                    ],
-                    &rows,
-                );
-                for line in table.lines() {
+                for line in phase_table(p).lines() {
                     let _ = writeln!(s, "  {line}");
                 }
             }
@@ -807,6 +751,64 @@ impl TraceReport {
         }
         s
     }
+}
+
+/// The table of one phase: a row per exit class, then all userspace exits together.
+fn phase_table(p: &PhaseReport) -> String {
+    let rows: Vec<Vec<String>> = p
+        .classes
+        .iter()
+        .chain(p.all_user.iter())
+        .map(|c| {
+            let med = |x: &Option<Summary>| x.as_ref().map_or("-".into(), |s| fmt_cycles(s.median));
+            let u = c.user.as_ref();
+            vec![
+                c.key.what.clone(),
+                c.key.target.label(),
+                match c.key.handled {
+                    Handled::User => "user".into(),
+                    Handled::Kernel => "kernel".into(),
+                },
+                group(c.count),
+                med(&c.run),
+                med(&c.exit_leg),
+                med(&c.kernel),
+                u.map_or("-".into(), |s| fmt_cycles(s.p10)),
+                u.map_or("-".into(), |s| fmt_cycles(s.median)),
+                u.map_or("-".into(), |s| fmt_cycles(s.p90)),
+                u.map_or("-".into(), |s| fmt_cycles(s.p99)),
+            ]
+        })
+        .collect();
+    layout(
+        &[
+            "exit",
+            "target",
+            "handled",
+            "count",
+            "KVM_RUN med",
+            "exit leg med",
+            "kernel med",
+            "user p10",
+            "user med",
+            "user p90",
+            "user p99",
+        ],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+        ],
+        &rows,
+    )
 }
 
 fn group(n: u64) -> String {
