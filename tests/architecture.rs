@@ -97,42 +97,36 @@ fn blank_comments_and_literals(src: &str) -> String {
                 i += 1;
             }
         } else if at(i) == '"' {
-            out.push('"');
-            i += 1;
-            while i < c.len() && c[i] != '"' {
-                if c[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < c.len() {
-                    out.push(blank(c[i]));
-                    i += 1;
-                }
-            }
-            out.push('"');
-            i += 1;
+            i = blank_quoted(&c, i, &mut out);
         } else if at(i) == '\'' && (at(i + 1) == '\\' || at(i + 2) == '\'') {
             // A character literal ('x', '\n', '\u{..}'); otherwise a lifetime.
-            out.push('\'');
-            i += 1;
-            while i < c.len() && c[i] != '\'' {
-                if c[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < c.len() {
-                    out.push(blank(c[i]));
-                    i += 1;
-                }
-            }
-            out.push('\'');
-            i += 1;
+            i = blank_quoted(&c, i, &mut out);
         } else {
             out.push(c[i]);
             i += 1;
         }
     }
     out.into_iter().collect()
+}
+
+/// Copies the quoted literal that opens at `open` (a string or a character, escapes
+/// included) to `out` with its inside blanked; returns the index just past it.
+fn blank_quoted(c: &[char], open: usize, out: &mut Vec<char>) -> usize {
+    let quote = c[open];
+    out.push(quote);
+    let mut i = open + 1;
+    while i < c.len() && c[i] != quote {
+        if c[i] == '\\' {
+            out.push(' ');
+            i += 1;
+        }
+        if i < c.len() {
+            out.push(if c[i] == '\n' { '\n' } else { ' ' });
+            i += 1;
+        }
+    }
+    out.push(quote);
+    i + 1
 }
 
 /// The index just past the `}` that closes the `{` at `open` (or the end).

@@ -197,15 +197,54 @@ fn kvm_counter_lines(results: &Results) -> Vec<String> {
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
+    let tests = &results.tests;
     let mut lines = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let Some(reason) = t.status.reason() {
             lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
         }
     }
-    lines.extend(per_vcpu_lines(&results.tests));
+    lines.extend(per_vcpu_lines(tests));
+    lines.extend(handling_lines(tests));
+    lines.extend(kvm_counter_lines(results));
+    lines.extend(round_spread_line(results));
+    if tests
+        .iter()
+        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
+    {
+        lines.push(
+            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
+        );
+    }
+    lines.extend(tests.iter().filter_map(phase_line));
+    lines.extend(tests.iter().filter_map(host_time_line));
+    if let Some(f) = &results.floor {
+        lines.extend(render_floor(f));
+    }
+    if let Some(o) = &results.vmm_overhead {
+        lines.extend(stamp_lines(o));
+    }
+    lines.extend(exit_check_lines(tests));
+    if let Some(p) = &results.process {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        lines.push(format!(
+            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
+            mib(p.vmm_rss_outside_guest_bytes),
+            mib(p.peak_rss_bytes)
+        ));
+    }
+    for note in &results.notes {
+        lines.push(format!("note: {note}"));
+    }
+    lines
+}
+
+/// Completed tests handled elsewhere than expected, one line each, and one line for
+/// those whose handling was not observed at all.
+fn handling_lines(tests: &[TestResult]) -> Vec<String> {
+    let mut lines = Vec::new();
     let mut not_observed = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
             if h == Handling::NotObserved && !h.agrees_with(t.expected_handling) {
                 not_observed.push(format!(
@@ -229,105 +268,43 @@ fn detail_lines(results: &Results) -> Vec<String> {
             not_observed.join(", ")
         ));
     }
-    lines.extend(kvm_counter_lines(results));
-    lines.extend(round_spread_line(results));
-    if results
-        .tests
+    lines
+}
+
+/// A test's phase breakdown (median cycles and shares of the round trip), if it has one.
+fn phase_line(t: &TestResult) -> Option<String> {
+    let (shares, total) = phase_shares(t)?;
+    let parts: Vec<String> = shares
         .iter()
-        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
-    {
-        lines.push(
-            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
-        );
-    }
-    for t in &results.tests {
-        if let Some((shares, total)) = phase_shares(t) {
-            let parts: Vec<String> = shares
-                .iter()
-                .map(|(label, m, pct)| {
-                    if pct.is_finite() {
-                        format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
-                    } else {
-                        format!("{label} {}", fmt_cycles(*m))
-                    }
-                })
-                .collect();
-            lines.push(format!(
-                "{} phases (median cycles): {}; round trip {}",
-                t.name,
-                parts.join(", "),
-                fmt_cycles(total)
-            ));
-        }
-    }
-    for t in &results.tests {
-        let mut parts = Vec::new();
-        if let Some(s) = &t.kvm_run_cycles {
-            parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
-        }
-        if let Some(s) = &t.userspace_share {
-            parts.push(format!(
-                "VMM userspace per exit median {} cycles",
-                fmt_cycles(s.median)
-            ));
-        }
-        if !parts.is_empty() {
-            lines.push(format!("{}: {}", t.name, parts.join("; ")));
-        }
-    }
-    if let Some(f) = &results.floor {
-        lines.extend(render_floor(f));
-    }
-    if let Some(o) = &results.vmm_overhead {
-        lines.extend(stamp_lines(o));
-    }
-    let checked: Vec<&TestResult> = results
-        .tests
-        .iter()
-        .filter(|t| t.exit_check.is_some())
-        .collect();
-    let failed: Vec<&TestResult> = checked
-        .iter()
-        .copied()
-        .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
-        .collect();
-    if failed.is_empty() {
-        if !checked.is_empty() {
-            lines.push(format!(
-                "exit check: all {} checked test{} passed",
-                checked.len(),
-                if checked.len() == 1 { "" } else { "s" }
-            ));
-        }
-    } else {
-        for t in failed {
-            if let Some(c) = &t.exit_check {
-                lines.push(format!(
-                    "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
-                    t.name,
-                    c.expected_user_exits,
-                    c.observed_user_exits,
-                    if c.detail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", c.detail)
-                    }
-                ));
+        .map(|(label, m, pct)| {
+            if pct.is_finite() {
+                format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
+            } else {
+                format!("{label} {}", fmt_cycles(*m))
             }
-        }
+        })
+        .collect();
+    Some(format!(
+        "{} phases (median cycles): {}; round trip {}",
+        t.name,
+        parts.join(", "),
+        fmt_cycles(total)
+    ))
+}
+
+/// A test's KVM_RUN and VMM userspace medians, if it has either.
+fn host_time_line(t: &TestResult) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = &t.kvm_run_cycles {
+        parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
     }
-    if let Some(p) = &results.process {
-        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        lines.push(format!(
-            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
-            mib(p.vmm_rss_outside_guest_bytes),
-            mib(p.peak_rss_bytes)
+    if let Some(s) = &t.userspace_share {
+        parts.push(format!(
+            "VMM userspace per exit median {} cycles",
+            fmt_cycles(s.median)
         ));
     }
-    for note in &results.notes {
-        lines.push(format!("note: {note}"));
-    }
-    lines
+    (!parts.is_empty()).then(|| format!("{}: {}", t.name, parts.join("; ")))
 }
 
 /// A bare share of fewer steps of the stamps' resolution than this is coarse (one step
@@ -447,6 +424,43 @@ fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
     lines.extend(table.lines().map(|l| format!("  {l}")));
     lines.extend(overhead_resolution(o));
     lines
+}
+
+/// The exit check: one line when every checked test passed, else one per failure.
+fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
+    let checked: Vec<&TestResult> = tests.iter().filter(|t| t.exit_check.is_some()).collect();
+    let failed: Vec<&TestResult> = checked
+        .iter()
+        .copied()
+        .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
+        .collect();
+    if failed.is_empty() {
+        if checked.is_empty() {
+            return Vec::new();
+        }
+        return vec![format!(
+            "exit check: all {} checked test{} passed",
+            checked.len(),
+            if checked.len() == 1 { "" } else { "s" }
+        )];
+    }
+    failed
+        .into_iter()
+        .filter_map(|t| {
+            let c = t.exit_check.as_ref()?;
+            Some(format!(
+                "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
+                t.name,
+                c.expected_user_exits,
+                c.observed_user_exits,
+                if c.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", c.detail)
+                }
+            ))
+        })
+        .collect()
 }
 
 /// What the in-process difference rests on: full − bare in cycles and in steps of the
@@ -876,7 +890,10 @@ mod tests {
             "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
-        assert!(text.contains("VMM overhead, in-process stamps (inl_from_qemu, on an unpopulated bus; a diagnostic"), "{text}");
+        assert!(
+            text.contains("VMM overhead, in-process stamps (inl_from_qemu, on an unpopulated bus; a diagnostic"),
+            "{text}"
+        );
         assert!(!text.contains("1.95x"), "no in-process ratio: {text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
