@@ -717,3 +717,63 @@ fn a_host_that_refuses_file_descriptors_exits_8_saying_what_to_do() {
         assert!(e.contains("ulimit -n"), "nofile {limit}: {e}");
     }
 }
+
+#[test]
+fn run_help_lists_every_builtin_kernel() {
+    let o = exitlab(&["run", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    for name in [
+        "conformance",
+        "conformance-flat",
+        "conformance-pvh",
+        "realmode",
+        "harness",
+        "chaos",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("- {name}:"))),
+            "{name} missing from run --help:\n{out}"
+        );
+    }
+    // Options that only chaos takes are refused for the others, and chaos refuses the
+    // options it decides itself; neither opens KVM.
+    for args in [
+        &["run", "--builtin", "conformance", "--seed", "3"][..],
+        &["run", "--builtin", "chaos", "--cmdline", "x"],
+        &["run", "--builtin", "nosuch"],
+        &["run", "--builtin", "harness", "kernel.elf"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_builtin_kernel_ending_through_debug_exit_says_value_status_and_rule() {
+    common::require_kvm();
+    let o = exitlab(&["run", "--builtin", "conformance", "--timeout", "120"]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(out.contains("SUMMARY "), "{out}\n{err}");
+    // The kernel writes 0 when every test passed: exit status 1, QEMU's (0 << 1) | 1.
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr: {err}");
+    for part in [
+        "wrote 0 (0x0) to the debug-exit port 0xf4",
+        "exit status 1 = (0 << 1) | 1",
+        "isa-debug-exit",
+    ] {
+        assert!(lines[0].contains(part), "{part:?} not in {err}");
+    }
+    // --quiet keeps it off stderr; the status is the same.
+    let o = exitlab(&["-q", "run", "--builtin", "realmode", "--timeout", "60"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("hello from real mode"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stderr(&o), "");
+}
