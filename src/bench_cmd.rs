@@ -404,10 +404,7 @@ fn run(
 ) -> Result<Results, i32> {
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return Err(EXIT_NO_KVM);
-        }
+        Err(e) => return Err(crate::common::kvm_unusable(&e)),
     };
     let mut progress = |p: Progress<'_>| display.event(p);
     let image = exitlab_guest::IMAGE;

@@ -524,10 +524,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
 pub fn open_kvm_cancellable() -> Result<(Arc<exitlab_vmm::Kvm>, Arc<AtomicBool>), i32> {
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return Err(EXIT_NO_KVM);
-        }
+        Err(e) => return Err(crate::common::kvm_unusable(&e)),
     };
     let cancel = Arc::new(AtomicBool::new(false));
     if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {

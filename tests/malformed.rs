@@ -432,3 +432,45 @@ fn without_kvm_bad_input_is_still_bad_input_and_good_input_gets_exit_6() {
     assert_eq!(o.status.code(), Some(6));
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The reason `exitlab host` gives for an unusable /dev/kvm ("KVM IS NOT USABLE: ...").
+fn host_reason(o: &std::process::Output) -> String {
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.lines()
+        .find_map(|l| l.strip_prefix("KVM IS NOT USABLE: "))
+        .unwrap_or_else(|| panic!("no diagnosis in exitlab host:\n{out}"))
+        .to_string()
+}
+
+#[test]
+fn without_the_device_node_run_bench_and_host_give_one_diagnosis() {
+    // The KVM module stays loaded (the kernel registered its device); only the node is
+    // hidden. Every command must say so, none "load kvm_intel".
+    let host = exitlab_without_kvm(&["host"]);
+    assert_eq!(host.status.code(), Some(6));
+    let reason = host_reason(&host);
+    if fs::metadata("/sys/class/misc/kvm/dev").is_ok() {
+        assert!(reason.contains("the kernel has KVM"), "{reason}");
+    }
+    for args in [
+        &["run", "--builtin", "conformance"][..],
+        &["bench", "--samples", "1"],
+        &["run", "--builtin", "chaos", "--seconds", "1"],
+        &["agree", "--samples", "1"],
+    ] {
+        let o = exitlab_without_kvm(args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(6), "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("exitlab: KVM is not usable: {reason}\n")),
+            "{args:?} does not give host's diagnosis {reason:?}: {e}"
+        );
+        assert!(e.contains("what to do: "), "{args:?}: {e}");
+        if reason.contains("the kernel has KVM") {
+            assert!(
+                !e.contains("kvm_intel") && !e.contains("kvm_amd"),
+                "{args:?}: {e}"
+            );
+        }
+    }
+}
