@@ -494,6 +494,72 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
+/// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
+/// collector and the Pushgateway read), from Debian's python3-prometheus-client, which
+/// .ci/run installs; `csv` with the
+/// standard library's reader; returns what was found, or fails the test with the
+/// parser's error. A missing parser fails the test: it does not skip.
+fn python_parse(format: &str, text: &str) -> String {
+    use std::io::Write;
+    let script = match format {
+        "openmetrics" => {
+            "import sys\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+             from prometheus_client.parser import text_string_to_metric_families as text_0_0_4\n\
+             text = sys.stdin.read()\n\
+             fams = list(text_string_to_metric_families(text))\n\
+             n = sum(len(f.samples) for f in fams)\n\
+             old = list(text_0_0_4(text))\n\
+             assert sum(len(f.samples) for f in old) == n, 'text format 0.0.4 reads otherwise'\n\
+             print(f'{len(fams)} families, {n} samples')\n"
+        }
+        _ => {
+            "import sys, csv\n\
+             rows = list(csv.reader(sys.stdin))\n\
+             widths = sorted({len(r) for r in rows})\n\
+             print(f'{len(rows)} rows of {\",\".join(map(str, widths))} fields')\n"
+        }
+    };
+    // Debian's module is installed for the system interpreter, which may not be first on
+    // PATH (pyenv and the like).
+    let python = ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .args(["-c", "import prometheus_client.openmetrics.parser"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no python3 with the Prometheus client: this test needs it to check the \
+                 OpenMetrics output (apt-get install python3-prometheus-client; .ci/run \
+                 installs it)"
+            )
+        });
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the {format} parser refused the output: {}\n{text}",
+        stderr(&o)
+    );
+    stdout(&o).trim().to_string()
+}
+
 #[test]
 fn report_formats_csv_openmetrics_and_html() {
     let dir = tempdir_named("formats");
@@ -504,13 +570,49 @@ fn report_formats_csv_openmetrics_and_html() {
     let text = stdout(&csv);
     assert!(text.starts_with("file,side,test,ring,status"), "{text}");
     assert_eq!(text.lines().count(), 4, "header and three tests: {text}");
+    assert_eq!(python_parse("csv", &text), "4 rows of 19 fields", "{text}");
     let om = exitlab(&["report", "--format", "openmetrics", a_s]);
     let text = stdout(&om);
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
-        text.contains("exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""),
+        text.contains(&format!(
+            "exitlab_exit_net_cycles{{run=\"{a_s}\",test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""
+        )),
         "{text}"
     );
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        python_parse("openmetrics", &text),
+        format!("3 families, {samples} samples")
+    );
+    // Several files (one of them twice): every series keeps its own labels, and the
+    // Prometheus client's parser takes it.
+    let b = small_run(&dir, "b.json", &[]);
+    let om = exitlab(&[
+        "report",
+        "--format",
+        "openmetrics",
+        a_s,
+        b.to_str().unwrap(),
+        a_s,
+    ]);
+    assert_eq!(om.status.code(), Some(0), "{}", stderr(&om));
+    let text = stdout(&om);
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        python_parse("openmetrics", &text),
+        format!("3 families, {samples} samples"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("run=\"{a_s}#2\"")), "{text}");
+    let csv = exitlab(&["report", "--format", "csv", a_s, b.to_str().unwrap()]);
+    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 19 fields");
+    // Markdown: every table row has as many cells as its header.
+    let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
+    let mut rows = md.lines().filter(|l| l.starts_with('|'));
+    let cells = |l: &str| l.matches('|').count();
+    let header = rows.next().expect("a Markdown table");
+    assert!(rows.all(|r| cells(r) == cells(header)), "{md}");
     let html = dir.join("r.html");
     let h = exitlab(&["report", a_s, a_s, "-o", html.to_str().unwrap()]);
     assert_eq!(h.status.code(), Some(0), "{}", stderr(&h));

@@ -730,6 +730,15 @@ pub fn render_seed(results: &Results) -> Option<String> {
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break.
+/// A number for machine-readable output (CSV, OpenMetrics): rounded to 9 significant
+/// digits, then written in the shortest form that reads back as that value, so that
+/// sums like 26236.60000000001 appear as 26236.6.
+pub fn plain_number(v: f64) -> String {
+    let rounded: f64 = format!("{v:.8e}").parse().unwrap_or(v);
+    // -0 is written 0.
+    format!("{}", rounded + 0.0)
+}
+
 fn csv_field(v: &str) -> String {
     if v.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", v.replace('"', "\"\""))
@@ -742,11 +751,11 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns\n",
+        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
-            .map_or(String::new(), |x| format!("{x}"))
+            .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
         let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
@@ -778,6 +787,9 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.median_ci95[1])),
                     num(t.net_median_cycles),
                     num(t.median_ns),
+                    // Why the file's run was cut short (the same on each of its rows):
+                    // its rows then cover only the rounds that completed.
+                    csv_field(r.incomplete.as_deref().unwrap_or("")),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
@@ -792,6 +804,15 @@ mod tests {
     use super::*;
     use crate::results::tests::{ok_test, sample_results};
     use crate::results::{ExitCheck, Handling, Overhead};
+
+    #[test]
+    fn plain_numbers_are_rounded_to_nine_digits() {
+        assert_eq!(plain_number(26236.60000000001), "26236.6");
+        assert_eq!(plain_number(1240.0), "1240");
+        assert_eq!(plain_number(1.2345678912e-5), "0.0000123456789");
+        assert_eq!(plain_number(-0.0), "0");
+        assert_eq!(plain_number(0.1 + 0.2), "0.3");
+    }
 
     #[test]
     fn number_formats() {
