@@ -7,7 +7,7 @@
 
 pub mod bus;
 pub mod caps;
-pub mod counts;
+pub use exitlab_counts as counts;
 pub mod cpuid;
 mod error;
 pub mod exit;
