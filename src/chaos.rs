@@ -177,6 +177,59 @@ fn end_kind(end: &RunEnd) -> String {
     }
 }
 
+/// How a chaos run shows its progress on standard error, as bench does: a bar on a
+/// terminal, a line every few seconds otherwise (and with -v, beside the per-boot
+/// lines), nothing with --quiet.
+enum Progress {
+    Quiet,
+    Bar(indicatif::ProgressBar),
+    Lines { next: Duration },
+}
+
+/// Seconds between two progress lines when standard error is not a terminal.
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(5);
+
+impl Progress {
+    fn new(seconds: f64, verbose: bool) -> Progress {
+        use std::io::IsTerminal;
+        if crate::verbosity::level() < 0 {
+            Progress::Quiet
+        } else if std::io::stderr().is_terminal() && !verbose {
+            Progress::Bar(crate::common::progress_bar(
+                seconds.ceil() as u64,
+                "chaos [{bar:30}] {pos}/{len} s",
+            ))
+        } else {
+            Progress::Lines {
+                next: PROGRESS_LINE_EVERY,
+            }
+        }
+    }
+
+    fn update(&mut self, elapsed: Duration, seconds: f64, boots: u64, exits: u64) {
+        let what = format!("{boots} boots, {exits} userspace exits");
+        match self {
+            Progress::Quiet => {}
+            Progress::Bar(bar) => {
+                bar.set_position(elapsed.as_secs());
+                bar.set_message(what);
+            }
+            Progress::Lines { next } => {
+                if elapsed >= *next {
+                    eprintln!("  chaos {:.0}/{seconds} s: {what}", elapsed.as_secs_f64());
+                    *next = elapsed + PROGRESS_LINE_EVERY;
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Runs the chaos mode; returns the process exit code.
 pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     if let Err(e) = crate::common::check_seconds("--seconds", o.seconds) {
@@ -229,11 +282,15 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     let mut boots = 0u64;
     let mut lab = LabAccount::default();
     let mut rss_after_first = 0;
-    eprintln!(
-        "exitlab chaos: seed {}, {} s, {} vCPU(s), {} MiB",
-        o.seed, o.seconds, o.cpus, o.mem_mib
-    );
+    if crate::verbosity::level() >= 0 {
+        eprintln!(
+            "exitlab chaos: seed {}, {} s, {} vCPU(s), {} MiB",
+            o.seed, o.seconds, o.cpus, o.mem_mib
+        );
+    }
+    let mut progress = Progress::new(o.seconds, o.verbose);
     while Instant::now() < deadline && !cancel.load(Ordering::Acquire) {
+        progress.update(start.elapsed(), o.seconds, boots, exits.total());
         {
             let mut st = exitlab_devices::lock(&serial.state);
             st.report = GuestReport::default();
@@ -311,6 +368,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
             );
         }
     }
+    progress.finish();
     let (rss, hwm) = rss_kib();
     let serial_bytes = exitlab_devices::lock(&serial.state).bytes;
     let mut out = std::io::stdout().lock();

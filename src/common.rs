@@ -105,6 +105,18 @@ what to do: {}",
     crate::status::EXIT_NO_KVM
 }
 
+/// The progress bar bench and `run --builtin chaos` draw on a terminal's standard error:
+/// elapsed time, `middle` (an indicatif template with the bar) and the message.
+pub fn progress_bar(len: u64, middle: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template(&format!("{{elapsed_precise}} {middle} {{msg}}"))
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 /// Largest `--timeout` (and `--seconds`), in seconds: 30 days.
 pub const MAX_TIMEOUT_S: f64 = 30.0 * 86400.0;
 

@@ -171,6 +171,50 @@ fn list_names_every_test() {
             "{name} missing from:\n{s}"
         );
     }
+    // Columns line up however long a name is: the "expected" column starts at the same
+    // place on every row, and the default suite is marked.
+    let header = s.lines().next().unwrap();
+    assert!(
+        header.starts_with("test ") && header.contains("expected  default"),
+        "{header}"
+    );
+    let at = header.find("expected").unwrap();
+    let rows: Vec<&str> = s.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    assert!(rows.len() > 18, "{s}");
+    for row in &rows {
+        assert!(row[..at].ends_with("  "), "{row}");
+        let cells: Vec<&str> = row[at..].split_whitespace().collect();
+        assert!(["kernel", "user", "none"].contains(&cells[0]), "{row}");
+        assert!(["yes", "no"].contains(&cells[1]), "{row}");
+    }
+    let default = |name: &str| {
+        let row = rows
+            .iter()
+            .find(|r| r.split_whitespace().next() == Some(name))
+            .unwrap();
+        row[at..].split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(default("cpuid"), "yes");
+    assert_eq!(default("x2apic_self_ipi_tpr_sti_nop"), "no");
+}
+
+#[test]
+fn clap_errors_read_as_exitlab_errors() {
+    for args in [
+        &["bench", "--nosuchoption"][..],
+        &["nosuchcommand"],
+        &["run"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.starts_with("exitlab: "), "{args:?}: {e}");
+        assert!(!e.contains("error: "), "{args:?}: {e}");
+    }
+    // --help stays on standard output with success.
+    let o = exitlab(&["bench", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Usage:"));
 }
 
 #[test]
@@ -466,6 +510,14 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(outl["rounds"].as_array().unwrap().len(), 6);
     assert_eq!(outl["batch"], 4);
     assert_eq!(outl["exit_check"]["passed"], true);
+    // One host-noise note for the whole experiment, not one per side and round.
+    let noise = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n.as_str().unwrap().starts_with("host noise"))
+        .count();
+    assert!(noise <= 1, "{}", v["notes"]);
     // The report prints the A/B table with a verdict per test.
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
@@ -613,6 +665,24 @@ fn report_formats_csv_openmetrics_and_html() {
     let cells = |l: &str| l.matches('|').count();
     let header = rows.next().expect("a Markdown table");
     assert!(rows.all(|r| cells(r) == cells(header)), "{md}");
+    // A stuck test: one line in the table; its registers only with -v.
+    let stuck = dir.join("stuck.json");
+    edit_json(&a, &stuck, |v| {
+        let t = &mut v["tests"][1];
+        t["status"] = "did_not_complete".into();
+        t["reason"] = "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883".into();
+        t["cycles"] = serde_json::Value::Null;
+    });
+    let r = exitlab(&["report", stuck.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert!(
+        stdout(&r).contains("no progress for 3.0 s (registers and stack"),
+        "{}",
+        stdout(&r)
+    );
+    assert!(!stdout(&r).contains("rip=") && !stderr(&r).contains("rip="));
+    let r = exitlab(&["-v", "report", stuck.to_str().unwrap()]);
+    assert!(stderr(&r).contains("rip=0x100883"), "{}", stderr(&r));
     let html = dir.join("r.html");
     let h = exitlab(&["report", a_s, a_s, "-o", html.to_str().unwrap()]);
     assert_eq!(h.status.code(), Some(0), "{}", stderr(&h));
@@ -667,6 +737,24 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     assert!(tests.len() > 1, "more than one test kept: {}", tests.len());
     let rounds = tests[0]["rounds"].as_array().unwrap().len();
     assert!((1..40).contains(&rounds), "{rounds} rounds kept");
+    // The summary counts the tests that kept a round, not those with none.
+    let with_rounds = tests
+        .iter()
+        .filter(|t| !t["rounds"].as_array().unwrap().is_empty())
+        .count();
+    assert!(
+        v["incomplete"].as_str().unwrap().contains(&format!(
+            "kept the {with_rounds} test(s) with at least one completed round"
+        )),
+        "{with_rounds} tests have rounds: {}",
+        v["incomplete"]
+    );
+    // The progress lines explain their marks before the first round.
+    assert!(
+        stderr(&o).contains("(one mark per test: . done, T did not complete"),
+        "{}",
+        stderr(&o)
+    );
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
     assert!(

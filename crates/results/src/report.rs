@@ -129,7 +129,7 @@ pub(crate) fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option
         .filter(|s| !s.is_empty())
 }
 
-/// The "handled" cell: the observed handling (with `*` when it differs
+/// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
 fn handled_cell(t: &TestResult) -> String {
     match &t.status {
@@ -314,13 +314,51 @@ fn kvm_counter_lines(results: &Results) -> Vec<String> {
     lines
 }
 
+/// The first line of a test's reason, for the table's details: what follows it (a
+/// stuck vCPU's registers and stack) stays in the results file, and `bench -v` and
+/// `report -v` print it ([`reason_details`]).
+fn reason_line(reason: &str) -> String {
+    match reason.split_once('\n') {
+        Some((first, _)) => {
+            format!("{first} (registers and stack: in the results file, or with -v)")
+        }
+        None => reason.to_string(),
+    }
+}
+
+/// The multi-line parts of the tests' reasons (a stuck vCPU's registers and stack), each
+/// headed by its test; empty when no reason has any.
+pub fn reason_details(results: &Results) -> String {
+    let mut out = String::new();
+    for t in &results.tests {
+        if let Some((_, rest)) = t.status.reason().and_then(|r| r.split_once('\n')) {
+            let _ = writeln!(out, "{} {}:\n{}", t.name, t.status.word(), rest.trim_end());
+        }
+    }
+    out
+}
+
+/// The samples a test kept figures from: its sample count, or "-" when it has no
+/// figures (it did not complete, or was skipped).
+pub(crate) fn samples_cell(t: &TestResult) -> String {
+    match t.cycles {
+        Some(_) => fmt_cycles(t.samples as f64),
+        None => "-".to_string(),
+    }
+}
+
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
     let mut lines = Vec::new();
     for t in &results.tests {
         if let Some(reason) = t.status.reason() {
-            lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
+            lines.push(format!(
+                "{} {}: {}",
+                t.name,
+                t.status.word(),
+                reason_line(reason)
+            ));
         }
     }
     lines.extend(crate::irq::per_vcpu_lines(&results.tests));
@@ -345,7 +383,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
     }
     if !not_observed.is_empty() {
         lines.push(format!(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): {}",
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): {}",
             not_observed.join(", ")
         ));
     }
@@ -529,7 +567,7 @@ fn apic_cell(t: &TestResult) -> String {
 }
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
-/// "test" and "handled".
+/// "test", "observed" and "apic".
 fn numeric_cells(t: &TestResult) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
@@ -540,7 +578,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.p99),
         pick(|s| s.mean),
         pick(|s| s.stddev),
-        fmt_cycles(t.samples as f64),
+        samples_cell(t),
         opt_cycles(t.net_median_cycles),
         median_ns_cell(t),
     ]
@@ -548,7 +586,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
 
 const TABLE_HEADERS: [&str; 12] = [
     "test",
-    "handled",
+    "observed",
     "apic",
     "median",
     "p10",
@@ -616,8 +654,8 @@ pub fn render_markdown(results: &Results) -> String {
         let _ = writeln!(out, "- {}", md_cell(&line));
     }
     out.push('\n');
-    out.push_str("| test | handled | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
-    out.push_str("|:-----|:--------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    out.push_str("| test | observed | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:---------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
     for t in &results.tests {
         let mut cells = vec![
             format!("`{}`", t.name.replace('`', "'")),
@@ -887,6 +925,40 @@ mod tests {
     }
 
     #[test]
+    fn a_stuck_test_gets_one_line_and_no_samples_in_the_table() {
+        let mut r = sample_results();
+        let ipi = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        assert!(ipi.samples > 0);
+        ipi.status = TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000".into(),
+        };
+        let text = render_table(&r);
+        assert!(
+            text.contains("ipi did-not-complete: no progress for 3.0 s (registers and stack: in the results file, or with -v)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("rip=") && !text.contains("stack (rsp"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("ipi ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // test, observed (the status), apic, then median .. sd, samples: all "-".
+        assert!(cells[3..].iter().all(|c| *c == "-"), "{row}");
+        let details = reason_details(&r);
+        assert_eq!(
+            details,
+            "ipi did-not-complete:\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000\n"
+        );
+        // The header names what the column holds.
+        let header = text.lines().find(|l| l.starts_with("test ")).unwrap();
+        assert!(
+            header.contains(" observed ") && !header.contains("handled"),
+            "{header}"
+        );
+    }
+
+    #[test]
     fn table_contents() {
         let results = sample_results();
         let text = render_table(&results);
@@ -1123,7 +1195,7 @@ mod tests {
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");
         assert!(text.contains(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): cpuid (expected kernel)"
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): cpuid (expected kernel)"
         ), "{text}");
         assert!(
             text.contains(
