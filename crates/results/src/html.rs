@@ -475,16 +475,24 @@ fn phases_svg(series: &[Series]) -> Option<String> {
     }
     let (lo, hi) = (smallest / 2.0, largest * 1.5);
     let height = 60 + 60 * bars.len() as u32;
+    // Room for the longest row label (about 7 px a character at the axis' font size).
+    let label_width = bars
+        .iter()
+        .map(|b| 7 * b.0.chars().count() as u32 + 16)
+        .max()
+        .unwrap_or(0)
+        .clamp(80, 480);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (620, height)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (460 + label_width, height)).into_drawing_area();
         root.fill(&WHITE).ok()?;
         let n = bars.len();
         let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
             .x_label_area_size(34)
-            .y_label_area_size(160)
+            .y_label_area_size(label_width)
             .build_cartesian_2d((lo..hi).log_scale(), 0.0..n as f64)
             .ok()?;
         chart
