@@ -130,7 +130,7 @@ pub fn run_main(a: RunArgs) -> i32 {
             }
             Some(Err(e)) => return usage_error(e),
         };
-        return crate::chaos::chaos_cmd(crate::chaos::ChaosOptions {
+        return crate::chaos_cmd::chaos_cmd(crate::chaos_cmd::ChaosOptions {
             seconds: a.seconds.unwrap_or(30.0),
             seed: a.seed.unwrap_or(1),
             cpus: a.cpus.unwrap_or(2),

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use plotters::prelude::*;
 
 use crate::compare::{self, fmt_ci_pct, fmt_mdc, Comparison};
-use crate::report::{fmt_cycles, fmt_ns, fmt_unix_utc, host_str, samples_cell};
+use crate::format::{fmt_cycles, fmt_ns, fmt_unix_utc, host_str};
+use crate::report::samples_cell;
 use crate::results::{Results, TestResult};
 use crate::verdict::Verdict;
 

@@ -8,7 +8,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{host_str, plain_number};
+use crate::format::host_str;
+use crate::report::plain_number;
 use crate::results::{Results, TestResult};
 
 /// Escapes a label value (backslash, double quote, line feed).
