@@ -28,7 +28,7 @@ out=$(realpath -m "$out")
 cd "$dir"
 tests=cpuid,inl_from_kernel,inl_from_user,outl_to_user,mmio_read_user
 for run in before after; do
-    "$EXITLAB" bench --tests "$tests" --samples 1000 --rounds 4 --no-overhead --quiet \
+    "$EXITLAB" bench --tests "$tests" --samples 1000 --rounds 6 --no-overhead --quiet \
         --json "$run.json" >/dev/null
 done
 "$EXITLAB" report before.json after.json -o report.html
