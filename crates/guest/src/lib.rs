@@ -105,6 +105,61 @@ const _: () = {
 /// `CHAOS ops=<hex> faults=<hex> last=<hex>` on COM1.
 pub static CHAOS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/chaos.elf"));
 
+/// A guest kernel `exitlab run --builtin NAME` boots.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtin {
+    /// The name `--builtin` takes.
+    pub name: &'static str,
+    /// The image, as `exitlab run KERNEL` would read it from a file.
+    pub image: &'static [u8],
+    /// What it is and what it does, in one line (`run --help` lists it).
+    pub about: &'static str,
+}
+
+/// Every kernel this crate builds that runs on its own under `exitlab run` (or QEMU), in
+/// the order `run --help` lists them. The lab kernel ([`IMAGE`]) is not among them: it
+/// waits for `bench`'s commands on its control page.
+pub static BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "conformance",
+        image: CONFORMANCE_MULTIBOOT,
+        about: "platform checks from inside the guest (multiboot ELF); prints PASS/FAIL \
+                per test and SUMMARY, writes 0 to the debug-exit port when all pass",
+    },
+    Builtin {
+        name: "conformance-flat",
+        image: CONFORMANCE_MULTIBOOT_FLAT,
+        about: "the conformance kernel as a flat multiboot binary (a.out kludge)",
+    },
+    Builtin {
+        name: "conformance-pvh",
+        image: CONFORMANCE_PVH,
+        about: "the conformance kernel as a PVH ELF (Xen PHYS32 entry note)",
+    },
+    Builtin {
+        name: "realmode",
+        image: CONFORMANCE_REALMODE,
+        about: "a kernel linked at 0x8000 that drops to real mode, prints one line, exits",
+    },
+    Builtin {
+        name: "harness",
+        image: HARNESS,
+        about: "the second timing harness: times the lab's instructions, prints raw \
+                totals (command line words in crates/guest/harness/harness.c)",
+    },
+    Builtin {
+        name: "chaos",
+        image: CHAOS,
+        about: "a seeded hostile guest booted again and again for --seconds, ending with \
+                an account of exits and faults",
+    },
+];
+
+/// The built-in kernel called `name`.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -175,6 +230,20 @@ mod tests {
                 le32_at(b, p + 20),
             ]
         })
+    }
+
+    #[test]
+    fn every_builtin_is_a_distinct_named_image() {
+        for (i, b) in BUILTINS.iter().enumerate() {
+            assert!(!b.image.is_empty() && !b.about.is_empty(), "{}", b.name);
+            assert!(core::ptr::eq(builtin(b.name).unwrap(), b));
+            for o in &BUILTINS[i + 1..] {
+                assert_ne!(b.name, o.name);
+                assert_ne!(b.image.as_ptr(), o.image.as_ptr(), "{} {}", b.name, o.name);
+            }
+        }
+        assert!(builtin("nosuch").is_none());
+        assert!(builtin("chaos").is_some() && builtin("conformance").is_some());
     }
 
     #[test]

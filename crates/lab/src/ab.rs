@@ -113,12 +113,24 @@ pub fn run(
     out.config.knobs.remove(spec.knob.name);
     out.wall_seconds = started.elapsed().as_secs_f64();
     out.notes = notes;
+    // Each side's run of each round has its own host-noise note (its own counts and
+    // limit); the file gets one, with the counts added up.
+    let mut noisy_runs = 0;
     for r in a_runs.iter().chain(&b_runs) {
         for n in &r.notes {
-            if !out.notes.contains(n) {
+            if n.starts_with(HOST_NOISE_NOTE) {
+                noisy_runs += 1;
+            } else if !out.notes.contains(n) {
                 out.notes.push(n.clone());
             }
         }
+    }
+    if noisy_runs > 0 {
+        out.notes.push(noise_summary(
+            a_runs.iter().chain(&b_runs),
+            noisy_runs,
+            a_runs.len() + b_runs.len(),
+        ));
     }
     out.incomplete = interrupted.map(|round| {
         format!(
@@ -133,6 +145,27 @@ pub fn run(
         order,
     });
     Ok(out)
+}
+
+/// How the notes of bench's runs start when the host-noise detector left samples out
+/// (`bench::noise_note`).
+const HOST_NOISE_NOTE: &str = "host noise: ";
+
+/// One host-noise note for all the runs of an A/B experiment: the samples left out over
+/// both sides and every round, and in how many of the runs.
+fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all: usize) -> String {
+    let (mut dropped, mut total) = (0, 0);
+    for t in runs.flat_map(|r| &r.tests).filter(|t| t.status.is_ok()) {
+        if let Some(s) = &t.round_spread {
+            dropped += s.dropped_samples;
+            total += t.samples;
+        }
+    }
+    format!(
+        "{HOST_NOISE_NOTE}{dropped} of {total} samples left out of the figures over both sides \
+         (in {noisy} of the {all} runs, one per side and round): their empty loop ran slower \
+         than its run's quietest round allows (exit checks count them)"
+    )
 }
 
 /// Merges one side's one-round runs into one result per test: the rounds' figures in

@@ -346,7 +346,7 @@ mod tests {
     fn open_errors_say_what_to_do() {
         let missing = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
         assert!(missing.contains("/dev/kvm does not exist"), "{missing}");
-        assert!(missing.contains("kvm_intel or kvm_amd"), "{missing}");
+        assert!(missing.contains("`exitlab host` says why"), "{missing}");
         let denied = open_error(std::io::Error::from_raw_os_error(libc::EACCES)).to_string();
         assert!(
             denied.contains("run as root or add your user to the group"),
