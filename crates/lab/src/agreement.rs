@@ -43,7 +43,7 @@ use serde::Serialize;
 use crate::bench::{self, BenchOptions, Progress};
 use crate::catalogue;
 use crate::runner::{RunError, RunParams};
-use exitlab_results::report::{fmt_cycles, layout, Align};
+use exitlab_results::format::{fmt_cycles, layout, Align};
 use exitlab_results::results::{Results, TestStatus};
 use exitlab_results::stats::{summarize, Summary};
 

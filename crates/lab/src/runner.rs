@@ -606,7 +606,7 @@ fn run_in(
             m.pin_error = stuck.pin_error;
         }
     }
-    crate::smp::account(&mut m, lab.vm.memory(), cpus, ap_report);
+    account_aps(&mut m, lab.vm.memory(), cpus, ap_report);
     Ok(m)
 }
 
@@ -909,7 +909,7 @@ fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Inst
             };
             m.doorbells = hook.doorbells;
             m.samples = hook.records;
-            crate::smp::account_bsp(m, f.vcpu.kvm_stats());
+            account_bsp(m, f.vcpu.kvm_stats());
         }
         (stop, None) => {
             m.outcome = Outcome::Failed(format!(
@@ -944,6 +944,81 @@ fn describe_stop(stop: &VcpuStop, vcpu: &Vcpu) -> String {
         }
     }
     msg
+}
+
+/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
+/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
+fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
+    m.per_vcpu.insert(
+        0,
+        exitlab_results::irq::VcpuExits {
+            vcpu: 0,
+            user: m.counts,
+            kvm_exits: m.kvm_exits(),
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        },
+    );
+}
+
+/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
+/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
+/// test's, and the APIC ids of vCPUs that never came up in any failure message.
+fn account_aps(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: crate::smp::ApReport) {
+    if cpus > 1 {
+        let missing = crate::smp::missing_cpus(mem, cpus);
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
+            let note = format!(
+                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
+                ids.join(", ")
+            );
+            match &mut m.outcome {
+                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
+                Outcome::Completed => {
+                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
+                }
+                Outcome::Skipped(_) => {}
+            }
+        }
+    }
+    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
+        if cpus > 1 {
+            s.push_str(&format!(
+                "\nper-vCPU records: {}",
+                crate::smp::percpu_summary(mem, cpus)
+            ));
+        }
+        if let Some(e) = &aps.error {
+            s.push_str(&format!("\nAP: {e}"));
+        } else if !aps.exits.is_empty() {
+            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
+            // an interrupt lost by the host is told from a target that stopped running.
+            let each: Vec<String> = aps
+                .exits
+                .iter()
+                .map(|a| {
+                    format!(
+                        "vCPU {}: {} userspace exits, {} KVM exits",
+                        a.vcpu,
+                        a.user.total(),
+                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
+                    )
+                })
+                .collect();
+            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
+        }
+    }
+    if m.outcome == Outcome::Completed {
+        if let Some(e) = aps.error {
+            m.outcome = Outcome::Failed(e);
+            m.samples.clear();
+            return;
+        }
+        for ap in &aps.exits {
+            m.counts = m.counts.plus(&ap.user);
+        }
+        m.per_vcpu.extend(aps.exits);
+    }
 }
 
 #[cfg(test)]

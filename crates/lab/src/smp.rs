@@ -18,7 +18,6 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use exitlab_results::irq::{ApicMode, Idle, IrqConfig, VcpuExits};
 
 use crate::catalogue::TestDef;
-use crate::runner::{Measurement, Outcome};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -268,14 +267,6 @@ fn idle_abi(idle: Idle) -> u64 {
     }
 }
 
-impl crate::runner::RunParams {
-    /// Sets an interrupt knob of the run by name (one of [`KNOB_NAMES`]), as an A/B
-    /// experiment varies it: `set_irq_knob("apic", "x2apic")`.
-    pub fn set_irq_knob(&mut self, name: &str, value: &str) -> Result<(), String> {
-        self.irq.set(name, value)
-    }
-}
-
 /// Writes the interrupt words of the control page.
 pub fn write_control(mem: &GuestMemoryMmap, knobs: &IrqKnobs, def: &TestDef) -> Result<(), String> {
     let words = [
@@ -398,83 +389,8 @@ impl Aps {
     }
 }
 
-/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
-/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
-pub fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
-    m.per_vcpu.insert(
-        0,
-        VcpuExits {
-            vcpu: 0,
-            user: m.counts,
-            kvm_exits: m.kvm_exits(),
-            halt_exits: stats.and_then(|s| s.read("halt_exits")),
-        },
-    );
-}
-
-/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
-/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
-/// test's, and the APIC ids of vCPUs that never came up in any failure message.
-pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
-    if cpus > 1 {
-        let missing = missing_cpus(mem, cpus);
-        if !missing.is_empty() {
-            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
-            let note = format!(
-                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
-                ids.join(", ")
-            );
-            match &mut m.outcome {
-                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
-                Outcome::Completed => {
-                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
-                }
-                Outcome::Skipped(_) => {}
-            }
-        }
-    }
-    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
-        if cpus > 1 {
-            s.push_str(&format!(
-                "\nper-vCPU records: {}",
-                percpu_summary(mem, cpus)
-            ));
-        }
-        if let Some(e) = &aps.error {
-            s.push_str(&format!("\nAP: {e}"));
-        } else if !aps.exits.is_empty() {
-            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
-            // an interrupt lost by the host is told from a target that stopped running.
-            let each: Vec<String> = aps
-                .exits
-                .iter()
-                .map(|a| {
-                    format!(
-                        "vCPU {}: {} userspace exits, {} KVM exits",
-                        a.vcpu,
-                        a.user.total(),
-                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
-                    )
-                })
-                .collect();
-            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
-        }
-    }
-    if m.outcome == Outcome::Completed {
-        if let Some(e) = aps.error {
-            m.outcome = Outcome::Failed(e);
-            m.samples.clear();
-            return;
-        }
-        for ap in &aps.exits {
-            m.counts = m.counts.plus(&ap.user);
-        }
-        m.per_vcpu.extend(aps.exits);
-    }
-}
-
 /// What each vCPU's record on the per-vCPU page says, for failure reports.
-fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
+pub fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
     let parts: Vec<String> = (0..cpus.min(64))
         .map(|i| {
             let w = |f: u64| {
@@ -494,29 +410,6 @@ fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
         })
         .collect();
     parts.join("; ")
-}
-
-/// With HLT exits disabled, no vCPU may have a HLT exit in KVM's binary stats; a host
-/// that accepts KVM_X86_DISABLE_EXITS_HLT but still intercepts HLT fails the check.
-pub fn check_disabled_exits(m: &Measurement, check: &mut exitlab_results::results::ExitCheck) {
-    if m.params.irq.disable_exits & knobs::DISABLE_HLT == 0 {
-        return;
-    }
-    let exiting: Vec<String> = m
-        .per_vcpu
-        .iter()
-        .filter_map(|v| match v.halt_exits {
-            Some(n) if n > 0 => Some(format!("{n} on vCPU {}", v.vcpu)),
-            _ => None,
-        })
-        .collect();
-    if !exiting.is_empty() {
-        check.passed = false;
-        check.detail += &format!(
-            "; HLT exits were disabled (KVM_X86_DISABLE_EXITS_HLT accepted), yet KVM counted HLT exits: {} (this host does not honour the capability)",
-            exiting.join(", ")
-        );
-    }
 }
 
 /// Host CPUs shared by several vCPUs of a run (`pin` is vCPU 0's), for a warning.
@@ -593,5 +486,18 @@ mod tests {
         assert_eq!(k.ap_pin(1), Some(1));
         assert_eq!(k.ap_pin(2), None);
         assert_eq!(k.ap_pin(0), None);
+    }
+
+    #[test]
+    fn results_written_before_the_irqchip_knob_read_as_the_default_record() {
+        // exitlab-results defaults a missing irqchip to "kernel": the name of the VMM's
+        // kernel irqchip, which such runs had.
+        let old: IrqConfig = serde_json::from_str(
+            r#"{"apic":"xapic","cpus":0,"idle":"poll","disable_exits":"none",
+                "halt_poll_ns":null,"pv_ipi":null,"pins":[null]}"#,
+        )
+        .unwrap();
+        assert_eq!(old, IrqKnobs::default().record(None));
+        assert_eq!(old.irqchip, IrqChip::Kernel.name());
     }
 }
