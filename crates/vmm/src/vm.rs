@@ -417,6 +417,58 @@ mod tests {
     }
 
     #[test]
+    fn the_vcpu_gets_the_cpu_template_s_cpuid() {
+        let kvm = Arc::new(crate::testing::kvm_or_fail());
+        let x2apic = cpuid::feature("x2apic").unwrap();
+        let vm = Vm::new(
+            kvm,
+            VmConfig {
+                cpu: cpuid::CpuTemplate {
+                    model: cpuid::model("qemu64"),
+                    vendor: Some(*b"AuthenticAMD"),
+                    remove: vec![x2apic, cpuid::TSC_DEADLINE],
+                    phys_bits: cpuid::PhysBits::Exact(36),
+                    ..Default::default()
+                },
+                ..VmConfig::default()
+            },
+        )
+        .unwrap();
+        let vcpu = vm
+            .create_vcpu(VcpuConfig {
+                id: 0,
+                stamp_gpa: None,
+                run_log: 0,
+                doorbell_port: None,
+                hlt: crate::vcpu::HltPolicy::Stop,
+            })
+            .unwrap();
+        let c = vcpu
+            .fd()
+            .get_cpuid2(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+            .unwrap();
+        let (eax0, ebx, ecx, edx) = cpuid::lookup(&c, 0, 0).unwrap();
+        let v: Vec<u8> = [ebx, edx, ecx]
+            .into_iter()
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        assert_eq!(&v, b"AuthenticAMD");
+        assert_eq!(eax0, 0xd, "qemu64's level");
+        let (eax1, _, ecx1, _) = cpuid::lookup(&c, 1, 0).unwrap();
+        assert_eq!(
+            cpuid::split_version(eax1),
+            (15, 107, 1),
+            "qemu64's family/model/stepping"
+        );
+        assert_eq!(
+            ecx1 & (1 << 21 | 1 << 24),
+            0,
+            "x2apic and tsc-deadline hidden"
+        );
+        assert_eq!(cpuid::lookup(&c, 0x8000_0008, 0).unwrap().0 & 0xff, 36);
+    }
+
+    #[test]
     fn a_split_irqchip_puts_the_ioapic_and_pic_on_the_buses_or_names_the_capability() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
         let r = Vm::new(
