@@ -11,6 +11,7 @@ pub mod counts;
 pub mod cpuid;
 mod error;
 pub mod exit;
+pub mod hook;
 pub mod irqchip;
 pub mod knobs;
 pub mod kvmstats;
