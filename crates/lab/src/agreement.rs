@@ -235,11 +235,11 @@ pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<Stri
 /// HLT comes to userspace and ends the run (ports the in-kernel PIC would answer, such
 /// as 0x4D0, come to userspace too).
 pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<(), String> {
-    use exitlab_vmm::thread;
+    use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
     use exitlab_vmm::vcpu::{Handler, HltPolicy, NoHook, VcpuConfig, VcpuStop};
-    use exitlab_vmm::vm::{Vm, VmConfig};
+    use exitlab_vmm::vm::VmConfig;
     const RAM: u64 = 64 << 20;
-    let vm = Vm::new(
+    let mut b = MachineBuilder::new(
         kvm.clone(),
         VmConfig {
             ram: exitlab_boot::layout::ram_regions(RAM)
@@ -262,27 +262,27 @@ pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result
         pm_timer_32bit: true,
         prefer_pvh: false,
     };
-    let loaded = exitlab_boot::load(vm.memory().as_ref(), exitlab_guest::HARNESS, &opts)
+    let loaded = exitlab_boot::load(b.vm().memory().as_ref(), exitlab_guest::HARNESS, &opts)
         .map_err(|e| format!("cannot load the harness: {e}"))?;
-    let vcpu = vm
-        .create_vcpu(VcpuConfig {
+    let spec = VcpuSpec {
+        entry: Some(&loaded.entry),
+        handler: Handler::Bare,
+        ..VcpuSpec::new(VcpuConfig {
             id: 0,
             stamp_gpa: None,
             run_log: 0,
             doorbell_port: None,
             hlt: HltPolicy::Stop,
         })
-        .map_err(|e| e.to_string())?;
-    vcpu.set_entry(&loaded.entry).map_err(|e| e.to_string())?;
-    let th = thread::spawn(vcpu, NoHook, None, Handler::Bare).map_err(|e| e.to_string())?;
-    match th.wait(std::time::Duration::from_secs(timeout_s)) {
+    };
+    b.add_vcpu(spec, NoHook).map_err(|e| e.to_string())?;
+    let mut machine = b.start().map_err(|e| e.to_string())?;
+    match machine.wait_for(0, std::time::Duration::from_secs(timeout_s)) {
         // The bare loop stops on any exit but port and MMIO accesses: here, the HLT.
         Some(f) if matches!(&f.stop, VcpuStop::Unexpected(w) if w.starts_with("Hlt")) => Ok(()),
         Some(f) => Err(format!("the harness stopped: {}", f.stop.describe())),
-        None => {
-            let _ = th.stop(std::time::Duration::from_secs(1));
-            Err(format!("the harness did not halt within {timeout_s} s"))
-        }
+        // Dropping the machine stops the vCPU.
+        None => Err(format!("the harness did not halt within {timeout_s} s")),
     }
 }
 

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use exitlab_devices::sink::Sink;
 use exitlab_devices::{BusDevice, IoAction};
 use exitlab_guest::abi;
+use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
-use exitlab_vmm::thread::{self, Finished};
+use exitlab_vmm::thread::Finished;
 use exitlab_vmm::vcpu::{
-    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, Vcpu, VcpuConfig, VcpuStop,
+    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
 };
-use exitlab_vmm::vm::{IoSpace, Vm, VmConfig};
+use exitlab_vmm::vm::{IoSpace, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -233,8 +234,11 @@ enum Stage {
     Done,
 }
 
-/// The doorbell side of the lab protocol.
-struct LabHook {
+/// The doorbell side of the lab protocol, on vCPU 0; an AP's hook ([`LabHook::ap`]) only
+/// catches a doorbell an AP should never ring.
+pub(crate) struct LabHook {
+    /// An AP's hook: every doorbell is an error.
+    ap: bool,
     wanted: u64,
     records: Vec<abi::Sample>,
     buf: Vec<u8>,
@@ -245,16 +249,33 @@ struct LabHook {
     end_kvm: Option<BTreeMap<String, u64>>,
     doorbells: u64,
     ready_at: Option<Instant>,
-    error: Option<String>,
+    /// The protocol violation or fault that stopped the vCPU, if any.
+    pub(crate) error: Option<String>,
     progress: Arc<AtomicU64>,
 }
 
 impl LabHook {
     fn new(wanted: u64, progress: Arc<AtomicU64>) -> LabHook {
+        LabHook::with_role(false, wanted, progress)
+    }
+
+    /// The hook of an AP: it has no doorbell protocol of its own; a fault it reports
+    /// stops it.
+    pub(crate) fn ap() -> LabHook {
+        LabHook::with_role(true, 0, Arc::new(AtomicU64::new(0)))
+    }
+
+    fn with_role(ap: bool, wanted: u64, progress: Arc<AtomicU64>) -> LabHook {
         LabHook {
+            ap,
             wanted,
             records: Vec::with_capacity(wanted.min(1 << 22) as usize),
-            buf: vec![0u8; (abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES) as usize],
+            // An AP takes no batches: no ring buffer.
+            buf: if ap {
+                Vec::new()
+            } else {
+                vec![0u8; (abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES) as usize]
+            },
             stage: Stage::Booting,
             start_counts: ExitCounts::default(),
             end_counts: ExitCounts::default(),
@@ -337,6 +358,12 @@ const CONTROL_FAULT_CR2: u64 = 14;
 
 impl ExitHook for LabHook {
     fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
+        if self.ap {
+            return self.fail(format!(
+                "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
+                ctx.vcpu_id, ctx.value
+            ));
+        }
         let flow = self.handle_doorbell(ctx);
         // Progress as the watchdog counts it: doorbells plus samples handed over.
         self.progress.store(
@@ -563,20 +590,20 @@ pub fn run_test_on_pc_bus(
         cmdline: String::new(),
         serial: SerialOut::None,
     };
+    let vm = lab.builder.vm();
     lab._platform =
-        Some(build_pc_platform(&lab.vm, platform).map_err(|e| RunError::Platform(e.to_string()))?);
-    lab.vm
-        .pio_bus()
+        Some(build_pc_platform(vm, platform).map_err(|e| RunError::Platform(e.to_string()))?);
+    vm.pio_bus()
         .insert(Arc::new(Sink::new()), abi::USER_PORT.into(), 4)
         .map_err(VmmError::from)?;
-    let devices = lab.vm.pio_bus().len() + lab.vm.mmio_bus().len();
+    let devices = vm.pio_bus().len() + vm.mmio_bus().len();
     Ok((run_in(lab, kvm, image, def, params, started)?, devices))
 }
 
-/// Runs `def` in `lab`, a VM built for it: loads the guest, runs the vCPU under the
-/// watchdog and collects what it measured.
+/// Runs `def` in `lab`, a VM built for it: loads the guest, runs the vCPUs under the
+/// watchdog and collects what they measured.
 fn run_in(
-    lab: LabVm,
+    mut lab: LabVm,
     kvm: &Arc<Kvm>,
     image: &[u8],
     def: &'static TestDef,
@@ -584,26 +611,24 @@ fn run_in(
     started: Instant,
 ) -> Result<Measurement, RunError> {
     let mut m = Measurement::new(def, params);
-    let vcpu = lab.load_guest(kvm, image, def, &params)?;
+    let progress = Arc::new(AtomicU64::new(0));
+    let vcpu = lab.load_guest(kvm, image, def, &params, progress.clone())?;
     let tsc_offset = vcpu.tsc_offset();
     m.tsc_khz = vcpu.tsc_khz();
-    let progress = Arc::new(AtomicU64::new(0));
-    let hook = LabHook::new(params.samples, progress.clone());
-    let run_loop = if params.bare {
-        Handler::Bare
-    } else {
-        Handler::Devices
-    };
-    // The APs exist (waiting for their SIPI) before vCPU 0 can send it.
     let cpus = params.irq.cpus_for(def);
-    let aps = crate::smp::spawn_aps(&lab.vm, &params.irq, cpus)?;
-    let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
-    let watched = watch_progress(th, lab.vm.memory(), &params, &progress);
+    crate::smp::add_aps(&mut lab.builder, &params.irq, cpus)?;
+    let LabVm {
+        builder,
+        _platform,
+        _ioevent,
+    } = lab;
+    let mut machine = builder.start()?;
+    let watched = watch_progress(&mut machine, &params, &progress);
     m.wall = started.elapsed();
-    let ap_report = aps.stop();
+    let ap_report = crate::smp::ap_report(machine.stop_all(crate::smp::AP_STOP_GRACE));
     match watched {
         Ok(f) => {
-            collect(&mut m, f, &lab, started);
+            collect(&mut m, f, &machine, started);
             m.rounds = vec![Round {
                 samples: m.samples.len(),
                 tsc_offset,
@@ -614,13 +639,13 @@ fn run_in(
             m.pin_error = stuck.pin_error;
         }
     }
-    crate::smp::account(&mut m, lab.vm.memory(), cpus, ap_report);
+    crate::smp::account(&mut m, machine.memory(), cpus, ap_report);
     Ok(m)
 }
 
-/// The VM of one lab test and what must live as long as it.
+/// The VM of one lab test, being built, and what must live as long as it.
 struct LabVm {
-    vm: Vm,
+    builder: MachineBuilder<LabHook>,
     // The PC platform's devices, when the test runs on a populated bus.
     _platform: Option<PcPlatform>,
     // Keeps the ioeventfd registered for the VM's lifetime; nobody needs to read it.
@@ -631,48 +656,77 @@ impl LabVm {
     /// Creates the VM the test's platform needs, with the userspace MMIO page on its bus
     /// and, for the ioeventfd test, the ioeventfd.
     fn build(kvm: &Arc<Kvm>, def: &TestDef, params: &RunParams) -> Result<LabVm, RunError> {
-        let mut vm = Vm::new(kvm.clone(), vm_config(def, &params.irq))?;
-        vm.mmio_bus()
-            .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
-            .map_err(VmmError::from)?;
+        let mut builder = lab_builder(kvm, vm_config(def, &params.irq))?;
         let _ioevent = if def.platform == Platform::MmioIoeventfd {
-            Some(vm.add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?)
+            Some(
+                builder
+                    .vm_mut()
+                    .add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?,
+            )
         } else {
             None
         };
         Ok(LabVm {
-            vm,
+            builder,
             _platform: None,
             _ioevent,
         })
     }
 
     /// Loads the lab kernel, writes the test's parameters into the control page and
-    /// creates the vCPU at the kernel's entry.
+    /// adds vCPU 0 at the kernel's entry, with the lab's doorbell protocol as its hook.
     fn load_guest(
-        &self,
+        &mut self,
         kvm: &Kvm,
         image: &[u8],
         def: &TestDef,
         params: &RunParams,
-    ) -> Result<Vcpu, RunError> {
-        let mem = self.vm.memory();
+        progress: Arc<AtomicU64>,
+    ) -> Result<&exitlab_vmm::vcpu::Vcpu, RunError> {
+        let mem = self.builder.vm().memory();
         let entry = crate::kernel::load(mem, image, LAB_RAM_BYTES).map_err(RunError::Load)?;
         write_control(mem, def, params, test_argument(kvm, def)).map_err(RunError::Load)?;
         crate::smp::write_control(mem, &params.irq, def).map_err(RunError::Load)?;
-        let vcpu = self.vm.create_vcpu(VcpuConfig {
-            id: 0,
-            stamp_gpa: Some(abi::STAMPS_GPA),
-            run_log: if def.kvm_run_log && !params.bare {
-                (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+        let spec = VcpuSpec {
+            entry: Some(&entry),
+            pin: params.pin,
+            handler: if params.bare {
+                Handler::Bare
             } else {
-                0
+                Handler::Devices
             },
-            doorbell_port: Some(abi::DOORBELL_PORT),
-            hlt: HltPolicy::Resume,
-        })?;
-        vcpu.set_entry(&entry)?;
-        Ok(vcpu)
+            ..VcpuSpec::new(VcpuConfig {
+                run_log: if def.kvm_run_log && !params.bare {
+                    (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+                } else {
+                    0
+                },
+                ..boot_vcpu()
+            })
+        };
+        let hook = LabHook::new(params.samples, progress);
+        Ok(self.builder.add_vcpu(spec, hook)?)
+    }
+}
+
+/// A lab VM of `config` with the userspace MMIO page on its bus.
+fn lab_builder(kvm: &Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<LabHook>, RunError> {
+    let b = MachineBuilder::new(kvm.clone(), config)?;
+    b.vm()
+        .mmio_bus()
+        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+        .map_err(VmmError::from)?;
+    Ok(b)
+}
+
+/// vCPU 0 of a lab VM: the stamp page and doorbell of the lab kernel, HLT exits resumed.
+fn boot_vcpu() -> VcpuConfig {
+    VcpuConfig {
+        id: 0,
+        stamp_gpa: Some(abi::STAMPS_GPA),
+        run_log: 0,
+        doorbell_port: Some(abi::DOORBELL_PORT),
+        hlt: HltPolicy::Resume,
     }
 }
 
@@ -709,31 +763,25 @@ pub fn protocol_boot(
     cmdline: &str,
     limit: Duration,
 ) -> Result<ProtocolBoot, RunError> {
-    let vm = Vm::new(
-        kvm.clone(),
+    let mut b = lab_builder(
+        kvm,
         VmConfig {
             ram: vec![(0, LAB_RAM_BYTES)],
             ..VmConfig::default()
         },
     )?;
-    vm.mmio_bus()
-        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
-        .map_err(VmmError::from)?;
-    let entry = crate::kernel::load_with_cmdline(vm.memory(), image, LAB_RAM_BYTES, cmdline)
+    let entry = crate::kernel::load_with_cmdline(b.vm().memory(), image, LAB_RAM_BYTES, cmdline)
         .map_err(RunError::Load)?;
-    let vcpu = vm.create_vcpu(VcpuConfig {
-        id: 0,
-        stamp_gpa: Some(abi::STAMPS_GPA),
-        run_log: 0,
-        doorbell_port: Some(abi::DOORBELL_PORT),
-        hlt: HltPolicy::Resume,
-    })?;
-    vcpu.set_entry(&entry)?;
+    let spec = VcpuSpec {
+        entry: Some(&entry),
+        ..VcpuSpec::new(boot_vcpu())
+    };
     let hook = LabHook::new(PROTOCOL_SAMPLES, Arc::new(AtomicU64::new(0)));
-    let th = thread::spawn(vcpu, hook, None, Handler::Devices)?;
-    let (f, time_up) = match th.wait(limit) {
+    b.add_vcpu(spec, hook)?;
+    let mut machine = b.start()?;
+    let (f, time_up) = match machine.wait_for(0, limit) {
         Some(f) => (f, false),
-        None => match th.stop(Duration::from_secs(2)) {
+        None => match machine.stop(0, Duration::from_secs(2)) {
             Some(f) => (f, true),
             None => {
                 return Ok(ProtocolBoot {
@@ -834,23 +882,23 @@ struct Stuck {
     pin_error: Option<String>,
 }
 
-/// Waits for the vCPU thread to finish, stopping it when the guest makes no progress for
+/// Waits for vCPU 0 to finish, stopping it when the guest makes no progress for
 /// `params.timeout`. Progress is the guest's: doorbells, samples handed over, samples
 /// written into the ring since the last hand-over, and userspace exits (so that a test
 /// whose samples each take many exits, or a slow host, is not stopped while it moves;
 /// a guest stuck on one instruction that KVM never completes makes none of these).
 fn watch_progress(
-    th: thread::VcpuThread<LabHook>,
-    mem: &GuestMemoryMmap,
+    machine: &mut Machine<LabHook>,
     params: &RunParams,
     progress: &AtomicU64,
 ) -> Result<Finished<LabHook>, Stuck> {
     let mut seen = 0;
     let mut last_change = Instant::now();
     loop {
-        if let Some(f) = th.wait(Duration::from_millis(25)) {
+        if let Some(f) = machine.wait_for(0, Duration::from_millis(25)) {
             return Ok(f);
         }
+        let mem = machine.memory();
         let p = progress
             .load(Ordering::Relaxed)
             .wrapping_add(ring_fill(mem, 0))
@@ -868,7 +916,7 @@ fn watch_progress(
                 "no progress for {:.1} s {what}: the guest is stuck (on this host a hypercall never completes, for example)",
                 params.timeout.as_secs_f64()
             );
-            return Err(match th.stop(Duration::from_secs(2)) {
+            return Err(match machine.stop(0, Duration::from_secs(2)) {
                 Some(f) => Stuck {
                     reason: format!(
                         "{msg}\nvCPU registers when stopped:\n{}",
@@ -889,9 +937,14 @@ fn watch_progress(
 
 /// Takes what a finished vCPU thread collected into `m`: the samples and exit counts of
 /// a completed run, or why it failed.
-fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Instant) {
+fn collect(
+    m: &mut Measurement,
+    f: Finished<LabHook>,
+    machine: &Machine<LabHook>,
+    started: Instant,
+) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
-    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(lab.vm.memory());
+    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(machine.memory());
     m.kvm_run_log = f
         .vcpu
         .run_log()
@@ -900,33 +953,28 @@ fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Inst
         .skip(m.params.warmup as usize)
         .copied()
         .collect();
-    let hook = f.hook;
-    m.boot_time = hook.ready_at.map(|t| t.duration_since(started));
-    match (&f.stop, &hook.error) {
-        (_, Some(err)) => {
-            m.outcome = Outcome::Failed(format!(
-                "{err}\nvCPU registers:\n{}",
-                f.vcpu.dump_registers()
-            ));
-        }
-        (VcpuStop::Hook(0), None) if hook.stage == Stage::Done => {
-            m.counts = hook.end_counts.since(&hook.start_counts);
-            m.kvm_counters = match (hook.start_kvm, hook.end_kvm) {
-                (Some(a), Some(b)) => Some(counter_deltas(&a, &b)),
-                _ => None,
-            };
-            m.doorbells = hook.doorbells;
-            m.samples = hook.records;
-            crate::smp::account_bsp(m, f.vcpu.kvm_stats());
-        }
-        (stop, None) => {
-            m.outcome = Outcome::Failed(format!(
-                "{}\nvCPU registers:\n{}",
-                describe_stop(stop, &f.vcpu),
-                f.vcpu.dump_registers()
-            ));
-        }
+    m.boot_time = f.hook.ready_at.map(|t| t.duration_since(started));
+    let failure = match (&f.stop, &f.hook.error) {
+        (_, Some(err)) => Some(err.clone()),
+        (VcpuStop::Hook(0), None) if f.hook.stage == Stage::Done => None,
+        (_, None) => Some(f.describe()),
+    };
+    if let Some(why) = failure {
+        m.outcome = Outcome::Failed(format!(
+            "{why}\nvCPU registers:\n{}",
+            f.vcpu.dump_registers()
+        ));
+        return;
     }
+    let hook = f.hook;
+    m.counts = hook.end_counts.since(&hook.start_counts);
+    m.kvm_counters = match (hook.start_kvm, hook.end_kvm) {
+        (Some(a), Some(b)) => Some(counter_deltas(&a, &b)),
+        _ => None,
+    };
+    m.doorbells = hook.doorbells;
+    m.samples = hook.records;
+    crate::smp::account_bsp(m, f.vcpu.kvm_stats());
 }
 
 /// Each counter's growth from `start` to `end` (counters present in both).
@@ -937,21 +985,6 @@ fn counter_deltas(
     end.iter()
         .filter_map(|(k, &b)| Some((k.clone(), b.wrapping_sub(*start.get(k)?))))
         .collect()
-}
-
-/// Why the vCPU stopped, with the bytes at RIP when KVM could not emulate an
-/// instruction and did not say which.
-fn describe_stop(stop: &VcpuStop, vcpu: &Vcpu) -> String {
-    let mut msg = stop.describe();
-    if let VcpuStop::InternalError { insn, .. } = stop {
-        if insn.is_empty() {
-            if let Some(b) = vcpu.bytes_at_rip() {
-                let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                msg += &format!("; bytes at rip: {}", hex.join(" "));
-            }
-        }
-    }
-    msg
 }
 
 #[cfg(test)]

@@ -6,19 +6,18 @@
 use std::time::Duration;
 
 use exitlab_guest::abi;
+use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
 use exitlab_vmm::knobs::{self, VmKnobs};
-use exitlab_vmm::thread::{self, VcpuThread};
-use exitlab_vmm::vcpu::{
-    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig,
-};
+use exitlab_vmm::thread::Finished;
+use exitlab_vmm::vcpu::{HltPolicy, VcpuConfig, VcpuStop};
 use exitlab_vmm::vm::IrqChip;
-use exitlab_vmm::vm::{Vm, VmConfig};
+use exitlab_vmm::vm::VmConfig;
 use exitlab_vmm::Kvm;
 use exitlab_vmm::VmmError;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::catalogue::TestDef;
-use crate::runner::{Measurement, Outcome};
+use crate::runner::{LabHook, Measurement, Outcome};
 
 /// How the guest drives its local APICs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -476,60 +475,34 @@ pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Exits of one vCPU over a test.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VcpuExits {
-    /// vCPU index (= APIC id).
-    pub vcpu: u32,
-    /// Userspace exits by reason.
-    pub user: ExitCounts,
-    /// KVM's count of all exits (binary stats), when the host has them.
-    pub kvm_exits: Option<u64>,
-    /// KVM's count of HLT exits (binary stats `halt_exits`), when the host has them.
-    pub halt_exits: Option<u64>,
-}
+/// Exits of one vCPU over a test (vCPU 0 between READY and DONE, the APs over the whole
+/// run): the VMM's per-vCPU record.
+pub use exitlab_vmm::counts::VcpuExits;
 
-/// The hook of an AP: it has no doorbell protocol of its own; a fault it reports stops it.
-pub struct ApHook {
-    /// The fault an AP reported, if any.
-    pub error: Option<String>,
-}
+/// How long the lab waits for each AP to leave KVM_RUN after the kick that stops it.
+pub const AP_STOP_GRACE: Duration = Duration::from_secs(2);
 
-impl ExitHook for ApHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
-        self.error = Some(format!(
-            "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
-            ctx.vcpu_id, ctx.value
-        ));
-        HookReply::Stop(1)
-    }
-}
-
-/// The running APs of a VM.
-pub struct Aps {
-    threads: Vec<VcpuThread<ApHook>>,
-}
-
-/// Creates vCPUs 1..cpus (the in-kernel LAPIC keeps them waiting for a SIPI) and starts
-/// their threads, each pinned as the knobs say.
-pub fn spawn_aps(vm: &Vm, knobs: &IrqKnobs, cpus: u32) -> Result<Aps, VmmError> {
-    let mut threads = Vec::new();
+/// Adds vCPUs 1..cpus to the machine (the in-kernel LAPIC keeps them waiting for a
+/// SIPI), each pinned as the knobs say; the machine starts them before vCPU 0.
+pub(crate) fn add_aps(
+    b: &mut MachineBuilder<LabHook>,
+    knobs: &IrqKnobs,
+    cpus: u32,
+) -> Result<(), VmmError> {
     for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
-        let vcpu = vm.create_vcpu(VcpuConfig {
-            id,
-            stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
-            run_log: 0,
-            doorbell_port: Some(abi::DOORBELL_PORT),
-            hlt: HltPolicy::Resume,
-        })?;
-        threads.push(thread::spawn(
-            vcpu,
-            ApHook { error: None },
-            knobs.ap_pin(id),
-            Handler::Devices,
-        )?);
+        let spec = VcpuSpec {
+            pin: knobs.ap_pin(id),
+            ..VcpuSpec::new(VcpuConfig {
+                id,
+                stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
+                run_log: 0,
+                doorbell_port: Some(abi::DOORBELL_PORT),
+                hlt: HltPolicy::Resume,
+            })
+        };
+        b.add_vcpu(spec, LabHook::ap())?;
     }
-    Ok(Aps { threads })
+    Ok(())
 }
 
 /// What the APs did, once stopped.
@@ -541,41 +514,34 @@ pub struct ApReport {
     pub error: Option<String>,
 }
 
-impl Aps {
-    /// Stops every AP and collects its exits. An AP's `intr` exits are not counted: they
-    /// are the VMM's own signals (the kicks that stop it), not the guest's doing.
-    pub fn stop(self) -> ApReport {
-        let mut r = ApReport::default();
-        for th in self.threads {
-            match th.stop(Duration::from_secs(2)) {
-                Some(f) => {
-                    let mut user = *f.vcpu.counts();
-                    user.intr = 0;
-                    let stats = f.vcpu.kvm_stats();
-                    r.exits.push(VcpuExits {
-                        vcpu: f.vcpu.id(),
-                        user,
-                        kvm_exits: stats.and_then(|s| s.read("exits")),
-                        halt_exits: stats.and_then(|s| s.read("halt_exits")),
-                    });
-                    if r.error.is_none() {
-                        if let Some(e) = f.hook.error {
-                            r.error = Some(e);
-                        } else if !matches!(f.stop, exitlab_vmm::vcpu::VcpuStop::Kicked) {
-                            r.error =
-                                Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
-                        }
+/// Collects the exits of the stopped APs (the machine's vCPUs stopped after vCPU 0 was
+/// collected). An AP's `intr` exits are not counted: they are the VMM's own signals
+/// (the kicks that stop it), not the guest's doing.
+pub(crate) fn ap_report(stopped: Vec<(u32, Option<Finished<LabHook>>)>) -> ApReport {
+    let mut r = ApReport::default();
+    for (_, f) in stopped {
+        match f {
+            Some(f) => {
+                let mut exits = f.vcpu.exits();
+                exits.user.intr = 0;
+                r.exits.push(exits);
+                if r.error.is_none() {
+                    if let Some(e) = f.hook.error {
+                        r.error = Some(e);
+                    } else if !matches!(f.stop, VcpuStop::Kicked) {
+                        r.error =
+                            Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
                     }
                 }
-                None => {
-                    r.error.get_or_insert_with(|| {
-                        "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
-                    });
-                }
+            }
+            None => {
+                r.error.get_or_insert_with(|| {
+                    "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
+                });
             }
         }
-        r
     }
+    r
 }
 
 /// Records vCPU 0's exits (after a completed run): its userspace exits between READY

@@ -365,7 +365,7 @@ fn one_boot(
             .iter()
             .map(|v| VcpuRun {
                 vcpu: v.vcpu,
-                exits: v.exits,
+                exits: v.user,
                 kvm_exits: v.kvm_exits,
             })
             .collect(),

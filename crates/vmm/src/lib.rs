@@ -5,6 +5,7 @@
 // Raw `unsafe` is allowed in two modules only, each block with a `// SAFETY:` note.
 #![deny(unsafe_code)]
 
+pub mod builder;
 pub mod bus;
 pub mod caps;
 pub mod counts;

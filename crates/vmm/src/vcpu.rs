@@ -15,7 +15,7 @@ use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
-pub use crate::counts::ExitCounts;
+pub use crate::counts::{ExitCounts, VcpuExits};
 use crate::exit::{self, Bare, Devices, DoorbellRoute, ExitHandler, Next};
 pub use crate::hook::{DoorbellCtx, ExitHook, HltPolicy, HookReply, NoHook, VcpuStop};
 use crate::kvmstats::KvmStats;
@@ -129,6 +129,18 @@ impl Vcpu {
     /// Userspace exits so far.
     pub fn counts(&self) -> &ExitCounts {
         &self.counts
+    }
+
+    /// Its exits so far: userspace exits by reason, and KVM's counts of all exits and
+    /// HLT exits when the host has binary stats.
+    pub fn exits(&self) -> VcpuExits {
+        let stats = self.kvm_stats();
+        VcpuExits {
+            vcpu: self.id(),
+            user: self.counts,
+            kvm_exits: stats.and_then(|s| s.read("exits")),
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        }
     }
 
     /// KVM's binary statistics of this vCPU, if the host has them.
