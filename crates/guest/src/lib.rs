@@ -16,6 +16,9 @@ pub mod abi {
 }
 
 pub mod hackbench;
+// The one place of this crate with `unsafe`: the ABI structs as plain bytes for the host.
+#[allow(unsafe_code)]
+pub mod host;
 
 // The per-vCPU page lies between the last stamp page and the first sample ring.
 const _: () = assert!(abi::PERCPU_GPA + abi::MAX_CPUS * abi::PERCPU_BYTES <= abi::SAMPLES_GPA);
@@ -97,6 +100,10 @@ const _: () = {
     assert!(core::mem::size_of::<abi::Sample>() as u64 == abi::SAMPLE_BYTES);
     assert!(abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES <= abi::SAMPLES_BYTES_PER_CPU);
 };
+
+/// `abi.h`, the C header the guest kernels are compiled against, generated from
+/// [`abi`] by the build script (its layouts `_Static_assert`ed by the C compiler).
+pub const ABI_HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/abi.h"));
 
 /// The chaos kernel (`exitlab run --builtin chaos`): a multiboot ELF32 that, from the seed
 /// on its command line (`seed=N`), issues random port, string-I/O, MMIO and MSR accesses,

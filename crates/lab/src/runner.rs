@@ -3,13 +3,14 @@
 //! doorbell, and watches for a guest that stops making progress.
 
 use std::collections::BTreeMap;
+use std::mem::offset_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use exitlab_devices::sink::Sink;
 use exitlab_devices::{BusDevice, IoAction};
-use exitlab_guest::abi;
+use exitlab_guest::{abi, host};
 use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
@@ -19,7 +20,7 @@ use exitlab_vmm::vcpu::{
 };
 use exitlab_vmm::vm::{IoSpace, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Address, ByteValued, Bytes, GuestMemoryMmap};
 
 use crate::catalogue::{Platform, TestDef};
 
@@ -288,11 +289,6 @@ impl LabHook {
         }
     }
 
-    fn control(mem: &GuestMemoryMmap, field: u64) -> u64 {
-        mem.read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + field * 8))
-            .unwrap_or(u64::MAX)
-    }
-
     fn fail(&mut self, msg: String) -> HookReply {
         self.error = Some(msg);
         HookReply::Stop(1)
@@ -301,7 +297,8 @@ impl LabHook {
     /// Copies `count` records of the vCPU's ring, after checking `count` against the ring
     /// size and the samples still expected.
     fn take_batch(&mut self, mem: &GuestMemoryMmap, vcpu: u32) -> Result<(), String> {
-        let count = Self::control(mem, CONTROL_BATCH_COUNT);
+        let count = host::read_control_field(mem, offset_of!(abi::Control, batch_count))
+            .unwrap_or(u64::MAX);
         if count > abi::SAMPLES_PER_BATCH {
             return Err(format!(
                 "guest protocol error: batch of {count} records exceeds the ring of {}",
@@ -317,44 +314,17 @@ impl LabHook {
             ));
         }
         let bytes = (count * abi::SAMPLE_BYTES) as usize;
-        let ring = abi::SAMPLES_GPA + u64::from(vcpu) * abi::SAMPLES_BYTES_PER_CPU;
-        mem.read_slice(&mut self.buf[..bytes], GuestAddress(ring))
+        let ring = host::sample_gpa(vcpu, 0);
+        mem.read_slice(&mut self.buf[..bytes], ring)
             .map_err(|e| format!("cannot read the sample ring: {e}"))?;
-        self.parse_records(bytes);
+        self.records.extend(host::samples(&self.buf[..bytes]));
         // Clear what was taken, so that the watchdog sees the ring fill up again.
         self.buf[..bytes].fill(0);
-        mem.write_slice(&self.buf[..bytes], GuestAddress(ring))
+        mem.write_slice(&self.buf[..bytes], ring)
             .map_err(|e| format!("cannot clear the sample ring: {e}"))?;
         Ok(())
     }
-
-    fn parse_records(&mut self, bytes: usize) {
-        for rec in self.buf[..bytes].chunks_exact(abi::SAMPLE_BYTES as usize) {
-            let w = |i: usize| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&rec[i * 8..i * 8 + 8]);
-                u64::from_le_bytes(b)
-            };
-            self.records.push(abi::Sample {
-                g_start: w(0),
-                g_end: w(1),
-                h_prev_reenter: w(2),
-                h_return: w(3),
-                h_reenter: w(4),
-                seq_delta: w(5),
-                g_loop: w(6),
-            });
-        }
-    }
 }
-
-// Word indices of `abi::Control` fields the host reads.
-const CONTROL_BATCH_COUNT: u64 = 9;
-const CONTROL_GUEST_ERROR: u64 = 10;
-const CONTROL_FAULT_VECTOR: u64 = 11;
-const CONTROL_FAULT_RIP: u64 = 12;
-const CONTROL_FAULT_ERROR: u64 = 13;
-const CONTROL_FAULT_CR2: u64 = 14;
 
 impl ExitHook for LabHook {
     fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
@@ -409,17 +379,15 @@ impl LabHook {
                 HookReply::Stop(0)
             }
             (abi::DOORBELL_FAULT, _) => {
-                let v = Self::control(ctx.mem, CONTROL_FAULT_VECTOR);
-                let rip = Self::control(ctx.mem, CONTROL_FAULT_RIP);
-                let err = Self::control(ctx.mem, CONTROL_FAULT_ERROR);
-                let cr2 = Self::control(ctx.mem, CONTROL_FAULT_CR2);
+                let c = control_or_garbage(ctx.mem);
+                let (v, rip, err, cr2) = (c.fault_vector, c.fault_rip, c.fault_error, c.fault_cr2);
                 self.fail(format!(
                     "the guest took an unexpected exception: vector {v} ({}) at rip {rip:#x}, error code {err:#x}, cr2 {cr2:#x}",
                     vector_name(v)
                 ))
             }
             (abi::DOORBELL_BAD_PARAMS, _) => {
-                let e = Self::control(ctx.mem, CONTROL_GUEST_ERROR);
+                let e = control_or_garbage(ctx.mem).guest_error;
                 let why = match e {
                     abi::GUEST_ERR_ABI => "magic or ABI version mismatch",
                     abi::GUEST_ERR_TEST => "unknown test id",
@@ -443,6 +411,15 @@ impl LabHook {
             )),
         }
     }
+}
+
+/// The control page as the guest left it; all ones if it cannot be read.
+fn control_or_garbage(mem: &GuestMemoryMmap) -> abi::Control {
+    host::read_control(mem).unwrap_or_else(|_| {
+        let mut c = abi::Control::default();
+        c.as_mut_slice().fill(0xff);
+        c
+    })
 }
 
 fn vector_name(v: u64) -> &'static str {
@@ -525,28 +502,27 @@ fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
     c
 }
 
+/// Writes the control page: the test and its parameters, and the interrupt knobs'
+/// fields; the guest's fields start at zero.
 fn write_control(
     mem: &GuestMemoryMmap,
     def: &TestDef,
     p: &RunParams,
     arg0: u64,
 ) -> Result<(), String> {
-    let words = [
-        abi::CONTROL_MAGIC,
-        abi::ABI_VERSION,
-        def.id,
-        u64::from(p.ring),
-        p.samples,
-        p.batch,
-        p.warmup,
+    let mut c = abi::Control {
+        magic: abi::CONTROL_MAGIC,
+        abi_version: abi::ABI_VERSION,
+        test: def.id,
+        ring: u64::from(p.ring),
+        samples: p.samples,
+        batch: p.batch,
+        warmup: p.warmup,
         arg0,
-        0,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        mem.write_obj(*w, GuestAddress(abi::CONTROL_GPA + 8 * i as u64))
-            .map_err(|e| format!("cannot write the control page: {e}"))?;
-    }
-    Ok(())
+        ..abi::Control::default()
+    };
+    p.irq.fill_control(def, &mut c);
+    host::write_control(mem, c).map_err(|e| format!("cannot write the control page: {e}"))
 }
 
 /// Runs `def` once in a new VM: the procedure of one round of one test.
@@ -686,7 +662,6 @@ impl LabVm {
         let mem = self.builder.vm().memory();
         let entry = crate::kernel::load(mem, image, LAB_RAM_BYTES).map_err(RunError::Load)?;
         write_control(mem, def, params, test_argument(kvm, def)).map_err(RunError::Load)?;
-        crate::smp::write_control(mem, &params.irq, def).map_err(RunError::Load)?;
         let spec = VcpuSpec {
             entry: Some(&entry),
             pin: params.pin,
@@ -723,7 +698,7 @@ fn lab_builder(kvm: &Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<LabHoo
 fn boot_vcpu() -> VcpuConfig {
     VcpuConfig {
         id: 0,
-        stamp_gpa: Some(abi::STAMPS_GPA),
+        stamp_gpa: Some(host::stamps_gpa(0).0),
         run_log: 0,
         doorbell_port: Some(abi::DOORBELL_PORT),
         hlt: HltPolicy::Resume,
@@ -850,11 +825,10 @@ fn test_argument(kvm: &Kvm, def: &TestDef) -> u64 {
 /// Samples the guest has written into vCPU `vcpu`'s ring since the host last took it:
 /// the guest fills the ring in order and the host clears what it takes, so the first
 /// record whose end stamp is zero ends the written part (a binary search, a few reads).
-fn ring_fill(mem: &GuestMemoryMmap, vcpu: u64) -> u64 {
-    let ring = abi::SAMPLES_GPA + vcpu * abi::SAMPLES_BYTES_PER_CPU;
-    // g_end is the record's second word.
+fn ring_fill(mem: &GuestMemoryMmap, vcpu: u32) -> u64 {
+    let g_end = offset_of!(abi::Sample, g_end) as u64;
     let written = |i: u64| {
-        mem.read_obj::<u64>(GuestAddress(ring + i * abi::SAMPLE_BYTES + 8))
+        mem.read_obj::<u64>(host::sample_gpa(vcpu, i).unchecked_add(g_end))
             .is_ok_and(|v| v != 0)
     };
     let (mut lo, mut hi) = (0, abi::SAMPLES_PER_BATCH);
@@ -872,7 +846,8 @@ fn ring_fill(mem: &GuestMemoryMmap, vcpu: u64) -> u64 {
 /// The sequence number of the vCPU's last userspace exit, from its stamp page (the VMM
 /// writes it at every userspace exit).
 fn userspace_exits(mem: &GuestMemoryMmap) -> u64 {
-    mem.read_obj::<u64>(GuestAddress(abi::STAMPS_GPA))
+    let seq = offset_of!(abi::Stamps, seq) as u64;
+    mem.read_obj::<u64>(host::stamps_gpa(0).unchecked_add(seq))
         .unwrap_or(0)
 }
 
@@ -992,12 +967,16 @@ mod tests {
     use super::*;
 
     fn ram() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), abi::MIN_RAM_BYTES as usize)]).unwrap()
+        GuestMemoryMmap::from_ranges(&[(vm_memory::GuestAddress(0), abi::MIN_RAM_BYTES as usize)])
+            .unwrap()
     }
 
     fn write_record(mem: &GuestMemoryMmap, i: u64, g_end: u64) {
-        let at = abi::SAMPLES_GPA + i * abi::SAMPLE_BYTES + 8;
-        mem.write_obj(g_end, GuestAddress(at)).unwrap();
+        let s = abi::Sample {
+            g_end,
+            ..abi::Sample::default()
+        };
+        mem.write_obj(s, host::sample_gpa(0, i)).unwrap();
     }
 
     #[test]
@@ -1032,11 +1011,11 @@ mod tests {
         for i in 0..100 {
             write_record(&mem, i, 5_000 + i);
         }
-        mem.write_obj(
-            100u64,
-            GuestAddress(abi::CONTROL_GPA + CONTROL_BATCH_COUNT * 8),
-        )
-        .unwrap();
+        let c = abi::Control {
+            batch_count: 100,
+            ..abi::Control::default()
+        };
+        host::write_control(&mem, c).unwrap();
         let mut hook = LabHook::new(1000, Arc::new(AtomicU64::new(0)));
         hook.take_batch(&mem, 0).unwrap();
         assert_eq!(hook.records.len(), 100);
@@ -1048,7 +1027,11 @@ mod tests {
     fn the_stamp_page_sequence_counts_userspace_exits() {
         let mem = ram();
         assert_eq!(userspace_exits(&mem), 0);
-        mem.write_obj(42u64, GuestAddress(abi::STAMPS_GPA)).unwrap();
+        let stamps = abi::Stamps {
+            seq: 42,
+            ..abi::Stamps::default()
+        };
+        mem.write_obj(stamps, host::stamps_gpa(0)).unwrap();
         assert_eq!(userspace_exits(&mem), 42);
     }
 }

@@ -3,9 +3,10 @@
 //! control-page words the lab kernel reads for them, and the APs' threads (created,
 //! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
 
+use std::mem::offset_of;
 use std::time::Duration;
 
-use exitlab_guest::abi;
+use exitlab_guest::{abi, host};
 use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
 use exitlab_vmm::knobs::{self, VmKnobs};
 use exitlab_vmm::thread::Finished;
@@ -14,7 +15,7 @@ use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::vm::VmConfig;
 use exitlab_vmm::Kvm;
 use exitlab_vmm::VmmError;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryMmap};
 
 use crate::catalogue::TestDef;
 use crate::runner::{LabHook, Measurement, Outcome};
@@ -281,6 +282,13 @@ impl IrqKnobs {
         c.knobs = self.vm_knobs();
     }
 
+    /// Sets the control page's interrupt fields for `def`: APIC mode, vCPUs, idle.
+    pub fn fill_control(&self, def: &TestDef, c: &mut abi::Control) {
+        c.apic_mode = self.apic_for(def).abi();
+        c.cpus = u64::from(self.cpus_for(def));
+        c.idle = self.idle.abi();
+    }
+
     /// Why `def` cannot run with these knobs, if it cannot.
     pub fn skip_reason(&self, def: &TestDef) -> Option<String> {
         let n = self.cpus_for(def);
@@ -442,34 +450,9 @@ impl crate::runner::RunParams {
     }
 }
 
-/// Writes the interrupt words of the control page.
-pub fn write_control(mem: &GuestMemoryMmap, knobs: &IrqKnobs, def: &TestDef) -> Result<(), String> {
-    let words = [
-        knobs.apic_for(def).abi(),
-        u64::from(knobs.cpus_for(def)),
-        knobs.idle.abi(),
-        0,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        mem.write_obj(
-            *w,
-            GuestAddress(abi::CONTROL_GPA + 8 * (CONTROL_APIC_MODE + i as u64)),
-        )
-        .map_err(|e| format!("cannot write the control page: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Word index of `Control::apic_mode`.
-const CONTROL_APIC_MODE: u64 = 16;
-/// Word index of `Control::cpus_online`.
-const CONTROL_CPUS_ONLINE: u64 = 19;
-
 /// APIC ids (below `cpus`) whose vCPU never reported online.
 pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
-    let online = mem
-        .read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + 8 * CONTROL_CPUS_ONLINE))
-        .unwrap_or(0);
+    let online = host::read_control_field(mem, offset_of!(abi::Control, cpus_online)).unwrap_or(0);
     (0..cpus.min(64))
         .filter(|i| online & (1 << i) == 0)
         .collect()
@@ -494,7 +477,7 @@ pub(crate) fn add_aps(
             pin: knobs.ap_pin(id),
             ..VcpuSpec::new(VcpuConfig {
                 id,
-                stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
+                stamp_gpa: Some(host::stamps_gpa(id).0),
                 run_log: 0,
                 doorbell_port: Some(abi::DOORBELL_PORT),
                 hlt: HltPolicy::Resume,
@@ -622,21 +605,12 @@ pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApRep
 /// What each vCPU's record on the per-vCPU page says, for failure reports.
 fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
     let parts: Vec<String> = (0..cpus.min(64))
-        .map(|i| {
-            let w = |f: u64| {
-                mem.read_obj::<u64>(GuestAddress(
-                    abi::PERCPU_GPA + u64::from(i) * abi::PERCPU_BYTES + 8 * f,
-                ))
-                .unwrap_or(u64::MAX)
-            };
-            format!(
+        .map(|i| match mem.read_obj::<abi::PerCpu>(host::percpu_gpa(i)) {
+            Ok(p) => format!(
                 "vCPU {i}: online {} apic id {} irqs {} acks {} wakes {}",
-                w(0),
-                w(1),
-                w(2),
-                w(4),
-                w(6)
-            )
+                p.online, p.apic_id, p.irqs, p.acks, p.wakes
+            ),
+            Err(_) => format!("vCPU {i}: unreadable"),
         })
         .collect();
     parts.join("; ")
