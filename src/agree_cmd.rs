@@ -9,7 +9,7 @@ use exitlab_lab::agreement::{self, AgreeOptions};
 use exitlab_lab::bench::Progress;
 use exitlab_lab::runner::RunParams;
 
-use crate::exit::{usage_error, EXIT_NO_KVM, EXIT_TEST_FAILED};
+use crate::status::{usage_error, EXIT_NO_KVM, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct AgreeArgs {

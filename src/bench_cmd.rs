@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
+use exitlab_lab::host_survey;
 use exitlab_lab::knobs::{self, AbSpec};
-use exitlab_lab::results::{Results, TestStatus};
 use exitlab_lab::runner::RunParams;
 use exitlab_lab::smp::{self, IrqKnobs};
-use exitlab_lab::{host_report, report};
+use exitlab_results::results::{Results, TestStatus};
+use exitlab_results::{host_report, report};
 
-use crate::exit::{
+use crate::status::{
     usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
@@ -266,7 +267,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
 /// Surveys the host (KVM's answers from the VMM's capabilities); returns it as JSON, the
 /// notes every report carries, and why phase figures are off, if they are.
 fn host_context() -> (serde_json::Value, Vec<String>, Option<String>) {
-    let host = host_report::survey(None);
+    let host = host_survey::survey(None);
     (
         host_report::to_json(&host),
         host_report::notes(&host),
@@ -516,7 +517,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
     opts.cancel = Some(stop);
     // -q/--quiet is global (every subcommand takes it).
-    let quiet = crate::cli::verbosity() < 0;
+    let quiet = crate::verbosity::level() < 0;
     let mut display = Display::new(quiet, progress_steps(&opts, ab.as_ref()));
     if !quiet {
         eprintln!(

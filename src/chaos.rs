@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use exitlab_vmm::machine::{self, MachineConfig, RunEnd, SerialOut};
 use exitlab_vmm::vcpu::ExitCounts;
 
-use crate::exit::{usage_error, EXIT_INTERRUPTED, EXIT_OK, EXIT_VMM_FAILED};
+use crate::status::{usage_error, EXIT_INTERRUPTED, EXIT_OK, EXIT_VMM_FAILED};
 
 /// Options of a chaos run.
 #[derive(Debug)]
@@ -207,7 +207,7 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
         },
         None => None,
     };
-    let (kvm, cancel) = match crate::run::open_kvm_cancellable() {
+    let (kvm, cancel) = match crate::signals::open_kvm_cancellable() {
         Ok(k) => k,
         Err(code) => return code,
     };

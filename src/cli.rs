@@ -1,17 +1,15 @@
 //! Command-line interface: the `exitlab` command and its subcommands. Each subcommand
-//! lives in a module of its own (`bench_cmd`, `run`, `host_cmd`, `report_cmd`); exit codes
-//! are in `exit`.
+//! lives in a module of its own (`bench_cmd`, `run`, `host_cmd`, `report_cmd`); process
+//! exit codes are in `status`, and how much to say is `verbosity`.
 
 use std::path::PathBuf;
-
-use std::sync::atomic::{AtomicI8, Ordering};
 
 use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 
 use crate::agree_cmd::AgreeArgs;
 use crate::bench_cmd::BenchArgs;
-use crate::exit::{exit_codes_help, EXIT_INTERNAL, EXIT_USAGE};
 use crate::run::RunArgs;
+use crate::status::{exit_codes_help, EXIT_INTERNAL, EXIT_USAGE};
 use crate::trace_cmd::TraceArgs;
 
 #[derive(Parser, Debug)]
@@ -34,14 +32,6 @@ struct Cli {
     no_seccomp: bool,
     #[command(subcommand)]
     command: Command,
-}
-
-/// -1 with --quiet, 0 by default, N with N times --verbose.
-static VERBOSITY: AtomicI8 = AtomicI8::new(0);
-
-/// How much the user asked to hear: -1 quiet, 0 normal, 1+ verbose.
-pub fn verbosity() -> i8 {
-    VERBOSITY.load(Ordering::Relaxed)
 }
 
 #[derive(Subcommand, Debug)]
@@ -75,7 +65,7 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         after: PathBuf,
         /// Smallest change, in percent, that counts as slower or faster (the whole 95%
         /// interval must lie beyond it).
-        #[arg(long, default_value_t = exitlab_lab::compare::DEFAULT_THRESHOLD_PCT)]
+        #[arg(long, default_value_t = exitlab_results::compare::DEFAULT_THRESHOLD_PCT)]
         threshold: f64,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
@@ -124,7 +114,7 @@ fn catching(f: impl FnOnce() -> i32 + std::panic::UnwindSafe) -> i32 {
                 if !why.contains("Broken pipe") {
                     eprintln!("exitlab: cannot write to standard output: {why}");
                 }
-                crate::exit::EXIT_CANT_WRITE
+                crate::status::EXIT_CANT_WRITE
             }
             None => {
                 eprintln!(
@@ -163,14 +153,7 @@ fn parse_and_run() -> i32 {
             return code;
         }
     };
-    VERBOSITY.store(
-        if cli.quiet {
-            -1
-        } else {
-            cli.verbose.min(i8::MAX as u8) as i8
-        },
-        Ordering::Relaxed,
-    );
+    crate::verbosity::set(cli.quiet, cli.verbose);
     exitlab_vmm::seccomp::set_enabled(!cli.no_seccomp);
     match cli.command {
         Command::Completions { shell } => {
@@ -181,7 +164,7 @@ fn parse_and_run() -> i32 {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("exitlab: cannot write the man page: {e}");
-                crate::exit::EXIT_CANT_WRITE
+                crate::status::EXIT_CANT_WRITE
             }
         },
         Command::Bench(a) => crate::bench_cmd::bench_cmd(*a),
@@ -208,13 +191,13 @@ mod tests {
         assert_eq!(catching(|| panic!("index out of bounds")), EXIT_INTERNAL);
         assert_eq!(
             catching(|| panic!("failed printing to stdout: No space left on device (os error 28)")),
-            crate::exit::EXIT_CANT_WRITE
+            crate::status::EXIT_CANT_WRITE
         );
         assert_eq!(
             catching(|| std::panic::panic_any(
                 "failed printing to stdout: Broken pipe (os error 32)"
             )),
-            crate::exit::EXIT_CANT_WRITE
+            crate::status::EXIT_CANT_WRITE
         );
     }
 }

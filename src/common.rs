@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::exit::{EXIT_CANT_WRITE, EXIT_INTERNAL};
+use crate::status::{EXIT_CANT_WRITE, EXIT_INTERNAL};
 
 /// The `--json [FILE]` option.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -41,7 +41,7 @@ impl JsonArg {
     pub fn check(&self) -> Result<(), String> {
         match &self.json {
             Some(p) if !self.to_stdout() => {
-                exitlab_lab::results::check_writable(p).map_err(|e| e.to_string())
+                exitlab_results::results::check_writable(p).map_err(|e| e.to_string())
             }
             _ => Ok(()),
         }
@@ -68,9 +68,9 @@ impl JsonArg {
                     EXIT_CANT_WRITE
                 });
         }
-        match exitlab_lab::results::write_atomic(path, value) {
+        match exitlab_results::results::write_atomic(path, value) {
             Ok(()) => {
-                if crate::cli::verbosity() >= 0 {
+                if crate::verbosity::level() >= 0 {
                     eprintln!("{what} written to {}", path.display());
                 }
                 Ok(())

@@ -6,14 +6,15 @@ mod bench_cmd;
 mod chaos;
 mod cli;
 mod common;
-mod exit;
 mod host_cmd;
 mod input;
 mod qemu;
 mod report_cmd;
 mod run;
 mod signals;
+mod status;
 mod trace_cmd;
+mod verbosity;
 mod workload_cmd;
 
 /// When `main` was entered: `run -v` counts the time to the first guest instruction from

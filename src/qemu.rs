@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use exitlab_vmm::cpuid;
 use exitlab_vmm::machine::PlatformOptions;
 
-use crate::exit::usage_error;
 use crate::run::{run_cmd, RunOptions};
+use crate::status::usage_error;
 
 /// The name under which the binary takes QEMU's options directly.
 pub const QEMU_NAME: &str = "exitlab-qemu";

@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use exitlab_lab::results::Results;
-use exitlab_lab::{compare, html, openmetrics, report, results};
+use exitlab_results::results::Results;
+use exitlab_results::{compare, html, openmetrics, report, results};
 
-use crate::exit::{usage_error, EXIT_CANT_WRITE, EXIT_REGRESSION};
+use crate::status::{usage_error, EXIT_CANT_WRITE, EXIT_REGRESSION};
 
 /// Largest results file `report` and `compare` read.
 pub const MAX_RESULTS_BYTES: u64 = 256 << 20;

@@ -3,8 +3,6 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_boot::ImageFormat;
@@ -13,7 +11,7 @@ use exitlab_vmm::machine::{
     self, IrqChip, MachineConfig, MachineError, PlatformOptions, RunEnd, SerialOut,
 };
 
-use crate::exit::{
+use crate::status::{
     guest_exit_code, usage_error, EXIT_CANT_WRITE, EXIT_INTERRUPTED, EXIT_KVM_FAILURE, EXIT_NO_KVM,
     EXIT_OK, EXIT_TIMEOUT, EXIT_TRIPLE_FAULT, EXIT_VMM_FAILED,
 };
@@ -105,7 +103,7 @@ pub fn run_main(a: RunArgs) -> i32 {
             cpus: a.cpus.unwrap_or(2),
             mem_mib: a.mem.unwrap_or(64),
             serial,
-            verbose: crate::cli::verbosity() > 0,
+            verbose: crate::verbosity::level() > 0,
         });
     }
     run_cmd(RunOptions {
@@ -118,8 +116,8 @@ pub fn run_main(a: RunArgs) -> i32 {
         serial: a.serial.unwrap_or_else(|| "stdio".into()),
         exit_stats: a.exit_stats,
         prefer_pvh: !a.no_pvh,
-        verbose: crate::cli::verbosity() > 0,
-        quiet: crate::cli::verbosity() < 0,
+        verbose: crate::verbosity::level() > 0,
+        quiet: crate::verbosity::level() < 0,
         platform: PlatformOptions {
             irqchip: a.irqchip,
             ..PlatformOptions::default()
@@ -371,7 +369,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     if o.verbose {
         eprintln!("exitlab: every input checked; opening /dev/kvm");
     }
-    let (kvm, cancel) = match open_kvm_cancellable() {
+    let (kvm, cancel) = match crate::signals::open_kvm_cancellable() {
         Ok(k) => k,
         Err(code) => return code,
     };
@@ -456,22 +454,4 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             EXIT_KVM_FAILURE
         }
     }
-}
-
-/// Opens /dev/kvm and arms SIGINT/SIGTERM to set the returned cancel flag: how `run` and
-/// `run --builtin chaos` start; the error is the exit code, its message already printed.
-pub fn open_kvm_cancellable() -> Result<(Arc<exitlab_vmm::Kvm>, Arc<AtomicBool>), i32> {
-    let kvm = match exitlab_vmm::open_kvm() {
-        Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return Err(EXIT_NO_KVM);
-        }
-    };
-    let cancel = Arc::new(AtomicBool::new(false));
-    if let Err(e) = crate::signals::cancel_on_sigint_sigterm(&cancel) {
-        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
-        return Err(EXIT_VMM_FAILED);
-    }
-    Ok((kvm, cancel))
 }

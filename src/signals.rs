@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 
+use crate::status::{EXIT_NO_KVM, EXIT_VMM_FAILED};
+
 /// Sets `flag` on SIGINT or SIGTERM; a second signal after the flag is set exits with
 /// status 130.
 pub fn cancel_on_sigint_sigterm(flag: &Arc<AtomicBool>) -> std::io::Result<()> {
@@ -15,7 +17,7 @@ pub fn cancel_on_sigint_sigterm(flag: &Arc<AtomicBool>) -> std::io::Result<()> {
         // Registered first, so it sees the flag as it was before this signal.
         signal_hook::flag::register_conditional_shutdown(
             sig,
-            crate::exit::EXIT_INTERRUPTED,
+            crate::status::EXIT_INTERRUPTED,
             flag.clone(),
         )?;
         signal_hook::flag::register(sig, flag.clone())?;
@@ -31,4 +33,22 @@ pub fn restore_terminal() {
         let _ = out.write_all(b"\x1b[0m\x1b[?25h\n");
         let _ = out.flush();
     }
+}
+
+/// Opens /dev/kvm and arms SIGINT/SIGTERM to set the returned cancel flag: how `run` and
+/// `run --builtin chaos` start; the error is the exit code, its message already printed.
+pub fn open_kvm_cancellable() -> Result<(Arc<exitlab_vmm::Kvm>, Arc<AtomicBool>), i32> {
+    let kvm = match exitlab_vmm::open_kvm() {
+        Ok(k) => Arc::new(k),
+        Err(e) => {
+            eprintln!("exitlab: {e}");
+            return Err(EXIT_NO_KVM);
+        }
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    if let Err(e) = cancel_on_sigint_sigterm(&cancel) {
+        eprintln!("exitlab: cannot install the SIGINT/SIGTERM handlers: {e}");
+        return Err(EXIT_VMM_FAILED);
+    }
+    Ok((kvm, cancel))
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use exitlab_lab::trace_report::{PhaseSplit, TraceReport};
+use exitlab_results::trace_report::{PhaseSplit, TraceReport};
 use exitlab_trace::{Session, SessionConfig};
 
-use crate::exit::{usage_error, EXIT_TEST_FAILED};
+use crate::status::{usage_error, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
@@ -69,7 +69,7 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         return usage_error(e);
     }
     let split = match (a.phase_seconds, a.marker_port) {
-        (Some(s), _) => match exitlab_lab::host_report::survey(None).tsc.khz {
+        (Some(s), _) => match exitlab_lab::host_survey::survey(None).tsc.khz {
             Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
             None => {
                 return usage_error(

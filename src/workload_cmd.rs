@@ -10,7 +10,7 @@ use exitlab_guest::hackbench::{Channel, Params};
 use exitlab_lab::workload::{self, Setup, WorkloadOptions};
 
 use crate::common::{JsonArg, TimeoutWatch};
-use crate::exit::{usage_error, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED};
+use crate::status::{usage_error, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED};
 
 /// The options only a workload run takes.
 #[derive(clap::Args, Debug, Default)]
@@ -89,7 +89,7 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
-    let (kvm, cancel) = match crate::run::open_kvm_cancellable() {
+    let (kvm, cancel) = match crate::signals::open_kvm_cancellable() {
         Ok(k) => k,
         Err(code) => return code,
     };
@@ -98,7 +98,7 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
         cancel: Some(cancel),
         ..opts
     };
-    let quiet = crate::cli::verbosity() < 0;
+    let quiet = crate::verbosity::level() < 0;
     if !quiet {
         eprintln!(
             "exitlab bench: workload hackbench ({}), {} round(s){}, each boot up to {} s",
@@ -155,7 +155,7 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
         .as_deref()
         .is_some_and(|w| w.starts_with("interrupted"))
     {
-        crate::exit::EXIT_INTERRUPTED
+        crate::status::EXIT_INTERRUPTED
     } else if workload::all_completed(&res) {
         0
     } else {
@@ -216,6 +216,6 @@ fn options(w: &WorkloadArgs, s: &Shared<'_>) -> Result<WorkloadOptions, String> 
         boot_timeout: Duration::from_secs_f64(w.boot_timeout),
         extra_cmdline: w.append.clone(),
         cancel: None,
-        threshold_pct: exitlab_lab::compare::DEFAULT_THRESHOLD_PCT,
+        threshold_pct: exitlab_results::compare::DEFAULT_THRESHOLD_PCT,
     })
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use exitlab_lab::analysis::{self, Baseline};
 use exitlab_lab::catalogue;
-use exitlab_lab::results::TestStatus;
 use exitlab_lab::runner::{self, Measurement, Outcome, RunParams};
-use exitlab_lab::smp::{ApicMode, IrqKnobs};
+use exitlab_lab::smp::IrqKnobs;
+use exitlab_results::irq::ApicMode;
+use exitlab_results::results::TestStatus;
 use exitlab_vmm::knobs;
 
 fn kvm() -> Arc<kvm_ioctls::Kvm> {
@@ -51,7 +52,7 @@ fn knobs(f: impl FnOnce(&mut IrqKnobs)) -> IrqKnobs {
 
 /// Asserts `m` completed with every sample and no userspace exit but the doorbells, on
 /// every vCPU, and returns its analysis.
-fn completed_in_kernel(m: &Measurement) -> exitlab_lab::results::TestResult {
+fn completed_in_kernel(m: &Measurement) -> exitlab_results::results::TestResult {
     assert_eq!(
         m.outcome,
         Outcome::Completed,
@@ -86,7 +87,7 @@ fn smp_bringup_of_one_two_and_the_most_vcpus() {
             3,
             knobs(|k| {
                 k.cpus = cpus;
-                k.idle = exitlab_lab::smp::Idle::Hlt;
+                k.idle = exitlab_results::irq::Idle::Hlt;
             }),
         );
         let r = completed_in_kernel(&m);
@@ -264,7 +265,7 @@ fn bad_knob_values_are_refused_by_name() {
     // MWAIT idle needs MONITOR/MWAIT in the guest CPUID: refused up front where KVM
     // offers neither the CPUID bit nor the capability that brings it.
     let kvm = kvm();
-    let mwait = knobs(|k| k.idle = exitlab_lab::smp::Idle::Mwait);
+    let mwait = knobs(|k| k.idle = exitlab_results::irq::Idle::Mwait);
     let offered = knobs::cpuid_offers_mwait(&kvm);
     match mwait.probe(&kvm) {
         Ok(()) => assert!(offered, "--idle mwait accepted without MONITOR/MWAIT"),

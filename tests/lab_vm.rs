@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use exitlab_lab::analysis::{self, Baseline};
 use exitlab_lab::catalogue::{self, Where};
-use exitlab_lab::results::{CounterVerdict, Handling, TestStatus};
 use exitlab_lab::runner::{self, Outcome, RunParams};
+use exitlab_results::results::{CounterVerdict, Handling, TestStatus};
 
 mod common;
 use common::kvm;
@@ -223,7 +223,7 @@ fn every_sample_of_a_userspace_exit_has_an_ordered_host_timeline() {
         .expect("KVM_VCPU_TSC_OFFSET is needed for the phase breakdown");
     // On a host whose TSC offset is exact, every sample's host stamps fall inside the
     // guest's interval, in order, and each leg takes time.
-    let (e, h, n) = analysis::phase_values(&m.samples, off);
+    let (e, h, n) = exitlab_results::samples::phase_values(&m.samples, off);
     assert_eq!(e.len(), 200, "samples with unordered stamps were left out");
     assert!(e.iter().chain(&n).all(|&x| x > 0.0));
     assert!(h.iter().all(|&x| x >= 0.0));
@@ -259,7 +259,10 @@ fn bare_loop_answers_the_same_port_reads() {
     assert_eq!(m.outcome, Outcome::Completed);
     assert_eq!(m.samples.len(), 100);
     assert!(m.samples.iter().all(|s| s.seq_delta == 1));
-    assert_eq!(analysis::host_values(&m.samples).0.len(), 100);
+    assert_eq!(
+        exitlab_results::samples::host_values(&m.samples).0.len(),
+        100
+    );
     // It counts only doorbells (READY is before the measured part, DONE in it).
     assert_eq!(m.counts.doorbell, 1);
     assert_eq!(m.counts.total(), 1);
@@ -279,7 +282,7 @@ fn many_exits_per_sample_are_progress_for_the_watchdog() {
     let probe = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
     assert_eq!(probe.outcome, Outcome::Completed);
     let khz = f64::from(probe.tsc_khz.expect("KVM_GET_TSC_KHZ"));
-    let cycles = analysis::per_iteration(&probe.samples, 1).unwrap();
+    let cycles = exitlab_results::samples::per_iteration(&probe.samples, 1).unwrap();
     let fastest = cycles.iter().copied().fold(f64::INFINITY, f64::min);
     let timeout = Duration::from_millis(500);
     let exits_per_sample = (3.0 * timeout.as_secs_f64() * khz * 1e3 / fastest).ceil() as u64;

@@ -15,10 +15,10 @@ fn path() -> &'static std::path::Path {
 
 fuzz_target!(|data: &[u8]| {
     std::fs::write(path(), data).expect("write the input");
-    if let Ok(r) = exitlab_lab::results::read(path()) {
-        let _ = exitlab_lab::report::render_table(&r);
-        let _ = exitlab_lab::report::render_markdown(&r);
-        let c = exitlab_lab::compare::compare(&r, &r);
-        let _ = exitlab_lab::compare::render_comparison(&c);
+    if let Ok(r) = exitlab_results::results::read(path()) {
+        let _ = exitlab_results::report::render_table(&r);
+        let _ = exitlab_results::report::render_markdown(&r);
+        let c = exitlab_results::compare::compare(&r, &r);
+        let _ = exitlab_results::compare::render_comparison(&c);
     }
 });

@@ -4,7 +4,7 @@
 //! then B A, and so on, so that a host drifting during the run hurts both sides alike.
 //! Each side of a round is one [`bench::run`] with one round; the sides are assembled
 //! into one results file whose `tests` are side A's and whose `ab` holds side B's. The
-//! comparison ([`crate::compare::compare_ab`]) pairs the sides round by round.
+//! comparison ([`exitlab_results::compare::compare_ab`]) pairs the sides round by round.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,9 +13,9 @@ use exitlab_vmm::Kvm;
 
 use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
-use crate::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
 use crate::runner::RunError;
-use crate::stats::{percentile, summarize};
+use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
+use exitlab_results::stats::{percentile, summarize};
 
 /// Why an A/B run produced no results.
 #[derive(Debug, thiserror::Error)]

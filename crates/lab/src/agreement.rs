@@ -42,10 +42,10 @@ use serde::Serialize;
 
 use crate::bench::{self, BenchOptions, Progress};
 use crate::catalogue;
-use crate::report::{fmt_cycles, layout, Align};
-use crate::results::{Results, TestStatus};
 use crate::runner::{RunError, RunParams};
-use crate::stats::{summarize, Summary};
+use exitlab_results::report::{fmt_cycles, layout, Align};
+use exitlab_results::results::{Results, TestStatus};
+use exitlab_results::stats::{summarize, Summary};
 
 /// Largest relative difference that counts as agreement.
 pub const TOLERANCE: f64 = 0.10;

@@ -1,18 +1,24 @@
 //! Turns a raw [`Measurement`] into a [`TestResult`]: per-iteration cycles, the
 //! exit-count check, where the exit was handled, the phase breakdown of userspace exits,
-//! KVM_RUN as seen from the VMM, and the VMM's userspace share.
+//! KVM_RUN as seen from the VMM, and the VMM's userspace share. The arithmetic on the
+//! samples themselves is [`exitlab_results::samples`]; this module adds what the lab
+//! knows of the run (its test, parameters and exit counts).
 
 use std::collections::BTreeMap;
 
-use exitlab_guest::abi::{Sample, SAMPLES_PER_BATCH};
+use exitlab_guest::abi::SAMPLES_PER_BATCH;
 
 use crate::catalogue::{TestDef, UserExit, Where};
-use crate::results::{
+use exitlab_results::results::{
     CounterCheck, CounterVerdict, ExitCheck, Handling, KvmCounters, Phases, RoundSpread,
     TestResult, TestStatus,
 };
-use crate::runner::{Measurement, Outcome, Round};
-use crate::stats::{summarize, Summary};
+use exitlab_results::samples::{
+    host_values, paired_net, per_iteration, phase_values_by_round, quiet_samples, round_spread,
+    summary_of,
+};
+
+use crate::runner::{Measurement, Outcome};
 
 /// Context from other tests of the same run that one test's analysis needs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -25,111 +31,12 @@ pub struct Baseline {
     pub quiet_loop_limit: Option<f64>,
 }
 
-/// Share of a test's samples the figures keep at least: when the host was busy for
-/// most of the run, the quietest quarter (by paired empty loop) is kept.
-pub const MIN_KEPT_SHARE: f64 = 0.25;
-
-/// Kept samples of a round below which its median does not count in the spread.
-const MIN_ROUND_SAMPLES: usize = 30;
-
-/// The samples taken while the host was quiet: those whose paired empty loop ran within
-/// `limit` cycles, but at least [`MIN_KEPT_SHARE`] of them (the ones with the quickest
-/// loops), with `rounds` recounted to match. Order is kept.
-pub fn quiet_samples(
-    samples: &[Sample],
-    rounds: &[Round],
-    limit: f64,
-) -> (Vec<Sample>, Vec<Round>) {
-    let mut keep: Vec<bool> = samples.iter().map(|s| s.g_loop as f64 <= limit).collect();
-    let at_least = ((samples.len() as f64 * MIN_KEPT_SHARE).ceil() as usize).min(samples.len());
-    if keep.iter().filter(|&&k| k).count() < at_least {
-        let mut order: Vec<usize> = (0..samples.len()).collect();
-        order.sort_by_key(|&i| samples[i].g_loop);
-        keep = vec![false; samples.len()];
-        for &i in &order[..at_least] {
-            keep[i] = true;
-        }
-    }
-    let kept: Vec<Sample> = samples
-        .iter()
-        .zip(&keep)
-        .filter_map(|(s, &k)| k.then_some(*s))
-        .collect();
-    let mut at = 0;
-    let kept_rounds = rounds
-        .iter()
-        .map(|r| {
-            let end = (at + r.samples).min(keep.len());
-            let n = keep[at..end].iter().filter(|&&k| k).count();
-            at = end;
-            Round { samples: n, ..*r }
-        })
-        .collect();
-    (kept, kept_rounds)
-}
-
-/// max / min − 1 of the medians of the rounds with at least [`MIN_ROUND_SAMPLES`]
-/// samples (cycles per iteration); NaN with fewer than two.
-pub fn round_spread(samples: &[Sample], rounds: &[Round], batch: u64) -> f64 {
-    let mut medians = Vec::new();
-    let mut at = 0;
-    for r in rounds {
-        let end = (at + r.samples).min(samples.len());
-        if end - at >= MIN_ROUND_SAMPLES {
-            if let Some(s) = per_iteration(&samples[at..end], batch)
-                .ok()
-                .as_deref()
-                .and_then(summary_of)
-            {
-                medians.push(s.median);
-            }
-        }
-        at = end;
-    }
-    let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if medians.len() < 2 || lo <= 0.0 {
-        f64::NAN
-    } else {
-        hi / lo - 1.0
-    }
-}
-
 fn expected_handling(w: Where) -> Handling {
     match w {
         Where::Kernel => Handling::Kernel,
         Where::User => Handling::User,
         Where::Nowhere => Handling::None,
     }
-}
-
-/// Cycles per iteration of each sample; an error if a sample is not a forward interval.
-pub fn per_iteration(samples: &[Sample], batch: u64) -> Result<Vec<f64>, String> {
-    let b = batch.max(1) as f64;
-    samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            if s.g_end <= s.g_start {
-                Err(format!(
-                    "sample {i} is implausible: end TSC {} is not after start TSC {}",
-                    s.g_end, s.g_start
-                ))
-            } else {
-                Ok((s.g_end - s.g_start) as f64 / b)
-            }
-        })
-        .collect()
-}
-
-/// Cycles per iteration of each sample minus its paired empty-loop measurement.
-pub fn paired_net(samples: &[Sample], batch: u64) -> Vec<f64> {
-    let b = batch.max(1) as f64;
-    samples
-        .iter()
-        .filter(|s| s.g_end > s.g_start)
-        .map(|s| ((s.g_end - s.g_start) as f64 - s.g_loop as f64) / b)
-        .collect()
 }
 
 /// The exit-count check: a `User` test must cause exactly one userspace exit of its kind
@@ -323,70 +230,6 @@ pub fn kvm_cross_check(m: &Measurement) -> Option<KvmCounters> {
     })
 }
 
-fn summary_of(values: &[f64]) -> Option<Summary> {
-    if values.is_empty() {
-        None
-    } else {
-        summarize(values).ok()
-    }
-}
-
-/// Per-exit host timelines of userspace exits (batch 1, exactly one userspace exit in the
-/// sample): (exit leg, VMM handling, entry leg), in host cycles.
-pub fn phase_values(samples: &[Sample], tsc_offset: i64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let mut exit = Vec::new();
-    let mut handle = Vec::new();
-    let mut entry = Vec::new();
-    for s in samples.iter().filter(|s| s.seq_delta == 1) {
-        let start = s.g_start.wrapping_sub(tsc_offset as u64);
-        let end = s.g_end.wrapping_sub(tsc_offset as u64);
-        if !(start <= s.h_return && s.h_return <= s.h_reenter && s.h_reenter <= end) {
-            continue;
-        }
-        exit.push((s.h_return - start) as f64);
-        handle.push((s.h_reenter - s.h_return) as f64);
-        entry.push((end - s.h_reenter) as f64);
-    }
-    (exit, handle, entry)
-}
-
-/// [`phase_values`] of every round, each with its own VM's TSC offset; rounds whose
-/// offset is unknown contribute nothing.
-pub fn phase_values_by_round(
-    samples: &[Sample],
-    rounds: &[Round],
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let (mut exit, mut handle, mut entry) = (Vec::new(), Vec::new(), Vec::new());
-    let mut at = 0;
-    for r in rounds {
-        let end = (at + r.samples).min(samples.len());
-        if let Some(off) = r.tsc_offset {
-            let (e, h, n) = phase_values(&samples[at..end], off);
-            exit.extend(e);
-            handle.extend(h);
-            entry.extend(n);
-        }
-        at = end;
-    }
-    (exit, handle, entry)
-}
-
-/// The VMM's userspace time of each userspace exit (KVM_RUN returned → re-entered), and
-/// the duration of the KVM_RUN that ended in it (re-entered before → returned).
-pub fn host_values(samples: &[Sample]) -> (Vec<f64>, Vec<f64>) {
-    let mut share = Vec::new();
-    let mut run = Vec::new();
-    for s in samples.iter().filter(|s| s.seq_delta == 1) {
-        if s.h_reenter >= s.h_return && s.h_return > 0 {
-            share.push((s.h_reenter - s.h_return) as f64);
-        }
-        if s.h_prev_reenter > 0 && s.h_return >= s.h_prev_reenter {
-            run.push((s.h_return - s.h_prev_reenter) as f64);
-        }
-    }
-    (share, run)
-}
-
 /// Builds the result of one test.
 pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> TestResult {
     let def: &TestDef = m.def;
@@ -413,7 +256,7 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         raw_samples: None,
         rounds: Vec::new(),
         net_percentiles: None,
-        irq: Some(crate::smp::IrqResult {
+        irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
             cpus: m.params.irq.cpus_for(def),
             per_vcpu: m.per_vcpu.clone(),
@@ -527,6 +370,8 @@ mod tests {
     use super::*;
     use crate::catalogue;
     use crate::runner::RunParams;
+    use exitlab_guest::abi::Sample;
+    use exitlab_results::samples::{phase_values_by_round, Round};
     use exitlab_vmm::vcpu::ExitCounts;
 
     fn params(samples: u64, batch: u64, warmup: u64) -> RunParams {
@@ -597,19 +442,6 @@ mod tests {
     }
 
     #[test]
-    fn per_iteration_divides_by_the_batch_and_rejects_backward_samples() {
-        let s = [
-            sample(1000, 700, 0, 1, 1, 0),
-            sample(5000, 1400, 0, 1, 1, 0),
-        ];
-        assert_eq!(per_iteration(&s, 7).unwrap(), vec![100.0, 200.0]);
-        let mut bad = s;
-        bad[1].g_end = bad[1].g_start;
-        let e = per_iteration(&bad, 1).unwrap_err();
-        assert!(e.contains("sample 1 is implausible"), "{e}");
-    }
-
-    #[test]
     fn net_figures_subtract_each_samples_own_loop() {
         // Totals 1000, 1100, 5000 with loops 200, 500, 100: nets 800, 600, 4900 per
         // sample; batch 2 halves them; the net median is the median of the nets (400),
@@ -649,54 +481,6 @@ mod tests {
             "{:?}",
             c.median_ci95
         );
-    }
-
-    #[test]
-    fn median_ci_covers_the_true_median_about_95_percent_of_the_time() {
-        // The false-alarm rate of the interval, measured: 300 data sets of 201 values
-        // from a known distribution (median 1000), each summarised as a test's samples.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let trials = 300;
-        let mut covered = 0;
-        for _ in 0..trials {
-            // A skewed distribution like exit timings: 1000 * exp(N(0,1)-ish) via the
-            // inverse of a log-logistic, median exactly 1000.
-            let v: Vec<f64> = (0..201)
-                .map(|_| {
-                    let u: f64 = next().clamp(1e-9, 1.0 - 1e-9);
-                    1000.0 * (u / (1.0 - u)).powf(0.3)
-                })
-                .collect();
-            let s = summary_of(&v).unwrap();
-            if s.median_ci95[0] <= 1000.0 && 1000.0 <= s.median_ci95[1] {
-                covered += 1;
-            }
-        }
-        let rate = f64::from(covered) / f64::from(trials);
-        assert!((0.90..=0.99).contains(&rate), "coverage {rate}");
-    }
-
-    #[test]
-    fn phase_arithmetic_uses_the_tsc_offset_and_skips_unordered_stamps() {
-        let off = -123_456_789i64;
-        let mut s = vec![
-            sample(1_000_000, 900, 0, 400, 100, off),
-            sample(2_000_000, 1000, 0, 450, 150, off),
-        ];
-        // Host stamps after the guest's end: not a timeline, left out.
-        s.push(sample(3_000_000, 500, 0, 400, 200, off));
-        let (e, h, n) = phase_values(&s, off);
-        assert_eq!(e, vec![400.0, 450.0]);
-        assert_eq!(h, vec![100.0, 150.0]);
-        assert_eq!(n, vec![400.0, 400.0]);
-        // With the wrong offset nothing is ordered.
-        assert!(phase_values(&s, off + 10_000_000).0.is_empty());
     }
 
     #[test]
@@ -904,17 +688,5 @@ mod tests {
         let all = analyse(&m, &Baseline::default(), 1_000_000, false);
         let spread = all.round_spread.unwrap().spread;
         assert!((spread - 0.303).abs() < 0.001, "{spread}");
-    }
-
-    #[test]
-    fn a_busy_host_still_leaves_the_quietest_quarter() {
-        let mut m = user_round(100, 0, 600, 90, 500);
-        for (i, s) in m.samples.iter_mut().enumerate() {
-            s.g_loop = 1_000 + i as u64;
-        }
-        let (kept, rounds) = quiet_samples(&m.samples, &m.rounds, 300.0);
-        assert_eq!(kept.len(), 25);
-        assert_eq!(rounds[0].samples, 25);
-        assert!(kept.iter().all(|s| s.g_loop < 1_025));
     }
 }

@@ -12,10 +12,14 @@ use exitlab_vmm::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
-use crate::packed::PackedSamples;
-use crate::results::{BenchConfig, Overhead, ProcessStats, Results, TestResult, TestStatus, Tool};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
-use crate::stats::summarize;
+use exitlab_results::figures;
+use exitlab_results::packed::PackedSamples;
+use exitlab_results::results::RoundFigure;
+use exitlab_results::results::{
+    BenchConfig, Overhead, ProcessStats, Results, TestResult, TestStatus, Tool,
+};
+use exitlab_results::stats::summarize;
 
 /// Test used for the VMM overhead experiment.
 pub const OVERHEAD_TEST: &str = "inl_from_user";
@@ -124,7 +128,13 @@ pub fn run(
     let mut tsc_khz: Option<(u64, String)> = None;
     for (def, rounds) in tests.iter().zip(per_test) {
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
-        let figures = crate::figures::round_figures(&rounds);
+        // `loop_overhead` has no net figure: it is the empty loop itself.
+        let net = def.name != "loop_overhead";
+        let figures: Vec<RoundFigure> = rounds
+            .iter()
+            .take_while(|m| m.outcome == Outcome::Completed)
+            .filter_map(|m| figures::round_figure(&m.samples, m.params.batch, net))
+            .collect();
         let Some(m) = Measurement::merge(rounds) else {
             continue;
         };
@@ -147,7 +157,9 @@ pub fn run(
         }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
-        r.net_percentiles = crate::figures::net_percentiles(&m);
+        r.net_percentiles = (m.outcome == Outcome::Completed)
+            .then(|| figures::net_percentiles(&m.samples, m.params.batch, net))
+            .flatten();
         if opts.phases_off.is_some() {
             r.phases = None;
         }
@@ -179,7 +191,7 @@ pub fn run(
         )
     });
     let vmm_overhead = if opts.overhead && incomplete.is_none() {
-        let mut kernel_view = crate::trace_report::OverheadView::new();
+        let mut kernel_view = exitlab_results::trace_report::OverheadView::new();
         let r = overhead(
             kvm,
             image,
@@ -201,7 +213,7 @@ pub fn run(
         .or_else(|| tsc_from_host(&host))
         .unwrap_or((0, "unknown".into()));
     Ok(Results {
-        schema_version: crate::results::SCHEMA_VERSION,
+        schema_version: exitlab_results::results::SCHEMA_VERSION,
         tool: Tool::current(),
         started_at_unix,
         wall_seconds: started.elapsed().as_secs_f64(),
@@ -228,7 +240,7 @@ pub fn run(
             vmm_rss_outside_guest_bytes: outside,
             peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
         }),
-        provenance: Some(crate::results::Provenance::current()),
+        provenance: Some(exitlab_results::results::Provenance::current()),
         incomplete,
         ab: None,
     })
@@ -257,7 +269,7 @@ fn cancelled(opts: &BenchOptions) -> bool {
 
 /// One completed round of a test while the run goes on: the measurement without its
 /// samples, which are kept packed (a run holds every round of every test until its
-/// last round; see [`crate::packed`]).
+/// last round; see [`exitlab_results::packed`]).
 #[derive(Debug, Clone)]
 struct Stored {
     m: Measurement,
@@ -450,7 +462,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
     let mut note = format!(
         "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's quietest round; every test kept at least {:.0}% of its samples",
         NOISE_TOLERANCE * 100.0,
-        analysis::MIN_KEPT_SHARE * 100.0
+        exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     );
     if !extra.is_empty() {
         let list: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
@@ -472,7 +484,7 @@ fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    kernel_view: &mut crate::trace_report::OverheadView,
+    kernel_view: &mut exitlab_results::trace_report::OverheadView,
     rss_outside_guest: &mut Option<u64>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Result<Overhead, String>, RunError> {
@@ -517,7 +529,7 @@ fn overhead(
                     status.reason().unwrap_or("failed")
                 )));
             }
-            let values = analysis::host_values(&m.samples).0;
+            let values = exitlab_results::samples::host_values(&m.samples).0;
             if is_bare {
                 bare.extend(values);
             } else {
@@ -528,7 +540,9 @@ fn overhead(
     match (summarize(&full), summarize(&bare)) {
         (Ok(f), Ok(b)) => Ok(Ok(Overhead {
             bus_devices: Some(devices as u64),
-            stamp_step_cycles: crate::stats::stamp_step(full.iter().chain(&bare).copied()),
+            stamp_step_cycles: exitlab_results::stats::stamp_step(
+                full.iter().chain(&bare).copied(),
+            ),
             ..Overhead::new(OVERHEAD_TEST, f, b)
         })),
         _ => Ok(Err("no userspace-share samples were collected".into())),

@@ -89,7 +89,7 @@ pub struct TestDef {
     /// loop does exactly what it does outside the lab.
     pub kvm_run_log: bool,
     /// APIC mode the test fixes (`x2apic_*`); `None`: the run's `--apic`.
-    pub apic: Option<crate::smp::ApicMode>,
+    pub apic: Option<exitlab_results::irq::ApicMode>,
     /// vCPUs the test needs (the IPI tests: a target besides vCPU 0).
     pub min_cpus: u32,
 }
@@ -140,7 +140,7 @@ const fn irq(name: &'static str, id: u64, what: &'static str, min_cpus: u32) -> 
 const fn x2(def: TestDef, name: &'static str) -> TestDef {
     TestDef {
         name,
-        apic: Some(crate::smp::ApicMode::X2apic),
+        apic: Some(exitlab_results::irq::ApicMode::X2apic),
         ..def
     }
 }

@@ -1,4 +1,5 @@
-//! exitlab's exit lab: benchmark catalogue, runner, statistics, results and reports.
+//! exitlab's exit lab: the benchmark catalogue, the runner and the experiments that run
+//! it (bench, A/B, workload, agreement, SMP). What they produce is `exitlab-results`'.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -7,19 +8,9 @@ pub mod agreement;
 pub mod analysis;
 pub mod bench;
 pub mod catalogue;
-pub mod compare;
-pub mod figures;
-pub mod host_report;
-pub mod html;
+pub mod host_survey;
 mod kernel;
 pub mod knobs;
-pub mod openmetrics;
-pub mod packed;
-pub mod report;
-pub mod results;
 pub mod runner;
 pub mod smp;
-pub mod stats;
-pub mod trace_report;
-pub mod verdict;
 pub mod workload;

@@ -64,15 +64,7 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// One round of a test (one VM): how many of the measurement's samples it holds, and its
-/// vCPU's TSC offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Round {
-    /// Samples of this round (consecutive in [`Measurement::samples`]).
-    pub samples: usize,
-    /// Guest TSC minus host TSC for the round's vCPU, when the host exposes it.
-    pub tsc_offset: Option<i64>,
-}
+pub use exitlab_results::samples::Round;
 
 /// The raw result of one test run.
 #[derive(Debug, Clone)]
@@ -110,9 +102,9 @@ pub struct Measurement {
     /// down (bytes).
     pub vmm_rss_bytes: Option<u64>,
     /// APIC mode the guest ran in.
-    pub apic: crate::smp::ApicMode,
+    pub apic: exitlab_results::irq::ApicMode,
     /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
-    pub per_vcpu: Vec<crate::smp::VcpuExits>,
+    pub per_vcpu: Vec<exitlab_results::irq::VcpuExits>,
 }
 
 impl Measurement {
@@ -190,7 +182,7 @@ impl Measurement {
             m.doorbells += r.doorbells;
             m.kvm_run_log.extend(r.kvm_run_log);
             m.vmm_rss_bytes = m.vmm_rss_bytes.max(r.vmm_rss_bytes);
-            crate::smp::merge_vcpu_exits(&mut m.per_vcpu, &r.per_vcpu);
+            exitlab_results::irq::merge_vcpu_exits(&mut m.per_vcpu, &r.per_vcpu);
             m.wall += r.wall;
             m.rounds.extend(r.rounds);
         }

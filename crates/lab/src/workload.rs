@@ -4,7 +4,7 @@
 //! boot, and the userspace exits by reason per vCPU. With an A/B knob (`apic`, `cpus`,
 //! `pv-ipi`) the two sides alternate A B, B A, ... round by round, and the change of the
 //! guest-measured time B vs A gets a 95 % interval and a verdict from
-//! [`crate::verdict`], paired by round, as the seeds' hackbench tables ask for.
+//! [`exitlab_results::verdict`], paired by round, as the seeds' hackbench tables ask for.
 //!
 //! A kernel that never reaches the workload (this host's KVM emulates guest ring 0 and
 //! Linux dies early, for example) stops the experiment at its first boot, which says how
@@ -24,7 +24,7 @@ use exitlab_vmm::vcpu::ExitCounts;
 use exitlab_vmm::Kvm;
 use serde::Serialize;
 
-use crate::verdict::{self, Pairing};
+use exitlab_results::verdict::{self, Pairing};
 
 /// The workloads `--workload` knows.
 pub const WORKLOADS: &[&str] = &["hackbench"];
@@ -544,7 +544,7 @@ pub fn render(r: &WorkloadResults) -> String {
                 } else {
                     format!("side {side}")
                 },
-                crate::stats::percentile(&sorted, 50.0),
+                exitlab_results::stats::percentile(&sorted, 50.0),
                 t.len()
             );
         }

@@ -8,7 +8,7 @@
 pub mod builder;
 pub mod bus;
 pub mod caps;
-pub mod counts;
+pub use exitlab_counts as counts;
 pub mod cpuid;
 mod error;
 pub mod exit;

@@ -212,7 +212,7 @@ pub struct BenchConfig {
     pub knobs: BTreeMap<String, String>,
     /// The interrupt knobs of the run (APIC mode, vCPUs, idle, disabled exits, ...).
     #[serde(default)]
-    pub irq: Option<crate::smp::IrqConfig>,
+    pub irq: Option<crate::irq::IrqConfig>,
 }
 
 fn one() -> u32 {
@@ -437,7 +437,7 @@ pub struct TestResult {
     pub net_percentiles: Option<Vec<f64>>,
     /// APIC mode, vCPUs and exits per vCPU of the test's VM.
     #[serde(default)]
-    pub irq: Option<crate::smp::IrqResult>,
+    pub irq: Option<crate::irq::IrqResult>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -986,7 +986,16 @@ pub(crate) mod tests {
                 tsc_khz_source: "KVM_GET_TSC_KHZ".to_string(),
                 rounds: 6,
                 knobs: BTreeMap::from([("ring".to_string(), "3".to_string())]),
-                irq: Some(crate::smp::IrqKnobs::default().record(Some(1))),
+                irq: Some(crate::irq::IrqConfig {
+                    apic: crate::irq::ApicMode::Xapic,
+                    cpus: 0,
+                    idle: crate::irq::Idle::Poll,
+                    disable_exits: "none".into(),
+                    halt_poll_ns: None,
+                    pv_ipi: None,
+                    irqchip: "kernel".into(),
+                    pins: vec![Some(1)],
+                }),
             },
             tests: vec![lo, kernel, full, skipped, dnc, failed],
             vmm_overhead: Some(Overhead::new(

@@ -10,14 +10,16 @@ use crate::stats::Summary;
 
 /// Column alignment in [`layout`].
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Align {
+pub enum Align {
+    /// Padded on the right.
     Left,
+    /// Padded on the left (numbers).
     Right,
 }
 
 /// Lays out a fixed-width table: a header row, a rule, then the rows.
 /// Columns are separated by two spaces; trailing spaces are trimmed.
-pub(crate) fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
+pub fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -321,7 +323,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
         }
     }
-    lines.extend(crate::smp::per_vcpu_lines(&results.tests));
+    lines.extend(crate::irq::per_vcpu_lines(&results.tests));
     let mut not_observed = Vec::new();
     for t in &results.tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {

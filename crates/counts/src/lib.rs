@@ -3,6 +3,7 @@
 //! The reasons are listed once, in the macro call at the bottom; the struct, its
 //! `(name, count)` listing and its arithmetic are generated from that list, so adding a
 //! reason is one line.
+#![deny(missing_docs)]
 
 macro_rules! exit_counts {
     ($($(#[doc = $doc:literal])* $field:ident),+ $(,)?) => {
