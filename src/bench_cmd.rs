@@ -385,9 +385,8 @@ impl Display {
 /// Steps the progress display counts: a test per round (and side), plus the overhead
 /// experiment's six runs.
 fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
-    // loop_overhead is always run, first.
-    let tests =
-        opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.name == "loop_overhead"));
+    // The baseline (the empty loop) is always run, first.
+    let tests = opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.baseline));
     let rounds = u64::from(opts.rounds);
     match ab {
         Some(_) => 2 * tests * rounds,

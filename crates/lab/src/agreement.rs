@@ -440,7 +440,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 fn loop_median(res: &Results) -> Option<f64> {
     res.tests
         .iter()
-        .find(|t| t.name == "loop_overhead" && t.status == TestStatus::Ok)
+        .find(|t| t.name == catalogue::baseline().name && t.status == TestStatus::Ok)
         .and_then(|t| t.cycles.as_ref())
         .map(|s| s.median)
 }
@@ -460,7 +460,7 @@ fn net_mean(res: &Results, test: &str) -> Option<f64> {
             .and_then(|t| t.cycles.as_ref())
             .map(|s| s.mean)
     };
-    Some(mean(test)? - mean("loop_overhead")?)
+    Some(mean(test)? - mean(catalogue::baseline().name)?)
 }
 
 /// Runs the comparison: per round, the harness once (all tests interleaved inside it),
@@ -475,9 +475,8 @@ pub fn run(
     let mut bench_runs = Vec::new();
     let mut loop_batch_runs = Vec::new();
     let mut notes = Vec::new();
-    let tests: Vec<_> = std::iter::once("loop_overhead")
-        .chain(HARNESS_TESTS.iter().copied())
-        .filter_map(catalogue::find)
+    let tests: Vec<_> = std::iter::once(catalogue::baseline())
+        .chain(HARNESS_TESTS.iter().filter_map(|t| catalogue::find(t)))
         .collect();
     let cmdline = format!("k={} reps={}", opts.k, opts.reps);
     for round in 0..opts.rounds.max(1) {

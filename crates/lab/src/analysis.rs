@@ -316,7 +316,7 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
     if let Some(c) = &r.cycles {
         // Net of the loop: the median of each sample minus the empty loop measured just
         // before it in the same VM (paired, so host drift between tests cancels out).
-        let net = if def.name == "loop_overhead" {
+        let net = if def.baseline {
             None
         } else {
             summary_of(&paired_net(&samples, m.params.batch)).map(|n| n.median)

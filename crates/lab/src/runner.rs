@@ -22,7 +22,7 @@ use exitlab_vmm::vm::{IoSpace, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
 use vm_memory::{Address, ByteValued, Bytes, GuestMemoryMmap};
 
-use crate::catalogue::{Platform, TestDef};
+use crate::catalogue::{Platform, TestArg, TestDef};
 
 /// Most KVM_RUN durations kept per test (8 bytes each).
 pub const RUN_LOG_MAX: u64 = 1 << 18;
@@ -468,7 +468,7 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
         }
         Platform::NoIrqchip => {}
     }
-    if def.id == abi::TEST_CPUID_0XD && caps.xsave_max_subleaf.is_none() {
+    if def.arg == TestArg::XsaveMaxSubleaf && caps.xsave_max_subleaf.is_none() {
         return Some(NO_XSAVE.into());
     }
     None
@@ -805,12 +805,11 @@ fn numbers_as_n(text: &str) -> String {
     out
 }
 
-/// The test's argument in the control page: the highest XSAVE sub-leaf for `cpuid_0xd`.
+/// The test's argument in the control page, as its catalogue row says.
 fn test_argument(kvm: &Kvm, def: &TestDef) -> u64 {
-    if def.id == abi::TEST_CPUID_0XD {
-        Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into()
-    } else {
-        0
+    match def.arg {
+        TestArg::None => 0,
+        TestArg::XsaveMaxSubleaf => Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into(),
     }
 }
 

@@ -227,15 +227,13 @@ impl IrqKnobs {
                 abi::MAX_CPUS
             ));
         }
-        if self.irqchip == IrqChip::Split
-            && (def.id == abi::TEST_INL_FROM_KERNEL || def.id == abi::TEST_OUTL_TO_KERNEL)
-        {
+        if self.irqchip == IrqChip::Split && def.kernel_pic {
             return Some(
                 "--irqchip split: the ELCR (port 0x4d0) is exitlab's userspace PIC, not the kernel's"
                     .into(),
             );
         }
-        if def.id == abi::TEST_PV_SEND_IPI && self.pv_ipi == Some(false) {
+        if def.pv_ipi && self.pv_ipi == Some(false) {
             return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
         }
         None
