@@ -499,7 +499,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         if let Some(ab) = &ab {
             for v in [&ab.a, &ab.b] {
                 let mut o = opts.clone();
-                if (ab.knob.set)(&mut o, v).is_ok() {
+                if ab.knob.set(&mut o, v).is_ok() {
                     sides.push(o);
                 }
             }

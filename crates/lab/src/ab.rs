@@ -46,7 +46,7 @@ pub fn run(
     let side_opts = |value: &str| {
         let mut o = base.clone();
         // Checked when the spec was parsed.
-        let _ = (spec.knob.set)(&mut o, value);
+        let _ = spec.knob.set(&mut o, value);
         o.overhead = false;
         o.rounds = 1;
         o.raw = true;

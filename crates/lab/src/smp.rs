@@ -52,86 +52,7 @@ pub struct IrqKnobs {
     pub withhold_ap: u32,
 }
 
-/// The knob names `set` takes (and `--ab KNOB=A,B` can vary).
-pub const KNOB_NAMES: &[&str] = &[
-    "apic",
-    "cpus",
-    "idle",
-    "disable-exits",
-    "halt-poll-ns",
-    "pv-ipi",
-    "irqchip",
-];
-
 impl IrqKnobs {
-    /// Sets one knob by name from its command-line text.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        match name {
-            "apic" => self.apic = ApicMode::parse(value)?,
-            "cpus" => {
-                let n: u32 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("cpus '{value}' is not a number"))?;
-                if n == 0 || u64::from(n) > abi::MAX_CPUS {
-                    return Err(format!("cpus {n} is out of range 1..={}", abi::MAX_CPUS));
-                }
-                self.cpus = n;
-            }
-            "idle" => self.idle = Idle::parse(value)?,
-            "disable-exits" => {
-                self.disable_exits = if value.trim() == "none" {
-                    0
-                } else {
-                    knobs::parse_disable_exits(value)?
-                }
-            }
-            "halt-poll-ns" => {
-                self.halt_poll_ns = Some(
-                    value
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("halt-poll-ns '{value}' is not a number of ns"))?,
-                )
-            }
-            "pv-ipi" => {
-                self.pv_ipi = match value.trim() {
-                    "on" => Some(true),
-                    "off" => Some(false),
-                    o => return Err(format!("pv-ipi '{o}': use on or off")),
-                }
-            }
-            "irqchip" => self.irqchip = IrqChip::parse(value)?,
-            o => {
-                return Err(format!(
-                    "unknown knob '{o}'; knobs: {}",
-                    KNOB_NAMES.join(", ")
-                ))
-            }
-        }
-        Ok(())
-    }
-
-    /// The value of one knob by name, as `set` takes it.
-    pub fn get(&self, name: &str) -> String {
-        match name {
-            "apic" => self.apic.name().into(),
-            "cpus" => self.cpus.to_string(),
-            "idle" => self.idle.name().into(),
-            "disable-exits" => knobs::disable_exits_names(self.disable_exits),
-            "halt-poll-ns" => self
-                .halt_poll_ns
-                .map_or("default".into(), |n| n.to_string()),
-            "pv-ipi" => match self.pv_ipi {
-                Some(true) => "on".into(),
-                Some(false) => "off".into(),
-                None => "default".into(),
-            },
-            "irqchip" => self.irqchip.name().into(),
-            _ => String::new(),
-        }
-    }
-
     /// Sets the APs' host CPUs.
     pub fn set_ap_pins(&mut self, cpus: &[usize]) -> Result<(), String> {
         if cpus.len() > MAX_AP_PINS {
@@ -272,14 +193,6 @@ fn idle_abi(idle: Idle) -> u64 {
         Idle::Poll => abi::IDLE_POLL,
         Idle::Hlt => abi::IDLE_HLT,
         Idle::Mwait => abi::IDLE_MWAIT,
-    }
-}
-
-impl crate::runner::RunParams {
-    /// Sets an interrupt knob of the run by name (one of [`KNOB_NAMES`]), as an A/B
-    /// experiment varies it: `set_irq_knob("apic", "x2apic")`.
-    pub fn set_irq_knob(&mut self, name: &str, value: &str) -> Result<(), String> {
-        self.irq.set(name, value)
     }
 }
 
@@ -526,7 +439,7 @@ mod tests {
             .unwrap_err()
             .contains("xapic or x2apic"));
         assert!(k.set("volume", "11").unwrap_err().contains("unknown knob"));
-        for n in KNOB_NAMES {
+        for n in crate::knobs::IRQ_KNOBS {
             assert!(k.set(n, "???").is_err(), "{n}");
         }
     }

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use exitlab_guest::hackbench::{self, Params};
 use exitlab_vmm::cpuid::CpuidBit;
+
+use crate::knobs::{self, Setting};
 use exitlab_vmm::machine::{self, MachineConfig, PlatformOptions, RunEnd, SerialOut};
 use exitlab_vmm::vcpu::ExitCounts;
 use exitlab_vmm::Kvm;
@@ -60,44 +62,26 @@ impl Setup {
         )
     }
 
-    /// This setup with `knob` (`apic`, `cpus`, `pv-ipi`) set to `value`.
+    /// This setup with `knob` (`apic`, `cpus`, `pv-ipi`) set to `value`, parsed by the
+    /// knob registry ([`crate::knobs`]): the same names, limits and messages as bench.
     pub fn with(&self, knob: &str, value: &str) -> Result<Setup, String> {
         let mut s = self.clone();
-        match knob {
-            "apic" => s.apic = parse_apic(value)?,
-            "cpus" => s.cpus = parse_cpus(value)?,
-            "pv-ipi" => s.pv_ipi = parse_on_off("pv-ipi", value)?,
-            _ => {
-                return Err(format!(
-                    "--ab {knob}: a workload can vary apic, cpus or pv-ipi"
-                ))
-            }
+        let refuse = || format!("--ab {knob}: a workload can vary apic, cpus or pv-ipi");
+        if !WORKLOAD_KNOBS.contains(&knob) {
+            return Err(refuse());
+        }
+        match knobs::parse(knob, value)? {
+            Setting::Apic(a) => s.apic = a.name().to_string(),
+            Setting::Cpus(n) => s.cpus = n,
+            Setting::PvIpi(Some(on)) => s.pv_ipi = on,
+            _ => return Err(refuse()),
         }
         Ok(s)
     }
 }
 
-fn parse_apic(v: &str) -> Result<String, String> {
-    match v {
-        "xapic" | "x2apic" => Ok(v.to_string()),
-        _ => Err(format!("apic {v}: use xapic or x2apic")),
-    }
-}
-
-fn parse_cpus(v: &str) -> Result<u32, String> {
-    match v.parse::<u32>() {
-        Ok(n) if (1..=machine::MAX_CPUS).contains(&n) => Ok(n),
-        _ => Err(format!("cpus {v}: use 1..={}", machine::MAX_CPUS)),
-    }
-}
-
-fn parse_on_off(what: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{what} {v}: use on or off")),
-    }
-}
+/// The knobs a workload experiment can set.
+pub const WORKLOAD_KNOBS: &[&str] = &["apic", "cpus", "pv-ipi"];
 
 /// The A/B knob of a workload experiment: `KNOB=A,B`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
