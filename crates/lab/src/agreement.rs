@@ -41,7 +41,8 @@ use exitlab_vmm::Kvm;
 use serde::Serialize;
 
 use crate::bench::{self, BenchOptions, Progress};
-use crate::catalogue;
+use crate::catalogue::{self, TestDef};
+use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{RunError, RunParams};
 use exitlab_results::report::{fmt_cycles, layout, Align};
 use exitlab_results::results::{Results, TestStatus};
@@ -463,6 +464,51 @@ fn net_mean(res: &Results, test: &str) -> Option<f64> {
     Some(mean(test)? - mean(catalogue::baseline().name)?)
 }
 
+/// exitlab's side of one round: the bench on `tests` (one round), and the empty loop
+/// alone again at [`LOOP_BATCH`] iterations per sample.
+fn exitlab_round(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    tests: &[&'static TestDef],
+    params: RunParams,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Results, Results), RunError> {
+    let opts = |tests: Vec<&'static TestDef>, params: RunParams| BenchOptions {
+        tests,
+        params,
+        raw: false,
+        overhead: false,
+        rounds: 1,
+        cancel: None,
+        knobs: Default::default(),
+        // Only totals are compared here; phases are not reported.
+        phases_off: None,
+    };
+    let one = bench::run(
+        kvm,
+        image,
+        &opts(tests.to_vec(), params),
+        serde_json::Value::Null,
+        Vec::new(),
+        progress,
+    )?;
+    let many = bench::run(
+        kvm,
+        image,
+        &opts(
+            tests[..1].to_vec(),
+            RunParams {
+                batch: LOOP_BATCH,
+                ..params
+            },
+        ),
+        serde_json::Value::Null,
+        Vec::new(),
+        progress,
+    )?;
+    Ok((one, many))
+}
+
 /// Runs the comparison: per round, the harness once (all tests interleaved inside it),
 /// then exitlab's bench on the same tests (one round each).
 pub fn run(
@@ -479,63 +525,41 @@ pub fn run(
         .chain(HARNESS_TESTS.iter().filter_map(|t| catalogue::find(t)))
         .collect();
     let cmdline = format!("k={} reps={}", opts.k, opts.reps);
-    for round in 0..opts.rounds.max(1) {
-        progress(Progress::Round(round + 1, opts.rounds.max(1)));
-        progress(Progress::Start("second harness"));
-        match run_harness(kvm, &cmdline, opts.harness_timeout_s)
-            .and_then(|t| parse_harness_output(&t))
-        {
-            Ok(h) => {
-                progress(Progress::Done("second harness", &TestStatus::Ok));
-                harness_runs.push(h);
+    // Per round, the harness (side 0), then exitlab's bench (side 1), in that order.
+    let total = opts.rounds.max(1);
+    rounds::run(
+        total,
+        2,
+        Order::Fixed,
+        None,
+        |step| -> Result<Flow, RunError> {
+            match step {
+                Step::Round(round) => progress(Progress::Round(round, total)),
+                Step::Side { round, side: 0 } => {
+                    progress(Progress::Start("second harness"));
+                    match run_harness(kvm, &cmdline, opts.harness_timeout_s)
+                        .and_then(|t| parse_harness_output(&t))
+                    {
+                        Ok(h) => {
+                            progress(Progress::Done("second harness", &TestStatus::Ok));
+                            harness_runs.push(h);
+                        }
+                        Err(e) => {
+                            let st = TestStatus::Failed { reason: e.clone() };
+                            progress(Progress::Done("second harness", &st));
+                            notes.push(format!("round {round}: {e}"));
+                        }
+                    }
+                }
+                Step::Side { .. } => {
+                    let (one, many) = exitlab_round(kvm, image, &tests, opts.params, progress)?;
+                    bench_runs.push(one);
+                    loop_batch_runs.push(many);
+                }
             }
-            Err(e) => {
-                let st = TestStatus::Failed { reason: e.clone() };
-                progress(Progress::Done("second harness", &st));
-                notes.push(format!("round {}: {e}", round + 1));
-            }
-        }
-        let b = bench::run(
-            kvm,
-            image,
-            &BenchOptions {
-                tests: tests.clone(),
-                params: opts.params,
-                raw: false,
-                overhead: false,
-                rounds: 1,
-                cancel: None,
-                knobs: Default::default(),
-                // Only totals are compared here; phases are not reported.
-                phases_off: None,
-            },
-            serde_json::Value::Null,
-            Vec::new(),
-            progress,
-        )?;
-        bench_runs.push(b);
-        let lb = bench::run(
-            kvm,
-            image,
-            &BenchOptions {
-                tests: tests[..1].to_vec(),
-                params: RunParams {
-                    batch: LOOP_BATCH,
-                    ..opts.params
-                },
-                raw: false,
-                overhead: false,
-                rounds: 1,
-                cancel: None,
-                knobs: Default::default(),
-                phases_off: None,
-            },
-            serde_json::Value::Null,
-            Vec::new(),
-            progress,
-        )?;
-        loop_batch_runs.push(lb);
-    }
+            Ok(Flow::Continue)
+        },
+    )?;
     let pooled = |f: &dyn Fn(&HarnessRun) -> Vec<f64>| -> Vec<f64> {
         harness_runs.iter().flat_map(f).collect()
     };

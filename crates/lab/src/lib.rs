@@ -11,6 +11,7 @@ pub mod catalogue;
 pub mod host_survey;
 mod kernel;
 pub mod knobs;
+pub mod rounds;
 pub mod runner;
 pub mod smp;
 pub mod workload;

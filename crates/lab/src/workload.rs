@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use exitlab_guest::hackbench::{self, Params};
 use exitlab_vmm::cpuid::CpuidBit;
 
 use crate::knobs::{self, Setting};
+use crate::rounds::{self, Ended, Flow, Order, Step};
 use exitlab_vmm::machine::{self, MachineConfig, PlatformOptions, RunEnd, SerialOut};
 use exitlab_vmm::vcpu::ExitCounts;
 use exitlab_vmm::Kvm;
@@ -394,48 +395,46 @@ pub fn run(
         change: None,
         incomplete: None,
     };
-    let cancelled = || {
-        opts.cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::Acquire))
-    };
-    'rounds: for round in 1..=opts.rounds {
-        // A B, then B A, ...: neither side always runs first.
-        let order: Vec<&(char, Setup)> = if round % 2 == 0 {
-            sides.iter().rev().collect()
-        } else {
-            sides.iter().collect()
-        };
-        for (side, setup) in order {
-            if cancelled() {
-                out.incomplete = Some(format!(
-                    "interrupted during round {round} of {}: kept the {} boot(s) that ended",
-                    opts.rounds,
-                    out.runs.len()
-                ));
-                break 'rounds;
-            }
+    // A B, then B A, ...: neither side always runs first.
+    let ended = rounds::run(
+        opts.rounds,
+        sides.len(),
+        Order::Alternate,
+        opts.cancel.as_deref(),
+        |step| -> Result<Flow, WorkloadError> {
+            let Step::Side { round, side } = step else {
+                return Ok(Flow::Continue);
+            };
+            let (side, setup) = &sides[side];
             let (r, tail) = one_boot(kvm, opts, setup, round, *side)?;
             progress(&r);
             let never_started = r.no_result.is_some() && r.seconds.is_none();
             let why = r.no_result.clone();
             let ended = r.ended.clone();
             out.runs.push(r);
-            if never_started {
-                let console = if tail.trim().is_empty() {
-                    "Linux printed nothing on ttyS0 (its messages before the serial console \
-                     registers are buffered: --append earlyprintk=ttyS0 shows them)"
-                        .to_string()
-                } else {
-                    format!("the last console lines were:\n{}", tail.trim_end())
-                };
-                out.incomplete = Some(format!(
-                    "stopped: {} ({ended}); {console}",
-                    why.unwrap_or_default()
-                ));
-                break 'rounds;
+            if !never_started {
+                return Ok(Flow::Continue);
             }
-        }
+            let console = if tail.trim().is_empty() {
+                "Linux printed nothing on ttyS0 (its messages before the serial console \
+                 registers are buffered: --append earlyprintk=ttyS0 shows them)"
+                    .to_string()
+            } else {
+                format!("the last console lines were:\n{}", tail.trim_end())
+            };
+            out.incomplete = Some(format!(
+                "stopped: {} ({ended}); {console}",
+                why.unwrap_or_default()
+            ));
+            Ok(Flow::Stop)
+        },
+    )?;
+    if let Ended::Cancelled { round } = ended {
+        out.incomplete = Some(format!(
+            "interrupted during round {round} of {}: kept the {} boot(s) that ended",
+            opts.rounds,
+            out.runs.len()
+        ));
     }
     if out.ab.is_some() && out.incomplete.is_none() {
         let side = |s: char| -> Vec<f64> {
