@@ -97,7 +97,7 @@ pub fn run_main(a: RunArgs) -> i32 {
             }
             Some(Err(e)) => return usage_error(e),
         };
-        return crate::chaos::chaos_cmd(crate::chaos::ChaosOptions {
+        return crate::chaos_cmd::chaos_cmd(crate::chaos_cmd::ChaosOptions {
             seconds: a.seconds,
             seed: a.seed,
             cpus: a.cpus.unwrap_or(2),

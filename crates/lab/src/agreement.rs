@@ -44,7 +44,7 @@ use crate::bench::{self, BenchOptions, Progress};
 use crate::catalogue::{self, TestDef};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{RunError, RunParams};
-use exitlab_results::report::{fmt_cycles, layout, Align};
+use exitlab_results::format::{fmt_cycles, layout, Align};
 use exitlab_results::results::{Results, TestStatus};
 use exitlab_results::stats::{summarize, Summary};
 

@@ -584,7 +584,7 @@ fn run_in(
     let tsc_offset = vcpu.tsc_offset();
     m.tsc_khz = vcpu.tsc_khz();
     let cpus = params.irq.cpus_for(def);
-    crate::smp::add_aps(&mut lab.builder, &params.irq, cpus)?;
+    add_aps(&mut lab.builder, &params.irq, cpus)?;
     let LabVm {
         builder,
         _platform,
@@ -593,7 +593,7 @@ fn run_in(
     let mut machine = builder.start()?;
     let watched = watch_progress(&mut machine, &params, &progress);
     m.wall = started.elapsed();
-    let ap_report = crate::smp::ap_report(machine.stop_all(crate::smp::AP_STOP_GRACE));
+    let ap_report = ap_report(machine.stop_all(AP_STOP_GRACE));
     match watched {
         Ok(f) => {
             collect(&mut m, f, &machine, started);
@@ -607,7 +607,7 @@ fn run_in(
             m.pin_error = stuck.pin_error;
         }
     }
-    crate::smp::account(&mut m, machine.memory(), cpus, ap_report);
+    account_aps(&mut m, machine.memory(), cpus, ap_report);
     Ok(m)
 }
 
@@ -940,7 +940,7 @@ fn collect(
     };
     m.doorbells = hook.doorbells;
     m.samples = hook.records;
-    crate::smp::account_bsp(m, f.vcpu.kvm_stats());
+    account_bsp(m, f.vcpu.kvm_stats());
 }
 
 /// Each counter's growth from `start` to `end` (counters present in both).
@@ -951,6 +951,146 @@ fn counter_deltas(
     end.iter()
         .filter_map(|(k, &b)| Some((k.clone(), b.wrapping_sub(*start.get(k)?))))
         .collect()
+}
+
+/// How long the lab waits for each AP to leave KVM_RUN after the kick that stops it.
+const AP_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Adds vCPUs 1..cpus to the machine (the in-kernel LAPIC keeps them waiting for a
+/// SIPI), each pinned as the knobs say; the machine starts them before vCPU 0.
+fn add_aps(
+    b: &mut MachineBuilder<LabHook>,
+    knobs: &crate::smp::IrqKnobs,
+    cpus: u32,
+) -> Result<(), VmmError> {
+    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
+        let spec = VcpuSpec {
+            pin: knobs.ap_pin(id),
+            ..VcpuSpec::new(VcpuConfig {
+                id,
+                stamp_gpa: Some(host::stamps_gpa(id).0),
+                run_log: 0,
+                doorbell_port: Some(abi::DOORBELL_PORT),
+                hlt: HltPolicy::Resume,
+            })
+        };
+        b.add_vcpu(spec, LabHook::ap())?;
+    }
+    Ok(())
+}
+
+/// What the APs did, once stopped.
+#[derive(Debug, Default)]
+struct ApReport {
+    /// Exits per AP.
+    exits: Vec<exitlab_results::irq::VcpuExits>,
+    /// The first error an AP reported or met.
+    error: Option<String>,
+}
+
+/// Collects the exits of the stopped APs (the machine's vCPUs stopped after vCPU 0 was
+/// collected). An AP's `intr` exits are not counted: they are the VMM's own signals
+/// (the kicks that stop it), not the guest's doing.
+fn ap_report(stopped: Vec<(u32, Option<Finished<LabHook>>)>) -> ApReport {
+    let mut r = ApReport::default();
+    for (_, f) in stopped {
+        match f {
+            Some(f) => {
+                let mut exits = f.vcpu.exits();
+                exits.user.intr = 0;
+                r.exits.push(exits);
+                if r.error.is_none() {
+                    if let Some(e) = f.hook.error {
+                        r.error = Some(e);
+                    } else if !matches!(f.stop, VcpuStop::Kicked) {
+                        r.error =
+                            Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
+                    }
+                }
+            }
+            None => {
+                r.error.get_or_insert_with(|| {
+                    "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
+                });
+            }
+        }
+    }
+    r
+}
+
+/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
+/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
+fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
+    m.per_vcpu.insert(
+        0,
+        exitlab_results::irq::VcpuExits {
+            vcpu: 0,
+            user: m.counts,
+            kvm_exits: m.kvm_exits(),
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        },
+    );
+}
+
+/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
+/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
+/// test's, and the APIC ids of vCPUs that never came up in any failure message.
+fn account_aps(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
+    if cpus > 1 {
+        let missing = crate::smp::missing_cpus(mem, cpus);
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
+            let note = format!(
+                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
+                ids.join(", ")
+            );
+            match &mut m.outcome {
+                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
+                Outcome::Completed => {
+                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
+                }
+                Outcome::Skipped(_) => {}
+            }
+        }
+    }
+    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
+        if cpus > 1 {
+            s.push_str(&format!(
+                "\nper-vCPU records: {}",
+                crate::smp::percpu_summary(mem, cpus)
+            ));
+        }
+        if let Some(e) = &aps.error {
+            s.push_str(&format!("\nAP: {e}"));
+        } else if !aps.exits.is_empty() {
+            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
+            // an interrupt lost by the host is told from a target that stopped running.
+            let each: Vec<String> = aps
+                .exits
+                .iter()
+                .map(|a| {
+                    format!(
+                        "vCPU {}: {} userspace exits, {} KVM exits",
+                        a.vcpu,
+                        a.user.total(),
+                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
+                    )
+                })
+                .collect();
+            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
+        }
+    }
+    if m.outcome == Outcome::Completed {
+        if let Some(e) = aps.error {
+            m.outcome = Outcome::Failed(e);
+            m.samples.clear();
+            return;
+        }
+        for ap in &aps.exits {
+            m.counts = m.counts.plus(&ap.user);
+        }
+        m.per_vcpu.extend(aps.exits);
+    }
 }
 
 #[cfg(test)]

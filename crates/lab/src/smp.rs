@@ -4,23 +4,17 @@
 //! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
 
 use std::mem::offset_of;
-use std::time::Duration;
 
 use exitlab_guest::{abi, host};
-use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
 use exitlab_vmm::knobs::{self, VmKnobs};
-use exitlab_vmm::thread::Finished;
-use exitlab_vmm::vcpu::{HltPolicy, VcpuConfig, VcpuStop};
 use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::vm::VmConfig;
 use exitlab_vmm::Kvm;
-use exitlab_vmm::VmmError;
 use vm_memory::{Bytes, GuestMemoryMmap};
 
-use exitlab_results::irq::{ApicMode, Idle, IrqConfig, VcpuExits};
+use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
 use crate::catalogue::TestDef;
-use crate::runner::{LabHook, Measurement, Outcome};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -204,148 +198,8 @@ pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
         .collect()
 }
 
-/// How long the lab waits for each AP to leave KVM_RUN after the kick that stops it.
-pub const AP_STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// Adds vCPUs 1..cpus to the machine (the in-kernel LAPIC keeps them waiting for a
-/// SIPI), each pinned as the knobs say; the machine starts them before vCPU 0.
-pub(crate) fn add_aps(
-    b: &mut MachineBuilder<LabHook>,
-    knobs: &IrqKnobs,
-    cpus: u32,
-) -> Result<(), VmmError> {
-    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
-        let spec = VcpuSpec {
-            pin: knobs.ap_pin(id),
-            ..VcpuSpec::new(VcpuConfig {
-                id,
-                stamp_gpa: Some(host::stamps_gpa(id).0),
-                run_log: 0,
-                doorbell_port: Some(abi::DOORBELL_PORT),
-                hlt: HltPolicy::Resume,
-            })
-        };
-        b.add_vcpu(spec, LabHook::ap())?;
-    }
-    Ok(())
-}
-
-/// What the APs did, once stopped.
-#[derive(Debug, Default)]
-pub struct ApReport {
-    /// Exits per AP.
-    pub exits: Vec<VcpuExits>,
-    /// The first error an AP reported or met.
-    pub error: Option<String>,
-}
-
-/// Collects the exits of the stopped APs (the machine's vCPUs stopped after vCPU 0 was
-/// collected). An AP's `intr` exits are not counted: they are the VMM's own signals
-/// (the kicks that stop it), not the guest's doing.
-pub(crate) fn ap_report(stopped: Vec<(u32, Option<Finished<LabHook>>)>) -> ApReport {
-    let mut r = ApReport::default();
-    for (_, f) in stopped {
-        match f {
-            Some(f) => {
-                let mut exits = f.vcpu.exits();
-                exits.user.intr = 0;
-                r.exits.push(exits);
-                if r.error.is_none() {
-                    if let Some(e) = f.hook.error {
-                        r.error = Some(e);
-                    } else if !matches!(f.stop, VcpuStop::Kicked) {
-                        r.error =
-                            Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
-                    }
-                }
-            }
-            None => {
-                r.error.get_or_insert_with(|| {
-                    "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
-                });
-            }
-        }
-    }
-    r
-}
-
-/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
-/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
-pub fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
-    m.per_vcpu.insert(
-        0,
-        VcpuExits {
-            vcpu: 0,
-            user: m.counts,
-            kvm_exits: m.kvm_exits(),
-            halt_exits: stats.and_then(|s| s.read("halt_exits")),
-        },
-    );
-}
-
-/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
-/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
-/// test's, and the APIC ids of vCPUs that never came up in any failure message.
-pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
-    if cpus > 1 {
-        let missing = missing_cpus(mem, cpus);
-        if !missing.is_empty() {
-            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
-            let note = format!(
-                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
-                ids.join(", ")
-            );
-            match &mut m.outcome {
-                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
-                Outcome::Completed => {
-                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
-                }
-                Outcome::Skipped(_) => {}
-            }
-        }
-    }
-    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
-        if cpus > 1 {
-            s.push_str(&format!(
-                "\nper-vCPU records: {}",
-                percpu_summary(mem, cpus)
-            ));
-        }
-        if let Some(e) = &aps.error {
-            s.push_str(&format!("\nAP: {e}"));
-        } else if !aps.exits.is_empty() {
-            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
-            // an interrupt lost by the host is told from a target that stopped running.
-            let each: Vec<String> = aps
-                .exits
-                .iter()
-                .map(|a| {
-                    format!(
-                        "vCPU {}: {} userspace exits, {} KVM exits",
-                        a.vcpu,
-                        a.user.total(),
-                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
-                    )
-                })
-                .collect();
-            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
-        }
-    }
-    if m.outcome == Outcome::Completed {
-        if let Some(e) = aps.error {
-            m.outcome = Outcome::Failed(e);
-            m.samples.clear();
-            return;
-        }
-        for ap in &aps.exits {
-            m.counts = m.counts.plus(&ap.user);
-        }
-        m.per_vcpu.extend(aps.exits);
-    }
-}
-
 /// What each vCPU's record on the per-vCPU page says, for failure reports.
-fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
+pub fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
     let parts: Vec<String> = (0..cpus.min(64))
         .map(|i| match mem.read_obj::<abi::PerCpu>(host::percpu_gpa(i)) {
             Ok(p) => format!(
@@ -356,29 +210,6 @@ fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
         })
         .collect();
     parts.join("; ")
-}
-
-/// With HLT exits disabled, no vCPU may have a HLT exit in KVM's binary stats; a host
-/// that accepts KVM_X86_DISABLE_EXITS_HLT but still intercepts HLT fails the check.
-pub fn check_disabled_exits(m: &Measurement, check: &mut exitlab_results::results::ExitCheck) {
-    if m.params.irq.disable_exits & knobs::DISABLE_HLT == 0 {
-        return;
-    }
-    let exiting: Vec<String> = m
-        .per_vcpu
-        .iter()
-        .filter_map(|v| match v.halt_exits {
-            Some(n) if n > 0 => Some(format!("{n} on vCPU {}", v.vcpu)),
-            _ => None,
-        })
-        .collect();
-    if !exiting.is_empty() {
-        check.passed = false;
-        check.detail += &format!(
-            "; HLT exits were disabled (KVM_X86_DISABLE_EXITS_HLT accepted), yet KVM counted HLT exits: {} (this host does not honour the capability)",
-            exiting.join(", ")
-        );
-    }
 }
 
 /// Host CPUs shared by several vCPUs of a run (`pin` is vCPU 0's), for a warning.
@@ -455,5 +286,18 @@ mod tests {
         assert_eq!(k.ap_pin(1), Some(1));
         assert_eq!(k.ap_pin(2), None);
         assert_eq!(k.ap_pin(0), None);
+    }
+
+    #[test]
+    fn results_written_before_the_irqchip_knob_read_as_the_default_record() {
+        // exitlab-results defaults a missing irqchip to "kernel": the name of the VMM's
+        // kernel irqchip, which such runs had.
+        let old: IrqConfig = serde_json::from_str(
+            r#"{"apic":"xapic","cpus":0,"idle":"poll","disable_exits":"none",
+                "halt_poll_ns":null,"pv_ipi":null,"pins":[null]}"#,
+        )
+        .unwrap();
+        assert_eq!(old, IrqKnobs::default().record(None));
+        assert_eq!(old.irqchip, IrqChip::Kernel.name());
     }
 }

@@ -319,7 +319,10 @@ fn one_boot(
         prefer_pvh: true,
         cancel: opts.cancel.clone(),
         platform: PlatformOptions {
-            cpuid_clear: clear,
+            cpu: exitlab_vmm::cpuid::CpuTemplate {
+                remove: clear,
+                ..Default::default()
+            },
             ..PlatformOptions::default()
         },
     };

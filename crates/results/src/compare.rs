@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::report::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
+use crate::format::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
 use crate::results::{Results, TestResult};
 use crate::verdict::{self, Change, Pairing, Verdict};
 

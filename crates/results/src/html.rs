@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use plotters::prelude::*;
 
 use crate::compare::{self, fmt_ci_pct, fmt_mdc, Comparison};
-use crate::report::{fmt_cycles, fmt_unix_utc, host_str};
+use crate::format::{fmt_cycles, fmt_unix_utc, host_str};
 use crate::results::{Results, TestResult};
 use crate::verdict::Verdict;
 

@@ -7,6 +7,7 @@
 
 pub mod compare;
 pub mod figures;
+pub mod format;
 pub mod host_report;
 pub mod html;
 pub mod irq;

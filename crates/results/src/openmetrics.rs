@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::host_str;
+use crate::format::host_str;
 use crate::results::{Results, TestResult};
 
 /// Escapes a label value (backslash, double quote, line feed).

@@ -5,129 +5,9 @@
 
 use std::fmt::Write as _;
 
+use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_str, layout, Align};
 use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
 use crate::stats::Summary;
-
-/// Column alignment in [`layout`].
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Align {
-    /// Padded on the right.
-    Left,
-    /// Padded on the left (numbers).
-    Right,
-}
-
-/// Lays out a fixed-width table: a header row, a rule, then the rows.
-/// Columns are separated by two spaces; trailing spaces are trimmed.
-pub fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut s = String::new();
-        for (i, cell) in cells.enumerate() {
-            let width = widths.get(i).copied().unwrap_or(0);
-            let pad = width.saturating_sub(cell.chars().count());
-            if i > 0 {
-                s.push_str("  ");
-            }
-            if aligns.get(i) == Some(&Align::Right) {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(cell);
-            } else {
-                s.push_str(cell);
-                s.push_str(&" ".repeat(pad));
-            }
-        }
-        s.truncate(s.trim_end().len());
-        s.push('\n');
-        s
-    };
-    let mut out = line(&mut headers.iter().copied());
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    out.push_str(&line(&mut rule.iter().map(String::as_str)));
-    for row in rows {
-        out.push_str(&line(&mut row.iter().map(String::as_str)));
-    }
-    out
-}
-
-/// A number of cycles as a whole number with thousands separators;
-/// `-` for NaN or infinite values.
-pub fn fmt_cycles(value: f64) -> String {
-    if !value.is_finite() {
-        return "-".to_string();
-    }
-    let rounded = value.round();
-    let negative = rounded < 0.0;
-    let digits = format!("{:.0}", rounded.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    if negative {
-        out.push('-');
-    }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A duration in nanoseconds: two decimals below 10, one below 1000,
-/// whole numbers with separators above; `-` for non-finite values.
-pub fn fmt_ns(value: f64) -> String {
-    if !value.is_finite() {
-        "-".to_string()
-    } else if value.abs() < 10.0 {
-        format!("{value:.2}")
-    } else if value.abs() < 1000.0 {
-        format!("{value:.1}")
-    } else {
-        fmt_cycles(value)
-    }
-}
-
-/// A signed percentage with one decimal, e.g. `+4.2%`.
-pub(crate) fn fmt_pct_signed(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:+.1}%")
-    } else {
-        "-".to_string()
-    }
-}
-
-/// A signed number of cycles with thousands separators, e.g. `+1,234` or `-52`.
-fn fmt_cycles_signed(value: f64) -> String {
-    if value.is_finite() && value >= 0.0 {
-        format!("+{}", fmt_cycles(value))
-    } else {
-        fmt_cycles(value)
-    }
-}
-
-/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (through the `time` crate); a time beyond
-/// what it represents (year 9999) is shown as seconds since the epoch.
-pub(crate) fn fmt_unix_utc(secs: u64) -> String {
-    const FORMAT: &[time::format_description::FormatItem<'static>] =
-        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
-    i64::try_from(secs)
-        .ok()
-        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
-        .and_then(|t| t.format(FORMAT).ok())
-        .unwrap_or_else(|| format!("{secs} s after 1970-01-01 UTC"))
-}
-
-/// A string from the host block at a JSON pointer, if present and non-empty.
-pub(crate) fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
-    host.pointer(pointer)
-        .and_then(serde_json::Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-}
 
 /// The "handled" cell: the observed handling (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
@@ -323,7 +203,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
         }
     }
-    lines.extend(crate::irq::per_vcpu_lines(&results.tests));
+    lines.extend(per_vcpu_lines(&results.tests));
     let mut not_observed = Vec::new();
     for t in &results.tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
@@ -789,29 +669,44 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
     out
 }
 
+/// Report lines: the exits of each vCPU of every test that ran on more than one.
+fn per_vcpu_lines(tests: &[TestResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tests {
+        let Some(irq) = &t.irq else { continue };
+        if irq.per_vcpu.len() < 2 {
+            continue;
+        }
+        let parts: Vec<String> = irq
+            .per_vcpu
+            .iter()
+            .map(|v| {
+                let opt = |x: Option<u64>| x.map_or("-".into(), |n| n.to_string());
+                format!(
+                    "vCPU {}: {} userspace, {} KVM exits, {} HLT exits",
+                    v.vcpu,
+                    v.user.total(),
+                    opt(v.kvm_exits),
+                    opt(v.halt_exits)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} ({}, {} vCPUs) exits per vCPU: {}",
+            t.name,
+            irq.apic.name(),
+            irq.cpus,
+            parts.join("; ")
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::results::tests::{ok_test, sample_results};
     use crate::results::{ExitCheck, Handling, Overhead};
-
-    #[test]
-    fn number_formats() {
-        assert_eq!(fmt_cycles(0.0), "0");
-        assert_eq!(fmt_cycles(999.4), "999");
-        assert_eq!(fmt_cycles(999.5), "1,000");
-        assert_eq!(fmt_cycles(1234567.0), "1,234,567");
-        assert_eq!(fmt_cycles(-1234.0), "-1,234");
-        assert_eq!(fmt_cycles(-0.2), "0");
-        assert_eq!(fmt_cycles(f64::NAN), "-");
-        assert_eq!(fmt_cycles(1e20), "100,000,000,000,000,000,000");
-        assert_eq!(fmt_ns(1.23456), "1.23");
-        assert_eq!(fmt_ns(123.456), "123.5");
-        assert_eq!(fmt_ns(12345.6), "12,346");
-        assert_eq!(fmt_ns(f64::INFINITY), "-");
-        assert_eq!(fmt_pct_signed(4.25), "+4.2%");
-        assert_eq!(fmt_pct_signed(-0.04), "-0.0%");
-    }
 
     #[test]
     fn csv_has_one_row_per_test_and_quotes() {
@@ -837,32 +732,6 @@ mod tests {
                 "{l}"
             );
         }
-    }
-
-    #[test]
-    fn dates() {
-        assert_eq!(fmt_unix_utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(fmt_unix_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
-        assert_eq!(fmt_unix_utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        // Must not panic on absurd values.
-        let _ = fmt_unix_utc(u64::MAX);
-    }
-
-    #[test]
-    fn layout_aligns_columns() {
-        let t = layout(
-            &["a", "num"],
-            &[Align::Left, Align::Right],
-            &[
-                vec!["long name".into(), "1".into()],
-                vec!["x".into(), "1,000".into()],
-            ],
-        );
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0], "a            num");
-        assert_eq!(lines[1], "---------  -----");
-        assert_eq!(lines[2], "long name      1");
-        assert_eq!(lines[3], "x          1,000");
     }
 
     #[test]
@@ -1124,5 +993,40 @@ mod tests {
         assert!(text.contains(
             "spread of the rounds' medians (max/min - 1, 2 tests): median 2.3%, worst 3.4% (inl_from_qemu)"
         ), "{text}");
+    }
+
+    #[test]
+    fn per_vcpu_lines_cover_only_tests_on_several_vcpus() {
+        use crate::irq::{ApicMode, IrqResult, VcpuExits};
+        let vcpu = |n: u32, hlt: u64, kvm: Option<u64>| VcpuExits {
+            vcpu: n,
+            user: exitlab_counts::ExitCounts {
+                hlt,
+                doorbell: 1,
+                ..Default::default()
+            },
+            kvm_exits: kvm,
+            halt_exits: kvm.map(|_| hlt),
+        };
+        let mut two = ok_test("ipi", 1000.0);
+        two.irq = Some(IrqResult {
+            apic: ApicMode::X2apic,
+            cpus: 2,
+            per_vcpu: vec![vcpu(0, 3, Some(40)), vcpu(1, 5, None)],
+        });
+        let mut one = ok_test("cpuid", 1000.0);
+        one.irq = Some(IrqResult {
+            apic: ApicMode::Xapic,
+            cpus: 1,
+            per_vcpu: vec![vcpu(0, 0, Some(1))],
+        });
+        let lines = per_vcpu_lines(&[one, two, ok_test("hlt", 1.0)]);
+        assert_eq!(
+            lines,
+            vec![
+                "ipi (x2apic, 2 vCPUs) exits per vCPU: vCPU 0: 4 userspace, 40 KVM exits, 3 HLT exits; vCPU 1: 6 userspace, - KVM exits, - HLT exits"
+                    .to_string()
+            ]
+        );
     }
 }

@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use exitlab_trace::{Capture, Event, MmioKind, Record, Session, SessionConfig};
 use serde::Serialize;
 
-use crate::report::{fmt_cycles, layout, Align};
+use crate::format::{fmt_cycles, layout, Align};
 use crate::stats::{summarize, Summary};
 
 /// The KVM_RUN ioctl request number.

@@ -107,8 +107,12 @@ pub struct PlatformOptions {
     pub pit: bool,
     /// Let the PIT re-inject missed ticks (KVM's default).
     pub pit_reinject: bool,
-    /// CPUID feature bits to clear.
-    pub cpuid_clear: Vec<crate::cpuid::CpuidBit>,
+    /// The guest CPU (QEMU's `-cpu`): the host's by default.
+    pub cpu: crate::cpuid::CpuTemplate,
+    /// Leave what PC firmware leaves for a multiboot kernel (QEMU boots those through
+    /// SeaBIOS): the real-mode IVT and BDA ([`exitlab_boot::firmware`]), the PICs
+    /// initialised with IRQ 0 unmasked and PIT channel 0 at 18.2 Hz (in-kernel irqchip).
+    pub firmware_state: bool,
 }
 
 impl Default for PlatformOptions {
@@ -117,7 +121,8 @@ impl Default for PlatformOptions {
             irqchip: IrqChip::Kernel,
             pit: true,
             pit_reinject: true,
-            cpuid_clear: Vec::new(),
+            cpu: crate::cpuid::CpuTemplate::default(),
+            firmware_state: true,
         }
     }
 }
@@ -486,7 +491,7 @@ fn vm_config(cfg: &MachineConfig) -> VmConfig {
         disable_exits: 0,
         cpus: cfg.cpus,
         pit_reinject: cfg.platform.pit_reinject,
-        cpuid_clear: cfg.platform.cpuid_clear.clone(),
+        cpu: cfg.platform.cpu.clone(),
         knobs: Default::default(),
     }
 }
@@ -515,6 +520,23 @@ fn add_vcpus(
     Ok(())
 }
 
+/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]); the PICs
+/// and the PIT only where they are KVM's (a split irqchip has no PIT; `pit=off` none).
+fn firmware_state(vm: &Vm, p: &PlatformOptions) -> Result<(), MachineError> {
+    use exitlab_boot::firmware as fw;
+    fw::write_bios_state(vm.memory().as_ref())?;
+    if p.irqchip == IrqChip::Kernel {
+        crate::sys::firmware_pic_pit(
+            vm.fd(),
+            (fw::PIC_MASTER_BASE, fw::PIC_SLAVE_BASE),
+            (fw::PIC_MASTER_IMR, fw::PIC_SLAVE_IMR),
+            p.pit,
+        )
+        .map_err(|(what, e)| VmmError::Kvm(what, e))?;
+    }
+    Ok(())
+}
+
 /// Boots `cfg.kernel` and runs it until the guest ends the run, fails, or times out.
 pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, MachineError> {
     let t0 = Instant::now();
@@ -531,6 +553,9 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         prefer_pvh: cfg.prefer_pvh,
     };
     let loaded = exitlab_boot::load(b.vm().memory().as_ref(), &cfg.kernel, &opts)?;
+    if cfg.platform.firmware_state && loaded.format == ImageFormat::Multiboot {
+        firmware_state(b.vm(), &cfg.platform)?;
+    }
     let platform = build_pc_platform(
         b.vm(),
         PlatformConfig {

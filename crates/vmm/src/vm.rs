@@ -39,8 +39,8 @@ pub struct VmConfig {
     /// Whether the in-kernel PIT re-injects missed ticks (KVM's default; off is QEMU's
     /// `kvm-pit.lost_tick_policy=discard`).
     pub pit_reinject: bool,
-    /// CPUID feature bits to clear for every vCPU (QEMU's `-cpu host,-feature`).
-    pub cpuid_clear: Vec<cpuid::CpuidBit>,
+    /// The guest CPU (QEMU's `-cpu`): the host's by default.
+    pub cpu: cpuid::CpuTemplate,
     /// Halt polling and CPUID knobs ([`crate::knobs`]).
     pub knobs: crate::knobs::VmKnobs,
 }
@@ -55,7 +55,7 @@ impl Default for VmConfig {
             disable_exits: 0,
             cpus: 1,
             pit_reinject: true,
-            cpuid_clear: Vec::new(),
+            cpu: cpuid::CpuTemplate::default(),
             knobs: crate::knobs::VmKnobs::default(),
         }
     }
@@ -303,14 +303,16 @@ impl Vm {
             .fd
             .create_vcpu(config.id.into())
             .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
-        let mut table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
-        cpuid::clear_bits(&mut table, &self.config.cpuid_clear);
-        crate::knobs::patch_cpuid(
-            &mut table,
-            self.config.disable_exits,
-            &self.config.knobs,
-            self.config.irqchip.in_kernel_lapic() && crate::knobs::tsc_deadline_offered(&self.fd),
-        );
+        let tsc_deadline =
+            self.config.irqchip.in_kernel_lapic() && crate::knobs::tsc_deadline_offered(&self.fd);
+        let extra: &[cpuid::CpuidBit] = if tsc_deadline {
+            &[cpuid::TSC_DEADLINE]
+        } else {
+            &[]
+        };
+        let (base, _) = cpuid::apply(cpuid::supported(&self.kvm)?, &self.config.cpu, extra);
+        let mut table = cpuid::for_vcpu(&base, config.id, self.config.cpus);
+        crate::knobs::patch_cpuid(&mut table, self.config.disable_exits, &self.config.knobs);
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
         crate::mce::setup(&self.kvm, &fd)?;
