@@ -17,6 +17,7 @@ pub mod abi {
 
 pub mod hackbench;
 // The one place of this crate with `unsafe`: the ABI structs as plain bytes for the host.
+#[cfg(feature = "host")]
 #[allow(unsafe_code)]
 pub mod host;
 
@@ -258,5 +259,121 @@ mod tests {
         assert_eq!(core::mem::size_of::<abi::Stamps>(), 24);
         assert_eq!(core::mem::offset_of!(abi::Control, batch_count), 72);
         assert_eq!(core::mem::offset_of!(abi::Sample, seq_delta), 40);
+    }
+
+    /// The host's and the guest kernels' views of each ABI struct.
+    mod abi_layout {
+        extern crate std;
+
+        use core::mem::{offset_of, size_of};
+        use std::string::String;
+        use std::vec::Vec;
+
+        use crate::abi::{self, Control, PerCpu, Sample, Stamps};
+        use crate::ABI_HEADER;
+
+        /// The `#define NAME value` lines of `abi.h` whose name starts with `prefix`.
+        fn defines(prefix: &str) -> Vec<(String, usize)> {
+            ABI_HEADER
+                .lines()
+                .filter_map(|l| {
+                    let mut w = l.strip_prefix("#define ")?.split_whitespace();
+                    let (name, value) = (w.next()?, w.next()?);
+                    name.starts_with(prefix)
+                        .then(|| (name.into(), value.parse().expect("a number")))
+                })
+                .collect()
+        }
+
+        /// Checks that the header's size and field offsets of `c` are the Rust struct's.
+        fn agree(c: &str, size: usize, offsets: &[(&str, usize)]) {
+            let upper = c.to_ascii_uppercase();
+            let sizes = defines(&std::format!("SIZEOF_{upper}"));
+            assert_eq!(sizes, [(std::format!("SIZEOF_{upper}"), size)], "{c}");
+            let header = defines(&std::format!("OFFSETOF_{upper}_"));
+            let host: Vec<(String, usize)> = offsets
+                .iter()
+                .map(|(f, o)| {
+                    (
+                        std::format!("OFFSETOF_{upper}_{}", f.to_ascii_uppercase()),
+                        *o,
+                    )
+                })
+                .collect();
+            assert_eq!(
+                header, host,
+                "struct {c}: the guest's header against the host's layout"
+            );
+        }
+
+        /// The host's layout of a struct: its size and each field's offset, by name.
+        macro_rules! layout {
+            ($t:ty, [$($f:ident),+ $(,)?]) => {
+                (size_of::<$t>(), &[$((stringify!($f), offset_of!($t, $f))),+])
+            };
+        }
+
+        #[test]
+        fn the_host_and_the_guest_kernels_see_each_abi_struct_with_one_layout() {
+            let (size, fields) = layout!(
+                Control,
+                [
+                    magic,
+                    abi_version,
+                    test,
+                    ring,
+                    samples,
+                    batch,
+                    warmup,
+                    arg0,
+                    arg1,
+                    batch_count,
+                    guest_error,
+                    fault_vector,
+                    fault_rip,
+                    fault_error,
+                    fault_cr2,
+                    ready_tsc,
+                    apic_mode,
+                    cpus,
+                    idle,
+                    cpus_online,
+                ]
+            );
+            agree("control", size, fields);
+            let (size, fields) = layout!(
+                PerCpu,
+                [
+                    online,
+                    apic_id,
+                    irqs,
+                    last_entry_tsc,
+                    acks,
+                    wake_tsc,
+                    wakes,
+                    spare
+                ]
+            );
+            agree("percpu", size, fields);
+            let (size, fields) = layout!(Stamps, [seq, t_return, t_reenter]);
+            agree("stamps", size, fields);
+            let (size, fields) = layout!(
+                Sample,
+                [
+                    g_start,
+                    g_end,
+                    h_prev_reenter,
+                    h_return,
+                    h_reenter,
+                    seq_delta,
+                    g_loop
+                ]
+            );
+            agree("sample", size, fields);
+            // The records fit the strides the layout gives them.
+            assert!(size_of::<PerCpu>() as u64 <= abi::PERCPU_BYTES);
+            assert!(size_of::<Stamps>() as u64 <= abi::PAGE_SIZE);
+            assert!(size_of::<Control>() as u64 <= abi::PAGE_SIZE);
+        }
     }
 }
