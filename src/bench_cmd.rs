@@ -414,9 +414,8 @@ impl Display {
 /// Steps the progress display counts: a test per round (and side), plus one for the
 /// overhead experiment.
 fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
-    // loop_overhead is always run, first.
-    let tests =
-        opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.name == "loop_overhead"));
+    // The baseline (the empty loop) is always run, first.
+    let tests = opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.baseline));
     let rounds = u64::from(opts.rounds);
     match ab {
         Some(_) => 2 * tests * rounds,
@@ -526,7 +525,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         if let Some(ab) = &ab {
             for v in [&ab.a, &ab.b] {
                 let mut o = opts.clone();
-                if (ab.knob.set)(&mut o, v).is_ok() {
+                if ab.knob.set(&mut o, v).is_ok() {
                     sides.push(o);
                 }
             }

@@ -188,8 +188,8 @@ fn exit_table(report: &machine::RunReport) -> String {
     for (i, (name, n)) in report.exits.entries().into_iter().chain(totals).enumerate() {
         let _ = write!(s, "  {name:<12} {n:>10}");
         for v in &report.per_vcpu {
-            let e = v.exits.entries();
-            let own = e.get(i).map_or(v.exits.total(), |x| x.1);
+            let e = v.user.entries();
+            let own = e.get(i).map_or(v.user.total(), |x| x.1);
             let _ = write!(s, " {own:>10}");
         }
         s.push('\n');

@@ -16,10 +16,21 @@ pub mod abi {
 }
 
 pub mod hackbench;
+// The one place of this crate with `unsafe`: the ABI structs as plain bytes for the host.
+#[cfg(feature = "host")]
+#[allow(unsafe_code)]
+pub mod host;
 
 // The per-vCPU page lies between the last stamp page and the first sample ring.
 const _: () = assert!(abi::PERCPU_GPA + abi::MAX_CPUS * abi::PERCPU_BYTES <= abi::SAMPLES_GPA);
 const _: () = assert!(abi::PERCPU_GPA >= abi::STAMPS_GPA + abi::MAX_CPUS * abi::PAGE_SIZE);
+
+/// Each ABI struct's size and field offsets as this crate is compiled (for the test of
+/// the host's and the guest's views).
+#[cfg(test)]
+mod abi_layout {
+    include!(concat!(env!("OUT_DIR"), "/abi_layout.rs"));
+}
 
 /// The addresses in the image's multiboot header, as the build checked them.
 pub mod image_info {
@@ -97,6 +108,10 @@ const _: () = {
     assert!(core::mem::size_of::<abi::Sample>() as u64 == abi::SAMPLE_BYTES);
     assert!(abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES <= abi::SAMPLES_BYTES_PER_CPU);
 };
+
+/// `abi.h`, the C header the guest kernels are compiled against, generated from
+/// [`abi`] by the build script (its layouts `_Static_assert`ed by the C compiler).
+pub const ABI_HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/abi.h"));
 
 /// The chaos kernel (`exitlab run --builtin chaos`): a multiboot ELF32 that, from the seed
 /// on its command line (`seed=N`), issues random port, string-I/O, MMIO and MSR accesses,
@@ -320,5 +335,34 @@ mod tests {
         assert_eq!(core::mem::size_of::<abi::Stamps>(), 24);
         assert_eq!(core::mem::offset_of!(abi::Control, batch_count), 72);
         assert_eq!(core::mem::offset_of!(abi::Sample, seq_delta), 40);
+    }
+
+    /// The `#define NAME value` lines of `abi.h` that give a struct's size or a field's
+    /// offset.
+    fn header_layout() -> Vec<(&'static str, usize)> {
+        ABI_HEADER
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("#define ")?.split_whitespace();
+                let (name, value) = (w.next()?, w.next()?);
+                (name.starts_with("SIZEOF_") || name.starts_with("OFFSETOF_"))
+                    .then(|| (name, value.parse().expect("a number")))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_host_and_the_guest_kernels_see_each_abi_struct_with_one_layout() {
+        // abi.h (the guest kernels' view, `_Static_assert`ed by their C compiler) against
+        // the sizes and offsets this crate's compiler gives the same structs, which the
+        // host reads and writes in guest memory.
+        assert_eq!(header_layout(), abi_layout::LAYOUT);
+        assert!(
+            abi_layout::LAYOUT.len() > 4 * 2,
+            "every struct and field is listed"
+        );
+        assert!(size_of::<abi::PerCpu>() as u64 <= abi::PERCPU_BYTES);
+        assert!(size_of::<abi::Stamps>() as u64 <= abi::PAGE_SIZE);
+        assert!(size_of::<abi::Control>() as u64 <= abi::PAGE_SIZE);
     }
 }

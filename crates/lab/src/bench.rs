@@ -132,8 +132,8 @@ pub fn run(
     let mut tsc_khz: Option<(u64, String)> = None;
     for (def, rounds) in tests.iter().zip(per_test) {
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
-        // `loop_overhead` has no net figure: it is the empty loop itself.
-        let net = def.name != "loop_overhead";
+        // The baseline has no net figure: it is the empty loop itself.
+        let net = !def.baseline;
         let figures: Vec<RoundFigure> = rounds
             .iter()
             .take_while(|m| m.outcome == Outcome::Completed)
@@ -152,7 +152,7 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
-        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+        if def.baseline && m.outcome == Outcome::Completed {
             // Set before the loop's own analysis: the exits KVM counts during the empty
             // loop (a busy host's interrupts) are no test's, the loop's included.
             let p = &m.params;
@@ -263,16 +263,14 @@ pub fn run(
     })
 }
 
-/// The tests in the order they run: `loop_overhead` first (added if missing), because
-/// every other figure is reported net of it.
+/// The tests in the order they run: the baseline (the empty loop) first, added if
+/// missing, because every other figure is reported net of it.
 fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
     let mut tests = requested.to_vec();
-    if !tests.iter().any(|t| t.name == "loop_overhead") {
-        if let Some(l) = catalogue::find("loop_overhead") {
-            tests.insert(0, l);
-        }
+    if !tests.iter().any(|t| t.baseline) {
+        tests.insert(0, catalogue::baseline());
     } else {
-        tests.sort_by_key(|t| t.name != "loop_overhead");
+        tests.sort_by_key(|t| !t.baseline);
     }
     tests
 }

@@ -51,6 +51,9 @@ pub enum VmmError {
         /// The VM's vCPUs.
         cpus: u32,
     },
+    /// The same vCPU index added twice to a machine.
+    #[error("vCPU {0} was added twice to the machine: give each vCPU its own index")]
+    VcpuTwice(u32),
     /// A vCPU's stamp page is not in guest RAM.
     #[error("vCPU {vcpu}: stamp page {gpa:#x} is not in guest RAM")]
     StampPageOutsideRam {
