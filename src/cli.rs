@@ -146,6 +146,14 @@ fn stdout_failure(message: &str) -> Option<&str> {
     message.strip_prefix("failed printing to stdout: ")
 }
 
+/// A clap error message in exitlab's style: `exitlab: ...` for clap's `error: ...`.
+fn clap_error_text(rendered: &str) -> String {
+    match rendered.strip_prefix("error: ") {
+        Some(rest) => format!("exitlab: {rest}"),
+        None => rendered.to_string(),
+    }
+}
+
 fn parse_and_run() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
@@ -153,10 +161,16 @@ fn parse_and_run() -> i32 {
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // One style for every error: clap's `error: ...` becomes `exitlab: ...`, as
+            // exitlab's own errors read.
+            eprint!("{}", clap_error_text(&e.render().to_string()));
+            return EXIT_USAGE;
+        }
         Err(e) => {
-            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            // --help and --version: standard output, success.
             let _ = e.print();
-            return code;
+            return 0;
         }
     };
     crate::verbosity::set(cli.quiet, cli.verbose);

@@ -192,6 +192,15 @@ pub fn qemu_cmd(args: Vec<OsString>) -> i32 {
         Ok(p) => p,
         Err(msg) => return usage_error(msg),
     };
+    let max = exitlab_vmm::machine::MAX_CPUS;
+    if p.run.cpus == 0 || p.run.cpus > max {
+        // QEMU's wording: a runner's --probe-maxsmp reads the last word.
+        eprintln!(
+            "{QEMU_NAME}: Invalid SMP CPUs {}. The max CPUs supported by machine 'pc' is {max}",
+            p.run.cpus
+        );
+        return 1;
+    }
     for w in &p.warnings {
         eprintln!("{QEMU_NAME}: warning: {w}");
     }

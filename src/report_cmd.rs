@@ -197,6 +197,15 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
     // Every string in a results file is the file's; none reaches a terminal or a page
     // with control characters in it.
     let text = sanitize(&text);
+    if crate::verbosity::level() > 0 {
+        // A stuck test's registers and stack, which the table leaves out.
+        for (name, r) in &all {
+            let details = report::reason_details(r);
+            if !details.is_empty() {
+                eprint!("{}:\n{}", name, sanitize(&details));
+            }
+        }
+    }
     match &a.output {
         Some(path) => match std::fs::write(path, text) {
             Ok(()) => 0,

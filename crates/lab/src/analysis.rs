@@ -359,7 +359,7 @@ fn net_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], tsc_khz:
     if let Some(c) = &r.cycles {
         // Net of the loop: the median of each sample minus the empty loop measured just
         // before it in the same VM (paired, so host drift between tests cancels out).
-        let net = if def.name == "loop_overhead" {
+        let net = if def.baseline {
             None
         } else {
             summary_of(&paired_net(samples, m.params.batch)).map(|n| n.median)

@@ -132,8 +132,8 @@ pub fn run(
     let mut tsc_khz: Option<(u64, String)> = None;
     for (def, rounds) in tests.iter().zip(per_test) {
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
-        // `loop_overhead` has no net figure: it is the empty loop itself.
-        let net = def.name != "loop_overhead";
+        // The baseline has no net figure: it is the empty loop itself.
+        let net = !def.baseline;
         let figures: Vec<RoundFigure> = rounds
             .iter()
             .take_while(|m| m.outcome == Outcome::Completed)
@@ -152,7 +152,7 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
-        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+        if def.baseline && m.outcome == Outcome::Completed {
             // Set before the loop's own analysis: the exits KVM counts during the empty
             // loop (a busy host's interrupts) are no test's, the loop's included.
             let p = &m.params;
@@ -191,7 +191,7 @@ pub fn run(
         };
         format!(
             "interrupted during {when}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
-            results.len()
+            results.iter().filter(|r| !r.rounds.is_empty()).count()
         )
     });
     let (mut vmm_overhead, mut floor) = (None, None);
@@ -263,16 +263,14 @@ pub fn run(
     })
 }
 
-/// The tests in the order they run: `loop_overhead` first (added if missing), because
-/// every other figure is reported net of it.
+/// The tests in the order they run: the baseline (the empty loop) first, added if
+/// missing, because every other figure is reported net of it.
 fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
     let mut tests = requested.to_vec();
-    if !tests.iter().any(|t| t.name == "loop_overhead") {
-        if let Some(l) = catalogue::find("loop_overhead") {
-            tests.insert(0, l);
-        }
+    if !tests.iter().any(|t| t.baseline) {
+        tests.insert(0, catalogue::baseline());
     } else {
-        tests.sort_by_key(|t| t.name != "loop_overhead");
+        tests.sort_by_key(|t| !t.baseline);
     }
     tests
 }
@@ -482,11 +480,20 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     );
     if !extra.is_empty() {
-        let list: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
+        // The same number for every test that ran is said once.
+        let ran = results.iter().filter(|t| t.status.is_ok()).count();
+        let list = match extra {
+            [(_, k), rest @ ..] if extra.len() == ran && rest.iter().all(|(_, r)| r == k) => {
+                format!("{k} for each of the {ran} tests")
+            }
+            _ => {
+                let each: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
+                each.join(", ")
+            }
+        };
         let _ = write!(
             note,
-            "; extra rounds for tests short of quiet samples: {}",
-            list.join(", ")
+            "; extra rounds for tests short of quiet samples: {list}"
         );
     }
     Some(note)
@@ -607,6 +614,30 @@ mod tests {
             })
             .collect();
         m
+    }
+
+    #[test]
+    fn the_noise_note_says_an_equal_number_of_extra_rounds_once() {
+        let mut r = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
+        r.round_spread = Some(exitlab_results::results::RoundSpread {
+            rounds: 2,
+            dropped_samples: 1,
+            spread: 0.0,
+        });
+        let mut other = r.clone();
+        other.name = "hlt".into();
+        let tests = [r, other];
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
+        assert!(
+            note.ends_with(
+                "extra rounds for tests short of quiet samples: 6 for each of the 2 tests"
+            ),
+            "{note}"
+        );
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
+        assert!(note.ends_with("samples: cpuid 6, hlt 2"), "{note}");
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
+        assert!(note.ends_with("samples: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {

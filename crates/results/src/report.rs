@@ -9,7 +9,7 @@ use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_st
 use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
 use crate::stats::Summary;
 
-/// The "handled" cell: the observed handling (with `*` when it differs
+/// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
 fn handled_cell(t: &TestResult) -> String {
     match &t.status {
@@ -194,6 +194,39 @@ fn kvm_counter_lines(results: &Results) -> Vec<String> {
     lines
 }
 
+/// The first line of a test's reason, for the table's details: what follows it (a
+/// stuck vCPU's registers and stack) stays in the results file, and `bench -v` and
+/// `report -v` print it ([`reason_details`]).
+fn reason_line(reason: &str) -> String {
+    match reason.split_once('\n') {
+        Some((first, _)) => {
+            format!("{first} (registers and stack: in the results file, or with -v)")
+        }
+        None => reason.to_string(),
+    }
+}
+
+/// The multi-line parts of the tests' reasons (a stuck vCPU's registers and stack), each
+/// headed by its test; empty when no reason has any.
+pub fn reason_details(results: &Results) -> String {
+    let mut out = String::new();
+    for t in &results.tests {
+        if let Some((_, rest)) = t.status.reason().and_then(|r| r.split_once('\n')) {
+            let _ = writeln!(out, "{} {}:\n{}", t.name, t.status.word(), rest.trim_end());
+        }
+    }
+    out
+}
+
+/// The samples a test kept figures from: its sample count, or "-" when it has no
+/// figures (it did not complete, or was skipped).
+pub(crate) fn samples_cell(t: &TestResult) -> String {
+    match t.cycles {
+        Some(_) => fmt_cycles(t.samples as f64),
+        None => "-".to_string(),
+    }
+}
+
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
@@ -201,7 +234,12 @@ fn detail_lines(results: &Results) -> Vec<String> {
     let mut lines = Vec::new();
     for t in tests {
         if let Some(reason) = t.status.reason() {
-            lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
+            lines.push(format!(
+                "{} {}: {}",
+                t.name,
+                t.status.word(),
+                reason_line(reason)
+            ));
         }
     }
     lines.extend(per_vcpu_lines(tests));
@@ -264,7 +302,7 @@ fn handling_lines(tests: &[TestResult]) -> Vec<String> {
     }
     if !not_observed.is_empty() {
         lines.push(format!(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): {}",
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): {}",
             not_observed.join(", ")
         ));
     }
@@ -512,7 +550,7 @@ fn apic_cell(t: &TestResult) -> String {
 }
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
-/// "test" and "handled".
+/// "test", "observed" and "apic".
 fn numeric_cells(t: &TestResult) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
@@ -523,7 +561,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.p99),
         pick(|s| s.mean),
         pick(|s| s.stddev),
-        fmt_cycles(t.samples as f64),
+        samples_cell(t),
         opt_cycles(t.net_median_cycles),
         median_ns_cell(t),
     ]
@@ -531,7 +569,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
 
 const TABLE_HEADERS: [&str; 12] = [
     "test",
-    "handled",
+    "observed",
     "apic",
     "median",
     "p10",
@@ -599,8 +637,8 @@ pub fn render_markdown(results: &Results) -> String {
         let _ = writeln!(out, "- {}", md_cell(&line));
     }
     out.push('\n');
-    out.push_str("| test | handled | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
-    out.push_str("|:-----|:--------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    out.push_str("| test | observed | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:---------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
     for t in &results.tests {
         let mut cells = vec![
             format!("`{}`", t.name.replace('`', "'")),
@@ -715,6 +753,15 @@ pub fn render_seed(results: &Results) -> Option<String> {
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break.
+/// A number for machine-readable output (CSV, OpenMetrics): rounded to 9 significant
+/// digits, then written in the shortest form that reads back as that value, so that
+/// sums like 26236.60000000001 appear as 26236.6.
+pub fn plain_number(v: f64) -> String {
+    let rounded: f64 = format!("{v:.8e}").parse().unwrap_or(v);
+    // -0 is written 0.
+    format!("{}", rounded + 0.0)
+}
+
 fn csv_field(v: &str) -> String {
     if v.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", v.replace('"', "\"\""))
@@ -727,11 +774,11 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns\n",
+        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
-            .map_or(String::new(), |x| format!("{x}"))
+            .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
         let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
@@ -763,6 +810,9 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.median_ci95[1])),
                     num(t.net_median_cycles),
                     num(t.median_ns),
+                    // Why the file's run was cut short (the same on each of its rows):
+                    // its rows then cover only the rounds that completed.
+                    csv_field(r.incomplete.as_deref().unwrap_or("")),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
@@ -812,6 +862,15 @@ mod tests {
     use crate::results::{ExitCheck, Handling, Overhead};
 
     #[test]
+    fn plain_numbers_are_rounded_to_nine_digits() {
+        assert_eq!(plain_number(26236.60000000001), "26236.6");
+        assert_eq!(plain_number(1240.0), "1240");
+        assert_eq!(plain_number(1.2345678912e-5), "0.0000123456789");
+        assert_eq!(plain_number(-0.0), "0");
+        assert_eq!(plain_number(0.1 + 0.2), "0.3");
+    }
+
+    #[test]
     fn csv_has_one_row_per_test_and_quotes() {
         let r = sample_results();
         let csv = render_csv(&[("a,b.json".into(), r.clone())]);
@@ -835,6 +894,40 @@ mod tests {
                 "{l}"
             );
         }
+    }
+
+    #[test]
+    fn a_stuck_test_gets_one_line_and_no_samples_in_the_table() {
+        let mut r = sample_results();
+        let ipi = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        assert!(ipi.samples > 0);
+        ipi.status = TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000".into(),
+        };
+        let text = render_table(&r);
+        assert!(
+            text.contains("ipi did-not-complete: no progress for 3.0 s (registers and stack: in the results file, or with -v)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("rip=") && !text.contains("stack (rsp"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("ipi ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // test, observed (the status), apic, then median .. sd, samples: all "-".
+        assert!(cells[3..].iter().all(|c| *c == "-"), "{row}");
+        let details = reason_details(&r);
+        assert_eq!(
+            details,
+            "ipi did-not-complete:\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000\n"
+        );
+        // The header names what the column holds.
+        let header = text.lines().find(|l| l.starts_with("test ")).unwrap();
+        assert!(
+            header.contains(" observed ") && !header.contains("handled"),
+            "{header}"
+        );
     }
 
     #[test]
@@ -1150,7 +1243,7 @@ mod tests {
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");
         assert!(text.contains(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): cpuid (expected kernel)"
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): cpuid (expected kernel)"
         ), "{text}");
         assert!(
             text.contains(

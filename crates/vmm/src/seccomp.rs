@@ -193,9 +193,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::vcpu::{DoorbellCtx, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop};
-    use crate::vm::{Vm, VmConfig};
-    use vm_memory::{Bytes, GuestAddress};
+    use crate::builder::{MachineBuilder, VcpuSpec};
+    use crate::vcpu::{DoorbellCtx, ExitHook, HltPolicy, HookReply, VcpuConfig, VcpuStop};
+    use crate::vm::VmConfig;
 
     /// On the guest's doorbell, tries what a compromised vCPU thread might: open a file,
     /// open a socket, map memory executable, and a non-KVM ioctl (FIONBIO on a socket
@@ -242,10 +242,10 @@ mod tests {
     /// A VM whose vCPU, from reset, writes to port 0x700 (the doorbell) once.
     fn run_doorbell_guest() -> Intruder {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
-        let vm = Vm::new(
+        let mut b = MachineBuilder::new(
             kvm,
             VmConfig {
-                ram: vec![(0, 1 << 20), (0xFFFF_0000, 0x1_0000)],
+                ram: crate::testing::reset_vector_ram(),
                 irqchip: crate::irqchip::IrqChip::Kernel,
                 pit: false,
                 ..VmConfig::default()
@@ -253,23 +253,22 @@ mod tests {
         )
         .unwrap();
         // At the reset vector (0xFFFFFFF0, real mode): mov dx, 0x700; out dx, al; jmp $.
-        vm.memory()
-            .write_slice(
-                &[0xBA, 0x00, 0x07, 0xEE, 0xEB, 0xFE],
-                GuestAddress(0xFFFF_FFF0),
-            )
-            .unwrap();
-        let vcpu = vm
-            .create_vcpu(VcpuConfig {
-                id: 0,
-                stamp_gpa: None,
-                run_log: 0,
-                doorbell_port: Some(0x700),
-                hlt: HltPolicy::Stop,
-            })
-            .unwrap();
-        let t = crate::thread::spawn(vcpu, Intruder::default(), None, Handler::Devices).unwrap();
-        let f = t.join().expect("the vCPU thread finished");
+        crate::testing::write_at_reset_vector(
+            b.vm().memory(),
+            &[0xBA, 0x00, 0x07, 0xEE, 0xEB, 0xFE],
+        );
+        let spec = VcpuSpec::new(VcpuConfig {
+            id: 0,
+            stamp_gpa: None,
+            run_log: 0,
+            doorbell_port: Some(0x700),
+            hlt: HltPolicy::Stop,
+        });
+        b.add_vcpu(spec, Intruder::default()).unwrap();
+        let mut m = b.start().unwrap();
+        let f = m
+            .wait_for(0, std::time::Duration::from_secs(60))
+            .expect("the vCPU stopped at its doorbell");
         assert!(matches!(f.stop, VcpuStop::Hook(0)), "{}", f.stop.describe());
         f.hook
     }
