@@ -77,6 +77,59 @@ fn boot_line(b: &Boot) -> String {
     }
 }
 
+/// How a chaos run shows its progress on standard error, as bench does: a bar on a
+/// terminal, a line every few seconds otherwise (and with -v, beside the per-boot
+/// lines), nothing with --quiet.
+enum Progress {
+    Quiet,
+    Bar(indicatif::ProgressBar),
+    Lines { next: Duration },
+}
+
+/// Seconds between two progress lines when standard error is not a terminal.
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(5);
+
+impl Progress {
+    fn new(seconds: f64, verbose: bool) -> Progress {
+        use std::io::IsTerminal;
+        if crate::verbosity::level() < 0 {
+            Progress::Quiet
+        } else if std::io::stderr().is_terminal() && !verbose {
+            Progress::Bar(crate::common::progress_bar(
+                seconds.ceil() as u64,
+                "chaos [{bar:30}] {pos}/{len} s",
+            ))
+        } else {
+            Progress::Lines {
+                next: PROGRESS_LINE_EVERY,
+            }
+        }
+    }
+
+    fn update(&mut self, elapsed: Duration, seconds: f64, boots: u64, exits: u64) {
+        let what = format!("{boots} boots, {exits} userspace exits");
+        match self {
+            Progress::Quiet => {}
+            Progress::Bar(bar) => {
+                bar.set_position(elapsed.as_secs());
+                bar.set_message(what);
+            }
+            Progress::Lines { next } => {
+                if elapsed >= *next {
+                    eprintln!("  chaos {:.0}/{seconds} s: {what}", elapsed.as_secs_f64());
+                    *next = elapsed + PROGRESS_LINE_EVERY;
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Runs the chaos mode; returns the process exit code.
 pub fn chaos_cmd(o: ChaosOptions) -> i32 {
     let cfg = match config(&o) {
@@ -87,16 +140,25 @@ pub fn chaos_cmd(o: ChaosOptions) -> i32 {
         Ok(k) => k,
         Err(code) => return code,
     };
-    eprintln!(
-        "exitlab chaos: seed {}, {} s, {} vCPU(s), {} MiB",
-        o.seed, o.seconds, o.cpus, o.mem_mib
-    );
+    if crate::verbosity::level() >= 0 {
+        eprintln!(
+            "exitlab chaos: seed {}, {} s, {} vCPU(s), {} MiB",
+            o.seed, o.seconds, o.cpus, o.mem_mib
+        );
+    }
+    let start = std::time::Instant::now();
+    let mut progress = Progress::new(o.seconds, o.verbose);
+    let mut exits = 0;
     let mut on_boot = |b: &Boot| {
         if o.verbose {
             eprintln!("{}", boot_line(b));
         }
+        exits += b.exits;
+        progress.update(start.elapsed(), o.seconds, b.number, exits);
     };
-    let account = match chaos::run(&kvm, &cancel, cfg, &mut on_boot) {
+    let outcome = chaos::run(&kvm, &cancel, cfg, &mut on_boot);
+    progress.finish();
+    let account = match outcome {
         Ok(a) => a,
         Err(e) => {
             eprintln!("exitlab: {e}");

@@ -14,11 +14,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The cycles allowed to exist: (source directory, modules of the cycle, sorted).
-///
-/// `crates/vmm/src: exit <-> vcpu` (the exit vocabulary is defined in vcpu.rs) is removed
-/// by the `builder` branch of issue 16; the lead empties this list when merging it.
-const KNOWN_CYCLES: &[(&str, &[&str])] = &[("crates/vmm/src", &["exit", "vcpu"])];
+/// The cycles allowed to exist: (source directory, modules of the cycle, sorted). None
+/// are left (the last, `crates/vmm/src: exit <-> vcpu`, went when the exit vocabulary
+/// moved from vcpu.rs to hook.rs).
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[];
 
 /// Crates that open or drive /dev/kvm.
 const KVM_CRATES: &[&str] = &["kvm-ioctls", "kvm-bindings"];
@@ -97,42 +96,36 @@ fn blank_comments_and_literals(src: &str) -> String {
                 i += 1;
             }
         } else if at(i) == '"' {
-            out.push('"');
-            i += 1;
-            while i < c.len() && c[i] != '"' {
-                if c[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < c.len() {
-                    out.push(blank(c[i]));
-                    i += 1;
-                }
-            }
-            out.push('"');
-            i += 1;
+            i = blank_quoted(&c, i, &mut out);
         } else if at(i) == '\'' && (at(i + 1) == '\\' || at(i + 2) == '\'') {
             // A character literal ('x', '\n', '\u{..}'); otherwise a lifetime.
-            out.push('\'');
-            i += 1;
-            while i < c.len() && c[i] != '\'' {
-                if c[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < c.len() {
-                    out.push(blank(c[i]));
-                    i += 1;
-                }
-            }
-            out.push('\'');
-            i += 1;
+            i = blank_quoted(&c, i, &mut out);
         } else {
             out.push(c[i]);
             i += 1;
         }
     }
     out.into_iter().collect()
+}
+
+/// Copies the quoted literal that opens at `open` (a string or a character, escapes
+/// included) to `out` with its inside blanked; returns the index just past it.
+fn blank_quoted(c: &[char], open: usize, out: &mut Vec<char>) -> usize {
+    let quote = c[open];
+    out.push(quote);
+    let mut i = open + 1;
+    while i < c.len() && c[i] != quote {
+        if c[i] == '\\' {
+            out.push(' ');
+            i += 1;
+        }
+        if i < c.len() {
+            out.push(if c[i] == '\n' { '\n' } else { ' ' });
+            i += 1;
+        }
+    }
+    out.push(quote);
+    i + 1
 }
 
 /// The index just past the `}` that closes the `{` at `open` (or the end).
@@ -472,7 +465,11 @@ fn no_module_imports_itself_through_others() {
     let mut found_known = BTreeSet::new();
     for dir in &dirs {
         let graph = module_graph(&root.join(dir));
-        assert!(graph.len() > 1 || dir.ends_with("counts/src"), "{dir:?}");
+        // One-file crates: counts, and floor (a C program's carrier).
+        assert!(
+            graph.len() > 1 || dir.ends_with("counts/src") || dir.ends_with("floor/src"),
+            "{dir:?}"
+        );
         for scc in cycles(&graph) {
             let d = dir.to_string_lossy();
             let known = KNOWN_CYCLES

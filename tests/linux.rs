@@ -461,7 +461,7 @@ fn hackbench_on(cpus: u32) {
         report
             .per_vcpu
             .iter()
-            .map(|v| (v.vcpu, v.exits.total(), v.kvm_exits))
+            .map(|v| (v.vcpu, v.user.total(), v.kvm_exits))
             .collect::<Vec<_>>()
     );
     if host == LinuxHost::EmulatedRing0 {
@@ -515,10 +515,10 @@ fn hackbench_on(cpus: u32) {
     assert_eq!(report.per_vcpu.len(), cpus as usize);
     for v in &report.per_vcpu {
         assert!(
-            v.exits.total() > 0,
+            v.user.total() > 0,
             "vCPU {} never exited to userspace: {:?}",
             v.vcpu,
-            v.exits
+            v.user
         );
     }
 }

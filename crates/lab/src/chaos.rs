@@ -276,6 +276,13 @@ pub fn run(
     };
     let start = Instant::now();
     let deadline = start + cfg.duration;
+    let pc = PcPlatform {
+        kvm,
+        cancel,
+        serial: &serial,
+        cpus: cfg.cpus,
+        mem_mib: cfg.mem_mib,
+    };
     let mut a = ChaosAccount {
         kvm_exits: Some(0),
         ..ChaosAccount::default()
@@ -287,65 +294,102 @@ pub fn run(
             st.line.clear();
         }
         let seed = boot_seed(cfg.seed, a.boots);
-        if a.boots % 2 == 1 {
-            let limit = deadline.saturating_duration_since(Instant::now());
-            let cmdline = format!("seed={seed} lab");
-            let b = runner::protocol_boot(kvm, exitlab_guest::CHAOS, &cmdline, limit).map_err(
-                |source| ChaosError::Lab {
-                    boot: a.boots,
-                    source,
-                },
-            )?;
-            a.boots += 1;
-            a.exits = a.exits.plus(&b.exits);
-            on_boot(&Boot {
-                number: a.boots,
-                seed,
-                lab: true,
-                ended: b.protocol_error.clone().unwrap_or_else(|| b.ended.clone()),
-                guest_ops: 0,
-                guest_faults: 0,
-                doorbells: b.doorbells,
-                exits: b.exits.total(),
-            });
-            a.lab.add(b);
-            continue;
-        }
+        let boot = if a.boots % 2 == 1 {
+            a.lab_boot(kvm, seed, deadline)?
+        } else {
+            a.pc_boot(&pc, seed, deadline)?
+        };
+        on_boot(&boot);
+    }
+    (a.rss_kib, a.peak_rss_kib) = rss_kib();
+    a.serial_bytes = exitlab_devices::lock(&serial.state).bytes;
+    a.elapsed = start.elapsed();
+    Ok(a)
+}
+
+/// What the PC-platform boots of a run share.
+struct PcPlatform<'a> {
+    kvm: &'a Arc<Kvm>,
+    cancel: &'a Arc<AtomicBool>,
+    serial: &'a ChaosSerial,
+    cpus: u32,
+    mem_mib: u64,
+}
+
+impl ChaosAccount {
+    /// One boot under the lab's protocol, until it ends or `deadline`.
+    fn lab_boot(
+        &mut self,
+        kvm: &Arc<Kvm>,
+        seed: u64,
+        deadline: Instant,
+    ) -> Result<Boot, ChaosError> {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let cmdline = format!("seed={seed} lab");
+        let b = runner::protocol_boot(kvm, exitlab_guest::CHAOS, &cmdline, limit).map_err(
+            |source| ChaosError::Lab {
+                boot: self.boots,
+                source,
+            },
+        )?;
+        self.boots += 1;
+        self.exits = self.exits.plus(&b.exits);
+        let boot = Boot {
+            number: self.boots,
+            seed,
+            lab: true,
+            ended: b.protocol_error.clone().unwrap_or_else(|| b.ended.clone()),
+            guest_ops: 0,
+            guest_faults: 0,
+            doorbells: b.doorbells,
+            exits: b.exits.total(),
+        };
+        self.lab.add(b);
+        Ok(boot)
+    }
+
+    /// One boot on the PC platform, until it ends or `deadline`.
+    fn pc_boot(
+        &mut self,
+        pc: &PcPlatform<'_>,
+        seed: u64,
+        deadline: Instant,
+    ) -> Result<Boot, ChaosError> {
         let machine_cfg = MachineConfig {
             kernel: exitlab_guest::CHAOS.to_vec(),
             kernel_path: "chaos".into(),
             cmdline: format!("seed={seed}"),
             initrd: None,
-            cpus: cfg.cpus,
-            ram_bytes: cfg.mem_mib << 20,
+            cpus: pc.cpus,
+            ram_bytes: pc.mem_mib << 20,
             timeout: Some(deadline.saturating_duration_since(Instant::now())),
-            serial: SerialOut::Writer(Box::new(serial.clone())),
+            serial: SerialOut::Writer(Box::new(pc.serial.clone())),
             serial_input: false,
             prefer_pvh: true,
-            cancel: Some(cancel.clone()),
+            cancel: Some(pc.cancel.clone()),
             platform: Default::default(),
         };
         let report =
-            machine::run(kvm.clone(), machine_cfg).map_err(|source| ChaosError::Machine {
-                boot: a.boots,
+            machine::run(pc.kvm.clone(), machine_cfg).map_err(|source| ChaosError::Machine {
+                boot: self.boots,
                 source,
             })?;
-        a.boots += 1;
-        a.exits = a.exits.plus(&report.exits);
-        a.kvm_exits = a.kvm_exits.zip(report.kvm_exits).map(|(x, y)| x + y);
+        self.boots += 1;
+        self.exits = self.exits.plus(&report.exits);
+        self.kvm_exits = self.kvm_exits.zip(report.kvm_exits).map(|(x, y)| x + y);
         let kind = end_kind(&report.end);
-        *a.ends.entry(kind.clone()).or_default() += 1;
-        let r = exitlab_devices::lock(&serial.state).report;
-        a.guest_ops += r.ops;
-        a.guest_faults += r.faults;
+        *self.ends.entry(kind.clone()).or_default() += 1;
+        let r = exitlab_devices::lock(&pc.serial.state).report;
+        self.guest_ops += r.ops;
+        self.guest_faults += r.faults;
         if r.faults > 0 {
-            *a.vectors.entry(r.last_vector).or_default() += 1;
+            *self.vectors.entry(r.last_vector).or_default() += 1;
         }
-        if a.boots == 1 {
-            a.rss_after_first_kib = rss_kib().0;
+        if self.boots == 1 {
+            self.rss_after_first_kib = rss_kib().0;
         }
-        on_boot(&Boot {
-            number: a.boots,
+        Ok(Boot {
+            number: self.boots,
             seed,
             lab: false,
             ended: kind,
@@ -353,12 +397,8 @@ pub fn run(
             guest_faults: r.faults,
             doorbells: 0,
             exits: report.exits.total(),
-        });
+        })
     }
-    (a.rss_kib, a.peak_rss_kib) = rss_kib();
-    a.serial_bytes = exitlab_devices::lock(&serial.state).bytes;
-    a.elapsed = start.elapsed();
-    Ok(a)
 }
 
 #[cfg(test)]

@@ -3,19 +3,16 @@
 //! control-page words the lab kernel reads for them, and the APs' threads (created,
 //! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
 
-use std::time::Duration;
+use std::mem::offset_of;
 
-use exitlab_guest::abi;
+use exitlab_guest::{abi, host};
 use exitlab_vmm::knobs::{self, VmKnobs};
-use exitlab_vmm::thread::{self, VcpuThread};
-use exitlab_vmm::vcpu::{DoorbellCtx, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig};
 use exitlab_vmm::vm::IrqChip;
-use exitlab_vmm::vm::{Vm, VmConfig};
+use exitlab_vmm::vm::VmConfig;
 use exitlab_vmm::Kvm;
-use exitlab_vmm::VmmError;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryMmap};
 
-use exitlab_results::irq::{ApicMode, Idle, IrqConfig, VcpuExits};
+use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
 use crate::catalogue::TestDef;
 
@@ -49,86 +46,7 @@ pub struct IrqKnobs {
     pub withhold_ap: u32,
 }
 
-/// The knob names `set` takes (and `--ab KNOB=A,B` can vary).
-pub const KNOB_NAMES: &[&str] = &[
-    "apic",
-    "cpus",
-    "idle",
-    "disable-exits",
-    "halt-poll-ns",
-    "pv-ipi",
-    "irqchip",
-];
-
 impl IrqKnobs {
-    /// Sets one knob by name from its command-line text.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        match name {
-            "apic" => self.apic = ApicMode::parse(value)?,
-            "cpus" => {
-                let n: u32 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("cpus '{value}' is not a number"))?;
-                if n == 0 || u64::from(n) > abi::MAX_CPUS {
-                    return Err(format!("cpus {n} is out of range 1..={}", abi::MAX_CPUS));
-                }
-                self.cpus = n;
-            }
-            "idle" => self.idle = Idle::parse(value)?,
-            "disable-exits" => {
-                self.disable_exits = if value.trim() == "none" {
-                    0
-                } else {
-                    knobs::parse_disable_exits(value)?
-                }
-            }
-            "halt-poll-ns" => {
-                self.halt_poll_ns = Some(
-                    value
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("halt-poll-ns '{value}' is not a number of ns"))?,
-                )
-            }
-            "pv-ipi" => {
-                self.pv_ipi = match value.trim() {
-                    "on" => Some(true),
-                    "off" => Some(false),
-                    o => return Err(format!("pv-ipi '{o}': use on or off")),
-                }
-            }
-            "irqchip" => self.irqchip = IrqChip::parse(value)?,
-            o => {
-                return Err(format!(
-                    "unknown knob '{o}'; knobs: {}",
-                    KNOB_NAMES.join(", ")
-                ))
-            }
-        }
-        Ok(())
-    }
-
-    /// The value of one knob by name, as `set` takes it.
-    pub fn get(&self, name: &str) -> String {
-        match name {
-            "apic" => self.apic.name().into(),
-            "cpus" => self.cpus.to_string(),
-            "idle" => self.idle.name().into(),
-            "disable-exits" => knobs::disable_exits_names(self.disable_exits),
-            "halt-poll-ns" => self
-                .halt_poll_ns
-                .map_or("default".into(), |n| n.to_string()),
-            "pv-ipi" => match self.pv_ipi {
-                Some(true) => "on".into(),
-                Some(false) => "off".into(),
-                None => "default".into(),
-            },
-            "irqchip" => self.irqchip.name().into(),
-            _ => String::new(),
-        }
-    }
-
     /// Sets the APs' host CPUs.
     pub fn set_ap_pins(&mut self, cpus: &[usize]) -> Result<(), String> {
         if cpus.len() > MAX_AP_PINS {
@@ -202,6 +120,13 @@ impl IrqKnobs {
         c.knobs = self.vm_knobs();
     }
 
+    /// Sets the control page's interrupt fields for `def`: APIC mode, vCPUs, idle.
+    pub fn fill_control(&self, def: &TestDef, c: &mut abi::Control) {
+        c.apic_mode = apic_abi(self.apic_for(def));
+        c.cpus = u64::from(self.cpus_for(def));
+        c.idle = idle_abi(self.idle);
+    }
+
     /// Why `def` cannot run with these knobs, if it cannot.
     pub fn skip_reason(&self, def: &TestDef) -> Option<String> {
         let n = self.cpus_for(def);
@@ -217,15 +142,13 @@ impl IrqKnobs {
                 abi::MAX_CPUS
             ));
         }
-        if self.irqchip == IrqChip::Split
-            && (def.id == abi::TEST_INL_FROM_KERNEL || def.id == abi::TEST_OUTL_TO_KERNEL)
-        {
+        if self.irqchip == IrqChip::Split && def.kernel_pic {
             return Some(
                 "--irqchip split: the ELCR (port 0x4d0) is exitlab's userspace PIC, not the kernel's"
                     .into(),
             );
         }
-        if def.id == abi::TEST_PV_SEND_IPI && self.pv_ipi == Some(false) {
+        if def.pv_ipi && self.pv_ipi == Some(false) {
             return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
         }
         None
@@ -267,146 +190,23 @@ fn idle_abi(idle: Idle) -> u64 {
     }
 }
 
-/// Writes the interrupt words of the control page.
-pub fn write_control(mem: &GuestMemoryMmap, knobs: &IrqKnobs, def: &TestDef) -> Result<(), String> {
-    let words = [
-        apic_abi(knobs.apic_for(def)),
-        u64::from(knobs.cpus_for(def)),
-        idle_abi(knobs.idle),
-        0,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        mem.write_obj(
-            *w,
-            GuestAddress(abi::CONTROL_GPA + 8 * (CONTROL_APIC_MODE + i as u64)),
-        )
-        .map_err(|e| format!("cannot write the control page: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Word index of `Control::apic_mode`.
-const CONTROL_APIC_MODE: u64 = 16;
-/// Word index of `Control::cpus_online`.
-const CONTROL_CPUS_ONLINE: u64 = 19;
-
 /// APIC ids (below `cpus`) whose vCPU never reported online.
 pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
-    let online = mem
-        .read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + 8 * CONTROL_CPUS_ONLINE))
-        .unwrap_or(0);
+    let online = host::read_control_field(mem, offset_of!(abi::Control, cpus_online)).unwrap_or(0);
     (0..cpus.min(64))
         .filter(|i| online & (1 << i) == 0)
         .collect()
 }
 
-/// The hook of an AP: it has no doorbell protocol of its own; a fault it reports stops it.
-pub struct ApHook {
-    /// The fault an AP reported, if any.
-    pub error: Option<String>,
-}
-
-impl ExitHook for ApHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
-        self.error = Some(format!(
-            "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
-            ctx.vcpu_id, ctx.value
-        ));
-        HookReply::Stop(1)
-    }
-}
-
-/// The running APs of a VM.
-pub struct Aps {
-    threads: Vec<VcpuThread<ApHook>>,
-}
-
-/// Creates vCPUs 1..cpus (the in-kernel LAPIC keeps them waiting for a SIPI) and starts
-/// their threads, each pinned as the knobs say.
-pub fn spawn_aps(vm: &Vm, knobs: &IrqKnobs, cpus: u32) -> Result<Aps, VmmError> {
-    let mut threads = Vec::new();
-    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
-        let vcpu = vm.create_vcpu(VcpuConfig {
-            id,
-            stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
-            run_log: 0,
-            doorbell_port: Some(abi::DOORBELL_PORT),
-            hlt: HltPolicy::Resume,
-        })?;
-        threads.push(thread::spawn(
-            vcpu,
-            ApHook { error: None },
-            knobs.ap_pin(id),
-            Handler::Devices,
-        )?);
-    }
-    Ok(Aps { threads })
-}
-
-/// What the APs did, once stopped.
-#[derive(Debug, Default)]
-pub struct ApReport {
-    /// Exits per AP.
-    pub exits: Vec<VcpuExits>,
-    /// The first error an AP reported or met.
-    pub error: Option<String>,
-}
-
-impl Aps {
-    /// Stops every AP and collects its exits. An AP's `intr` exits are not counted: they
-    /// are the VMM's own signals (the kicks that stop it), not the guest's doing.
-    pub fn stop(self) -> ApReport {
-        let mut r = ApReport::default();
-        for th in self.threads {
-            match th.stop(Duration::from_secs(2)) {
-                Some(f) => {
-                    let mut user = *f.vcpu.counts();
-                    user.intr = 0;
-                    let stats = f.vcpu.kvm_stats();
-                    r.exits.push(VcpuExits {
-                        vcpu: f.vcpu.id(),
-                        user,
-                        kvm_exits: stats.and_then(|s| s.read("exits")),
-                        halt_exits: stats.and_then(|s| s.read("halt_exits")),
-                    });
-                    if r.error.is_none() {
-                        if let Some(e) = f.hook.error {
-                            r.error = Some(e);
-                        } else if !matches!(f.stop, exitlab_vmm::vcpu::VcpuStop::Kicked) {
-                            r.error =
-                                Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
-                        }
-                    }
-                }
-                None => {
-                    r.error.get_or_insert_with(|| {
-                        "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
-                    });
-                }
-            }
-        }
-        r
-    }
-}
-
 /// What each vCPU's record on the per-vCPU page says, for failure reports.
 pub fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
     let parts: Vec<String> = (0..cpus.min(64))
-        .map(|i| {
-            let w = |f: u64| {
-                mem.read_obj::<u64>(GuestAddress(
-                    abi::PERCPU_GPA + u64::from(i) * abi::PERCPU_BYTES + 8 * f,
-                ))
-                .unwrap_or(u64::MAX)
-            };
-            format!(
+        .map(|i| match mem.read_obj::<abi::PerCpu>(host::percpu_gpa(i)) {
+            Ok(p) => format!(
                 "vCPU {i}: online {} apic id {} irqs {} acks {} wakes {}",
-                w(0),
-                w(1),
-                w(2),
-                w(4),
-                w(6)
-            )
+                p.online, p.apic_id, p.irqs, p.acks, p.wakes
+            ),
+            Err(_) => format!("vCPU {i}: unreadable"),
         })
         .collect();
     parts.join("; ")
@@ -470,7 +270,7 @@ mod tests {
             .unwrap_err()
             .contains("xapic or x2apic"));
         assert!(k.set("volume", "11").unwrap_err().contains("unknown knob"));
-        for n in KNOB_NAMES {
+        for n in crate::knobs::IRQ_KNOBS {
             assert!(k.set(n, "???").is_err(), "{n}");
         }
     }

@@ -1,8 +1,6 @@
 //! What results record about a run's interrupts and vCPUs: the APIC and idle modes, the
 //! interrupt knobs of the configuration, and each test's exits per vCPU.
 
-use exitlab_counts::ExitCounts;
-
 /// How the guest drives its local APICs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -140,18 +138,9 @@ impl IrqConfig {
     }
 }
 
-/// Exits of one vCPU over a test.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VcpuExits {
-    /// vCPU index (= APIC id).
-    pub vcpu: u32,
-    /// Userspace exits by reason.
-    pub user: ExitCounts,
-    /// KVM's count of all exits (binary stats), when the host has them.
-    pub kvm_exits: Option<u64>,
-    /// KVM's count of HLT exits (binary stats `halt_exits`), when the host has them.
-    pub halt_exits: Option<u64>,
-}
+/// Exits of one vCPU over a test (vCPU 0 between READY and DONE, the APs over the whole
+/// run): the record the VMM makes of each vCPU.
+pub use exitlab_counts::VcpuExits;
 
 /// Adds the per-vCPU exits of another round of the same test.
 pub fn merge_vcpu_exits(into: &mut Vec<VcpuExits>, other: &[VcpuExits]) {
@@ -173,6 +162,7 @@ pub fn merge_vcpu_exits(into: &mut Vec<VcpuExits>, other: &[VcpuExits]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exitlab_counts::ExitCounts;
 
     fn exits(vcpu: u32, hlt: u64, kvm: Option<u64>) -> VcpuExits {
         VcpuExits {

@@ -17,5 +17,6 @@ pub mod report;
 pub mod results;
 pub mod samples;
 pub mod stats;
+pub mod testing;
 pub mod trace_report;
 pub mod verdict;

@@ -9,7 +9,7 @@ use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_st
 use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
 use crate::stats::Summary;
 
-/// The "handled" cell: the observed handling (with `*` when it differs
+/// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
 fn handled_cell(t: &TestResult) -> String {
     match &t.status {
@@ -194,18 +194,95 @@ fn kvm_counter_lines(results: &Results) -> Vec<String> {
     lines
 }
 
+/// The first line of a test's reason, for the table's details: what follows it (a
+/// stuck vCPU's registers and stack) stays in the results file, and `bench -v` and
+/// `report -v` print it ([`reason_details`]).
+fn reason_line(reason: &str) -> String {
+    match reason.split_once('\n') {
+        Some((first, _)) => {
+            format!("{first} (registers and stack: in the results file, or with -v)")
+        }
+        None => reason.to_string(),
+    }
+}
+
+/// The multi-line parts of the tests' reasons (a stuck vCPU's registers and stack), each
+/// headed by its test; empty when no reason has any.
+pub fn reason_details(results: &Results) -> String {
+    let mut out = String::new();
+    for t in &results.tests {
+        if let Some((_, rest)) = t.status.reason().and_then(|r| r.split_once('\n')) {
+            let _ = writeln!(out, "{} {}:\n{}", t.name, t.status.word(), rest.trim_end());
+        }
+    }
+    out
+}
+
+/// The samples a test kept figures from: its sample count, or "-" when it has no
+/// figures (it did not complete, or was skipped).
+pub(crate) fn samples_cell(t: &TestResult) -> String {
+    match t.cycles {
+        Some(_) => fmt_cycles(t.samples as f64),
+        None => "-".to_string(),
+    }
+}
+
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
+    let tests = &results.tests;
     let mut lines = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let Some(reason) = t.status.reason() {
-            lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
+            lines.push(format!(
+                "{} {}: {}",
+                t.name,
+                t.status.word(),
+                reason_line(reason)
+            ));
         }
     }
-    lines.extend(per_vcpu_lines(&results.tests));
+    lines.extend(per_vcpu_lines(tests));
+    lines.extend(handling_lines(tests));
+    lines.extend(kvm_counter_lines(results));
+    lines.extend(round_spread_line(results));
+    if tests
+        .iter()
+        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
+    {
+        lines.push(
+            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
+        );
+    }
+    lines.extend(tests.iter().filter_map(phase_line));
+    lines.extend(tests.iter().filter_map(host_time_line));
+    if let Some(f) = &results.floor {
+        lines.extend(render_floor(f));
+    }
+    if let Some(o) = &results.vmm_overhead {
+        lines.extend(stamp_lines(o));
+    }
+    lines.extend(exit_check_lines(tests));
+    if let Some(p) = &results.process {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        lines.push(format!(
+            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
+            mib(p.vmm_rss_outside_guest_bytes),
+            mib(p.peak_rss_bytes)
+        ));
+    }
+    for note in &results.notes {
+        lines.push(format!("note: {note}"));
+    }
+    lines
+}
+
+/// Completed tests handled elsewhere than expected, one line each, and one line for
+/// those whose handling was not observed at all.
+fn handling_lines(tests: &[TestResult]) -> Vec<String> {
+    let mut lines = Vec::new();
     let mut not_observed = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
             if h == Handling::NotObserved && !h.agrees_with(t.expected_handling) {
                 not_observed.push(format!(
@@ -225,144 +302,208 @@ fn detail_lines(results: &Results) -> Vec<String> {
     }
     if !not_observed.is_empty() {
         lines.push(format!(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): {}",
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): {}",
             not_observed.join(", ")
         ));
     }
-    lines.extend(kvm_counter_lines(results));
-    lines.extend(round_spread_line(results));
-    if results
-        .tests
+    lines
+}
+
+/// A test's phase breakdown (median cycles and shares of the round trip), if it has one.
+fn phase_line(t: &TestResult) -> Option<String> {
+    let (shares, total) = phase_shares(t)?;
+    let parts: Vec<String> = shares
         .iter()
-        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
-    {
-        lines.push(
-            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
-        );
-    }
-    for t in &results.tests {
-        if let Some((shares, total)) = phase_shares(t) {
-            let parts: Vec<String> = shares
-                .iter()
-                .map(|(label, m, pct)| {
-                    if pct.is_finite() {
-                        format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
-                    } else {
-                        format!("{label} {}", fmt_cycles(*m))
-                    }
-                })
-                .collect();
-            lines.push(format!(
-                "{} phases (median cycles): {}; round trip {}",
-                t.name,
-                parts.join(", "),
-                fmt_cycles(total)
-            ));
-        }
-    }
-    for t in &results.tests {
-        let mut parts = Vec::new();
-        if let Some(s) = &t.kvm_run_cycles {
-            parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
-        }
-        if let Some(s) = &t.userspace_share {
-            parts.push(format!(
-                "VMM userspace per exit median {} cycles",
-                fmt_cycles(s.median)
-            ));
-        }
-        if !parts.is_empty() {
-            lines.push(format!("{}: {}", t.name, parts.join("; ")));
-        }
-    }
-    if let Some(o) = &results.vmm_overhead {
-        let bus = match o.bus_devices {
-            Some(n) => format!(
-                ", on the PC platform's bus ({n} devices, the measured port claimed by one)"
-            ),
-            None => ", on an unpopulated bus".to_string(),
-        };
-        lines.push(format!(
-            "VMM overhead ({}{bus}), userspace cycles per exit:",
-            o.test
-        ));
-        let rows = vec![
-            vec![
-                "full VMM".to_string(),
-                fmt_cycles(o.full.p10),
-                fmt_cycles(o.full.median),
-            ],
-            vec![
-                "bare loop".to_string(),
-                fmt_cycles(o.bare.p10),
-                fmt_cycles(o.bare.median),
-            ],
-            vec![
-                "ratio".to_string(),
-                fmt_ratio(o.ratio_p10),
-                fmt_ratio(o.ratio_median),
-            ],
-        ];
-        let table = layout(
-            &["", "p10", "median"],
-            &[Align::Left, Align::Right, Align::Right],
-            &rows,
-        );
-        lines.extend(table.lines().map(|l| format!("  {l}")));
-        lines.extend(overhead_resolution(o));
-    }
-    let checked: Vec<&TestResult> = results
-        .tests
-        .iter()
-        .filter(|t| t.exit_check.is_some())
+        .map(|(label, m, pct)| {
+            if pct.is_finite() {
+                format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
+            } else {
+                format!("{label} {}", fmt_cycles(*m))
+            }
+        })
         .collect();
+    Some(format!(
+        "{} phases (median cycles): {}; round trip {}",
+        t.name,
+        parts.join(", "),
+        fmt_cycles(total)
+    ))
+}
+
+/// A test's KVM_RUN and VMM userspace medians, if it has either.
+fn host_time_line(t: &TestResult) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = &t.kvm_run_cycles {
+        parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
+    }
+    if let Some(s) = &t.userspace_share {
+        parts.push(format!(
+            "VMM userspace per exit median {} cycles",
+            fmt_cycles(s.median)
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("{}: {}", t.name, parts.join("; ")))
+}
+
+/// A bare share of fewer steps of the stamps' resolution than this is coarse (one step
+/// moves it by more than 5 %), and is said to be.
+pub const FINE_STEPS: f64 = 20.0;
+
+/// Whether a share of `steps` steps of the stamps' resolution is too coarse for a ratio
+/// (fewer than [`FINE_STEPS`], or not a number).
+fn coarse_steps(steps: f64) -> bool {
+    steps.is_nan() || steps < FINE_STEPS
+}
+
+/// The overhead experiment's headline: exitlab as users run it against the independent
+/// bare loop, from the kernel's side (or why that was not measured).
+pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
+    use crate::results::FloorView;
+    let c = match f {
+        FloorView::NotMeasured { reason } => {
+            return vec![format!(
+            "VMM overhead against the independent bare loop (exitlab-floor) not measured: {reason}"
+        )]
+        }
+        FloorView::Measured(c) => c,
+    };
+    let mut lines = vec![format!(
+        "VMM overhead, userspace cycles per exit, exitlab against the independent bare loop ({}; guest: {}; {} round{} interleaved):",
+        c.method,
+        c.guest,
+        c.rounds,
+        if c.rounds == 1 { "" } else { "s" }
+    )];
+    let row = |name: &str, s: &crate::results::FloorSide| {
+        vec![
+            name.to_string(),
+            fmt_cycles(s.user.p10),
+            fmt_cycles(s.user.median),
+            fmt_cycles(s.exits as f64),
+            s.command.clone(),
+        ]
+    };
+    let rows = vec![
+        row("exitlab", &c.exitlab),
+        row("bare loop", &c.floor),
+        vec![
+            "ratio".to_string(),
+            fmt_ratio(c.ratio_p10),
+            fmt_ratio(c.ratio_median),
+            String::new(),
+            String::new(),
+        ],
+    ];
+    let table = layout(
+        &["", "p10", "median", "exits", "command"],
+        &[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        &rows,
+    );
+    lines.extend(table.lines().map(|l| format!("  {}", l.trim_end())));
+    for s in [&c.exitlab, &c.floor] {
+        if s.exits != s.exits_expected {
+            lines.push(format!(
+                "  warning: the trace saw {} exits of {} where the guest makes {}: the figures are incomplete",
+                fmt_cycles(s.exits as f64),
+                s.command,
+                fmt_cycles(s.exits_expected as f64)
+            ));
+        }
+    }
+    if c.lost_events > 0 {
+        lines.push(format!(
+            "  warning: the kernel dropped {} trace events",
+            fmt_cycles(c.lost_events as f64)
+        ));
+    }
+    lines
+}
+
+/// The in-process stamps of the overhead experiment, a diagnostic: full and bare and
+/// their difference, never a ratio.
+fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
+    let bus = match o.bus_devices {
+        Some(n) => {
+            format!(", on the PC platform's bus ({n} devices, the measured port claimed by one)")
+        }
+        None => ", on an unpopulated bus".to_string(),
+    };
+    let mut lines = vec![format!(
+        "VMM overhead, in-process stamps ({}{bus}; a diagnostic: the full loop against the same loop with the bare handler, in this process), userspace cycles per exit:",
+        o.test
+    )];
+    // No ratio: the stamps see only the VMM's own share of the window between two
+    // KVM_RUN calls, which is no measure of the whole userspace share (the kernel view
+    // above is), and on a host whose TSC advances in steps a ratio of a few steps moves
+    // by whole steps.
+    let rows = vec![
+        vec![
+            "full VMM".to_string(),
+            fmt_cycles(o.full.p10),
+            fmt_cycles(o.full.median),
+        ],
+        vec![
+            "bare handler".to_string(),
+            fmt_cycles(o.bare.p10),
+            fmt_cycles(o.bare.median),
+        ],
+    ];
+    let table = layout(
+        &["", "p10", "median"],
+        &[Align::Left, Align::Right, Align::Right],
+        &rows,
+    );
+    lines.extend(table.lines().map(|l| format!("  {l}")));
+    lines.extend(overhead_resolution(o));
+    lines
+}
+
+/// The exit check: one line when every checked test passed, else one per failure.
+fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
+    let checked: Vec<&TestResult> = tests.iter().filter(|t| t.exit_check.is_some()).collect();
     let failed: Vec<&TestResult> = checked
         .iter()
         .copied()
         .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
         .collect();
     if failed.is_empty() {
-        if !checked.is_empty() {
-            lines.push(format!(
-                "exit check: all {} checked test{} passed",
-                checked.len(),
-                if checked.len() == 1 { "" } else { "s" }
-            ));
+        if checked.is_empty() {
+            return Vec::new();
         }
-    } else {
-        for t in failed {
-            if let Some(c) = &t.exit_check {
-                lines.push(format!(
-                    "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
-                    t.name,
-                    c.expected_user_exits,
-                    c.observed_user_exits,
-                    if c.detail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", c.detail)
-                    }
-                ));
-            }
-        }
+        return vec![format!(
+            "exit check: all {} checked test{} passed",
+            checked.len(),
+            if checked.len() == 1 { "" } else { "s" }
+        )];
     }
-    if let Some(p) = &results.process {
-        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        lines.push(format!(
-            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
-            mib(p.vmm_rss_outside_guest_bytes),
-            mib(p.peak_rss_bytes)
-        ));
-    }
-    for note in &results.notes {
-        lines.push(format!("note: {note}"));
-    }
-    lines
+    failed
+        .into_iter()
+        .filter_map(|t| {
+            let c = t.exit_check.as_ref()?;
+            Some(format!(
+                "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
+                t.name,
+                c.expected_user_exits,
+                c.observed_user_exits,
+                if c.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", c.detail)
+                }
+            ))
+        })
+        .collect()
 }
 
-/// What the overhead ratio rests on: the difference full − bare in cycles and in steps
-/// of the stamps' resolution, and a warning when the bare loop's share is so few steps
-/// that one step moves the ratio by more than 10 %.
+/// What the in-process difference rests on: full − bare in cycles and in steps of the
+/// stamps' resolution, and a warning when the bare loop's share is so few steps that
+/// one step moves it by more than 5 %.
 fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
     let Some(step) = o.stamp_step_cycles.filter(|s| *s > 0) else {
         return Vec::new();
@@ -382,9 +523,9 @@ fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
         fmt_cycles(step)
     )];
     let bare_steps = o.bare.p10 / step;
-    if bare_steps.is_finite() && bare_steps < 10.0 {
+    if coarse_steps(bare_steps) {
         lines.push(format!(
-            "  coarse: the bare loop's share is {bare_steps:.0} step(s) of the host's clock, so one step moves the ratio by {:.0}%; read the difference in cycles, and the kernel's view of the whole userspace share (a note from bench run as root with tracefs)",
+            "  coarse: the bare handler's share is {bare_steps:.0} step(s) of the host's clock, so one step moves it by {:.0}%; read the difference in cycles, and the kernel's view above",
             100.0 / bare_steps.max(1.0)
         ));
     }
@@ -409,7 +550,7 @@ fn apic_cell(t: &TestResult) -> String {
 }
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
-/// "test" and "handled".
+/// "test", "observed" and "apic".
 fn numeric_cells(t: &TestResult) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
@@ -420,7 +561,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.p99),
         pick(|s| s.mean),
         pick(|s| s.stddev),
-        fmt_cycles(t.samples as f64),
+        samples_cell(t),
         opt_cycles(t.net_median_cycles),
         median_ns_cell(t),
     ]
@@ -428,7 +569,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
 
 const TABLE_HEADERS: [&str; 12] = [
     "test",
-    "handled",
+    "observed",
     "apic",
     "median",
     "p10",
@@ -496,8 +637,8 @@ pub fn render_markdown(results: &Results) -> String {
         let _ = writeln!(out, "- {}", md_cell(&line));
     }
     out.push('\n');
-    out.push_str("| test | handled | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
-    out.push_str("|:-----|:--------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    out.push_str("| test | observed | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:---------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
     for t in &results.tests {
         let mut cells = vec![
             format!("`{}`", t.name.replace('`', "'")),
@@ -612,6 +753,15 @@ pub fn render_seed(results: &Results) -> Option<String> {
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break.
+/// A number for machine-readable output (CSV, OpenMetrics): rounded to 9 significant
+/// digits, then written in the shortest form that reads back as that value, so that
+/// sums like 26236.60000000001 appear as 26236.6.
+pub fn plain_number(v: f64) -> String {
+    let rounded: f64 = format!("{v:.8e}").parse().unwrap_or(v);
+    // -0 is written 0.
+    format!("{}", rounded + 0.0)
+}
+
 fn csv_field(v: &str) -> String {
     if v.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", v.replace('"', "\"\""))
@@ -624,11 +774,11 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns\n",
+        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
-            .map_or(String::new(), |x| format!("{x}"))
+            .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
         let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
@@ -660,6 +810,9 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.median_ci95[1])),
                     num(t.net_median_cycles),
                     num(t.median_ns),
+                    // Why the file's run was cut short (the same on each of its rows):
+                    // its rows then cover only the rounds that completed.
+                    csv_field(r.incomplete.as_deref().unwrap_or("")),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
@@ -709,6 +862,15 @@ mod tests {
     use crate::results::{ExitCheck, Handling, Overhead};
 
     #[test]
+    fn plain_numbers_are_rounded_to_nine_digits() {
+        assert_eq!(plain_number(26236.60000000001), "26236.6");
+        assert_eq!(plain_number(1240.0), "1240");
+        assert_eq!(plain_number(1.2345678912e-5), "0.0000123456789");
+        assert_eq!(plain_number(-0.0), "0");
+        assert_eq!(plain_number(0.1 + 0.2), "0.3");
+    }
+
+    #[test]
     fn csv_has_one_row_per_test_and_quotes() {
         let r = sample_results();
         let csv = render_csv(&[("a,b.json".into(), r.clone())]);
@@ -732,6 +894,40 @@ mod tests {
                 "{l}"
             );
         }
+    }
+
+    #[test]
+    fn a_stuck_test_gets_one_line_and_no_samples_in_the_table() {
+        let mut r = sample_results();
+        let ipi = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        assert!(ipi.samples > 0);
+        ipi.status = TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000".into(),
+        };
+        let text = render_table(&r);
+        assert!(
+            text.contains("ipi did-not-complete: no progress for 3.0 s (registers and stack: in the results file, or with -v)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("rip=") && !text.contains("stack (rsp"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("ipi ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // test, observed (the status), apic, then median .. sd, samples: all "-".
+        assert!(cells[3..].iter().all(|c| *c == "-"), "{row}");
+        let details = reason_details(&r);
+        assert_eq!(
+            details,
+            "ipi did-not-complete:\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000\n"
+        );
+        // The header names what the column holds.
+        let header = text.lines().find(|l| l.starts_with("test ")).unwrap();
+        assert!(
+            header.contains(" observed ") && !header.contains("handled"),
+            "{header}"
+        );
     }
 
     #[test]
@@ -787,10 +983,78 @@ mod tests {
             "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
-        assert!(text.contains("VMM overhead (inl_from_qemu, on an unpopulated bus)"));
-        assert!(text.contains("1.95x"), "{text}");
+        assert!(
+            text.contains("VMM overhead, in-process stamps (inl_from_qemu, on an unpopulated bus; a diagnostic"),
+            "{text}"
+        );
+        assert!(!text.contains("1.95x"), "no in-process ratio: {text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn the_floor_comparison_heads_the_overhead_block_and_says_when_it_is_missing() {
+        use crate::results::{FloorComparison, FloorSide, FloorView};
+        let mut results = sample_results();
+        let base = results.vmm_overhead.as_ref().unwrap().full.clone();
+        let side = |cmd: &str, p10: f64, median: f64, exits: u64| FloorSide {
+            command: cmd.into(),
+            user: Summary {
+                p10,
+                median,
+                ..base.clone()
+            },
+            exits,
+            exits_expected: 100_000,
+            round_medians: vec![median; 5],
+        };
+        let c = FloorComparison::new(
+            "kernel view".into(),
+            "harness ins=20000".into(),
+            5,
+            20_000,
+            side("exitlab run x", 1_664.0, 1_690.0, 100_000),
+            side("exitlab-floor x", 1_600.0, 1_625.0, 100_000),
+            0,
+        );
+        assert!(c.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(c.clone())));
+        let text = render_table(&results);
+        let block = text
+            .split("VMM overhead, userspace cycles per exit, exitlab against the independent bare loop")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        for needle in [
+            "1,664",
+            "1,600",
+            "1.04x",
+            "100,000",
+            "exitlab-floor x",
+            "5 rounds",
+        ] {
+            assert!(block.contains(needle), "{needle}: {text}");
+        }
+        assert!(!text.contains("warning: the trace saw"), "{text}");
+        // An exit the trace did not see is said, not hidden.
+        let mut short = c;
+        short.exitlab.exits = 99_998;
+        assert!(!short.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(short)));
+        let text = render_table(&results);
+        assert!(
+            text.contains("warning: the trace saw 99,998 exits of exitlab run x where the guest makes 100,000"),
+            "{text}"
+        );
+        results.floor = Some(FloorView::NotMeasured {
+            reason: "the kernel view is not available: tracefs ...".into(),
+        });
+        let text = render_table(&results);
+        assert!(text.contains("VMM overhead against the independent bare loop (exitlab-floor) not measured: the kernel view is not available"), "{text}");
+        // The view survives the results file.
+        let json = serde_json::to_string(&results).unwrap();
+        assert!(json.contains("\"status\":\"not_measured\""), "{json}");
+        let back: Results = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.floor, results.floor);
     }
 
     #[test]
@@ -802,13 +1066,17 @@ mod tests {
             median,
             ..base.clone()
         };
-        // Stamps read in 26-cycle steps: 104 against 52 is a ratio of 2.00 that rests
-        // on a difference of two steps and a bare share of two steps.
+        // Stamps read in 26-cycle steps: 104 against 52 would be a ratio of 2.00 that
+        // rests on a difference of two steps and a bare share of two steps: no ratio is
+        // printed, the difference in cycles is.
         let mut o = Overhead::new("inl_from_user", summary(104.0, 130.0), summary(52.0, 78.0));
         o.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(o.clone());
         let text = render_table(&results);
-        assert!(text.contains("2.00x"), "{text}");
+        assert!(
+            !text.contains("2.00x") && !text.contains("\n  ratio"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "full - bare: +52 cycles at p10, +52 at the median (2 and 2 steps of 26 cycles"
@@ -816,7 +1084,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("coarse: the bare loop's share is 2 step(s) of the host's clock, so one step moves the ratio by 50%"),
+            text.contains("coarse: the bare handler's share is 2 step(s) of the host's clock, so one step moves it by 50%"),
             "{text}"
         );
         // A bare share of many steps is not called coarse; the difference is still shown.
@@ -828,6 +1096,10 @@ mod tests {
         fine.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(fine);
         let text = render_table(&results);
+        assert!(
+            !text.contains("1.04x"),
+            "84 steps: still no in-process ratio\n{text}"
+        );
         assert!(
             text.contains("full - bare: +78 cycles at p10, +26 at the median (3 and 1 steps"),
             "{text}"
@@ -971,7 +1243,7 @@ mod tests {
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");
         assert!(text.contains(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): cpuid (expected kernel)"
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): cpuid (expected kernel)"
         ), "{text}");
         assert!(
             text.contains(

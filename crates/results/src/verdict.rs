@@ -258,10 +258,39 @@ pub fn change_seeded(
         out.verdict = Verdict::NoConclusion(reason);
         return out;
     }
+    let (estimate, mut boot) = bootstrap(&before, &after, pairing, seed);
+    boot.sort_unstable_by(f64::total_cmp);
+    let tail = 100.0 * expanded_tail(before.len().min(after.len()));
+    let to_pct = |r: f64| (r - 1.0) * 100.0;
+    let lo = to_pct(percentile(&boot, tail));
+    let hi = to_pct(percentile(&boot, 100.0 - tail));
+    if !(lo.is_finite() && hi.is_finite()) {
+        out.verdict = Verdict::NoConclusion(
+            "a resampled round figure was not positive, so the change has no percentage".into(),
+        );
+        return out;
+    }
+    out.pct = Some(to_pct(estimate));
+    out.ci95_pct = Some([lo, hi]);
+    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + threshold_pct);
+    out.verdict = if lo > threshold_pct {
+        Verdict::Slower
+    } else if hi < -threshold_pct {
+        Verdict::Faster
+    } else {
+        Verdict::NoDetectableChange
+    };
+    out
+}
+
+/// The estimate of after / before (the median of the per-round ratios when paired, the
+/// ratio of the medians otherwise) and [`RESAMPLES`] bootstrap replicates of it, drawn
+/// with `seed`.
+fn bootstrap(before: &[f64], after: &[f64], pairing: Pairing, seed: u64) -> (f64, Vec<f64>) {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let (estimate, mut boot) = match pairing {
+    match pairing {
         Pairing::Paired => {
-            let ratios: Vec<f64> = before.iter().zip(&after).map(|(b, a)| a / b).collect();
+            let ratios: Vec<f64> = before.iter().zip(after).map(|(b, a)| a / b).collect();
             let n = ratios.len();
             let mut draw = vec![0.0; n];
             let boot: Vec<f64> = (0..RESAMPLES)
@@ -286,31 +315,9 @@ pub fn change_seeded(
                     median_in_place(&mut da) / median_in_place(&mut db)
                 })
                 .collect();
-            (out.median_after / out.median_before, boot)
+            (median(after) / median(before), boot)
         }
-    };
-    boot.sort_unstable_by(f64::total_cmp);
-    let tail = 100.0 * expanded_tail(before.len().min(after.len()));
-    let to_pct = |r: f64| (r - 1.0) * 100.0;
-    let lo = to_pct(percentile(&boot, tail));
-    let hi = to_pct(percentile(&boot, 100.0 - tail));
-    if !(lo.is_finite() && hi.is_finite()) {
-        out.verdict = Verdict::NoConclusion(
-            "a resampled round figure was not positive, so the change has no percentage".into(),
-        );
-        return out;
     }
-    out.pct = Some(to_pct(estimate));
-    out.ci95_pct = Some([lo, hi]);
-    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + threshold_pct);
-    out.verdict = if lo > threshold_pct {
-        Verdict::Slower
-    } else if hi < -threshold_pct {
-        Verdict::Faster
-    } else {
-        Verdict::NoDetectableChange
-    };
-    out
 }
 
 /// Why no conclusion can be drawn from these rounds, if so.

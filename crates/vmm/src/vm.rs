@@ -107,8 +107,10 @@ impl std::fmt::Debug for Vm {
 }
 
 impl Vm {
-    /// Creates a VM as `config` says.
-    pub fn new(kvm: Arc<Kvm>, config: VmConfig) -> Result<Vm, VmmError> {
+    /// KVM_CREATE_VM with the VM-wide settings of `config` (disabled exits, halt polling,
+    /// MSRs routed to userspace); no irqchip and no memory yet. The machine builder
+    /// ([`crate::builder`]) adds them, in its order, and then assembles the [`Vm`].
+    pub(crate) fn create_fd(kvm: &Kvm, config: &VmConfig) -> Result<VmFd, VmmError> {
         if config.cpus == 0 {
             return Err(VmmError::NoVcpus);
         }
@@ -140,11 +142,20 @@ impl Vm {
                 .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
         }
         crate::knobs::apply_vm(&fd, &config.knobs)?;
+        if !config.user_msrs.is_empty() {
+            msr::route_to_userspace(&fd, &config.user_msrs)?;
+        }
+        Ok(fd)
+    }
+
+    /// The interrupt controllers `config` asks for, and KVM's PIT with the in-kernel
+    /// ones (both must exist before the first vCPU).
+    pub(crate) fn create_irqchip(fd: &VmFd, config: &VmConfig) -> Result<(), VmmError> {
         match config.irqchip {
             IrqChip::Kernel => fd
                 .create_irq_chip()
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?,
-            IrqChip::Split => crate::irqchip::enable_split(&fd)?,
+            IrqChip::Split => crate::irqchip::enable_split(fd)?,
             IrqChip::None => {}
         }
         if config.pit {
@@ -155,14 +166,29 @@ impl Vm {
             fd.create_pit2(pit)
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
             if !config.pit_reinject {
-                crate::sys::pit_reinject(&fd, false)
+                crate::sys::pit_reinject(fd, false)
                     .map_err(|e| VmmError::Os("KVM_REINJECT_CONTROL", e))?;
             }
         }
-        if !config.user_msrs.is_empty() {
-            msr::route_to_userspace(&fd, &config.user_msrs)?;
-        }
-        let mem = memory::create(&fd, &config.ram)?;
+        Ok(())
+    }
+
+    /// Guest RAM as `config.ram` says, registered with KVM.
+    pub(crate) fn create_memory(
+        fd: &VmFd,
+        config: &VmConfig,
+    ) -> Result<Arc<GuestMemoryMmap>, VmmError> {
+        memory::create(fd, &config.ram)
+    }
+
+    /// The VM around an fd that has its irqchip and memory: the buses, the userspace
+    /// interrupt controllers of a split irqchip, and the interrupt lines devices drive.
+    pub(crate) fn assemble(
+        kvm: Arc<Kvm>,
+        fd: VmFd,
+        mem: Arc<GuestMemoryMmap>,
+        config: VmConfig,
+    ) -> Result<Vm, VmmError> {
         let fd = Arc::new(fd);
         let (pio, mmio) = (Bus::new(), Bus::new());
         let split = match config.irqchip {
@@ -264,8 +290,9 @@ impl Vm {
         )
     }
 
-    /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id.
-    pub fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
+    /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id
+    /// (the machine builder's step: [`crate::builder::MachineBuilder::add_vcpu`]).
+    pub(crate) fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
         if config.id >= self.config.cpus {
             return Err(VmmError::VcpuOutOfRange {
                 id: config.id,
@@ -341,12 +368,18 @@ pub fn unregister_ioeventfd(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::MachineBuilder;
+    use crate::hook::NoHook;
+
+    fn new_vm(kvm: Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<NoHook>, VmmError> {
+        MachineBuilder::new(kvm, config)
+    }
 
     #[test]
     fn open_errors_say_what_to_do() {
         let missing = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
         assert!(missing.contains("/dev/kvm does not exist"), "{missing}");
-        assert!(missing.contains("kvm_intel or kvm_amd"), "{missing}");
+        assert!(missing.contains("`exitlab host` says why"), "{missing}");
         let denied = open_error(std::io::Error::from_raw_os_error(libc::EACCES)).to_string();
         assert!(
             denied.contains("run as root or add your user to the group"),
@@ -359,16 +392,17 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 cpus: 0,
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("at least one vCPU"), "{e}");
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::None,
@@ -376,13 +410,14 @@ mod tests {
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(
             e.to_string()
                 .contains("PIT needs the full in-kernel irqchip"),
             "{e}"
         );
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::Split,
@@ -390,15 +425,18 @@ mod tests {
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("--irqchip kernel"), "{e}");
-        let mut vm = Vm::new(kvm, VmConfig::default()).unwrap();
+        let mut b = new_vm(kvm, VmConfig::default()).unwrap();
+        let vm = b.vm_mut();
         assert!(vm.ioapic().is_none(), "KVM's own I/O APIC answers");
-        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).unwrap_err();
+        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).err().unwrap();
         assert!(e.to_string().contains("MMIO without datamatch only"), "{e}");
         let e = vm
             .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 3, Some(1))
-            .unwrap_err();
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("is not 1, 2, 4 or 8"), "{e}");
         assert!(vm
             .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 4, Some(1))
@@ -420,7 +458,7 @@ mod tests {
     fn the_vcpu_gets_the_cpu_template_s_cpuid() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
         let x2apic = cpuid::feature("x2apic").unwrap();
-        let vm = Vm::new(
+        let b = new_vm(
             kvm,
             VmConfig {
                 cpu: cpuid::CpuTemplate {
@@ -434,6 +472,7 @@ mod tests {
             },
         )
         .unwrap();
+        let vm = b.vm();
         let vcpu = vm
             .create_vcpu(VcpuConfig {
                 id: 0,
@@ -471,7 +510,7 @@ mod tests {
     #[test]
     fn a_split_irqchip_puts_the_ioapic_and_pic_on_the_buses_or_names_the_capability() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
-        let r = Vm::new(
+        let r = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::Split,
@@ -480,10 +519,11 @@ mod tests {
             },
         );
         if kvm.check_extension_raw(kvm_bindings::KVM_CAP_SPLIT_IRQCHIP.into()) <= 0 {
-            let e = r.unwrap_err().to_string();
+            let e = r.err().unwrap().to_string();
             panic!("this host's KVM lacks KVM_CAP_SPLIT_IRQCHIP: {e}");
         }
-        let vm = r.unwrap();
+        let b = r.unwrap();
+        let vm = b.vm();
         let io = vm.ioapic().expect("a userspace I/O APIC").clone();
         let mut d = [0u8; 4];
         assert!(vm
