@@ -156,7 +156,7 @@ fn probe(args: &[String]) -> Option<i32> {
                     match o.as_str() {
                         "device" => print!("{DEVICES}"),
                         "cpu" => print!("{}", cpu_help()),
-                        _ => print!("Supported machines are:\npc                   exitlab's PC platform (i440FX-style, no firmware)\n"),
+                        _ => print!("Supported machines are:\npc                   exitlab's PC platform (i440FX-style; no BIOS runs, its state is left for multiboot kernels)\n"),
                     }
                     return Some(0);
                 }
