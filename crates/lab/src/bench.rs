@@ -13,6 +13,8 @@ use exitlab_vmm::Kvm;
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
+use exitlab_guest::abi::Sample;
+use exitlab_results::central;
 use exitlab_results::figures;
 use exitlab_results::packed::PackedSamples;
 use exitlab_results::results::RoundFigure;
@@ -130,11 +132,7 @@ pub fn run(
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
         // `loop_overhead` has no net figure: it is the empty loop itself.
         let net = def.name != "loop_overhead";
-        let figures: Vec<RoundFigure> = rounds
-            .iter()
-            .take_while(|m| m.outcome == Outcome::Completed)
-            .filter_map(|m| figures::round_figure(&m.samples, m.params.batch, net))
-            .collect();
+        let (figures, kept_samples) = round_figures(&rounds, net);
         let Some(m) = Measurement::merge(rounds) else {
             continue;
         };
@@ -157,9 +155,11 @@ pub fn run(
         }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
+        // The CDF is drawn from the rounds the central figure rests on.
         r.net_percentiles = (m.outcome == Outcome::Completed)
-            .then(|| figures::net_percentiles(&m.samples, m.params.batch, net))
+            .then(|| figures::net_percentiles(&kept_samples, m.params.batch, net))
             .flatten();
+        central::store(&mut r, khz);
         if opts.phases_off.is_some() {
             r.phases = None;
         }
@@ -244,6 +244,35 @@ pub fn run(
         incomplete,
         ab: None,
     })
+}
+
+/// The figure of each completed round of a test (in order, up to the first round that
+/// did not complete), and the samples of the rounds the central figure keeps (every
+/// round but the outliers, see [`central::outlier_rounds`]).
+fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sample>) {
+    let done: Vec<(RoundFigure, &Measurement)> = rounds
+        .iter()
+        .take_while(|m| m.outcome == Outcome::Completed)
+        .filter_map(|m| Some((figures::round_figure(&m.samples, m.params.batch, net)?, m)))
+        .collect();
+    let values: Vec<f64> = done
+        .iter()
+        .map(|(f, _)| {
+            if net {
+                f.net_median.unwrap_or(f64::NAN)
+            } else {
+                f.median
+            }
+        })
+        .collect();
+    let kept = central::CHOSEN.kept(&values);
+    let samples = done
+        .iter()
+        .zip(&kept)
+        .filter(|(_, k)| **k)
+        .flat_map(|((_, m), _)| m.samples.iter().copied())
+        .collect();
+    (done.into_iter().map(|(f, _)| f).collect(), samples)
 }
 
 /// The tests in the order they run: `loop_overhead` first (added if missing), because

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::central::round_figures;
 use crate::report::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
 use crate::results::{Results, TestResult};
 use crate::verdict::{self, Change, Pairing, Verdict};
@@ -73,20 +74,6 @@ impl Comparison {
     }
 }
 
-/// The round figures of a test that completed: net medians, or raw medians for a test
-/// without a net figure. `None` when the test did not complete.
-fn round_figures(t: &TestResult) -> Option<(Vec<f64>, &'static str)> {
-    if !t.status.is_ok() || t.cycles.is_none() {
-        return None;
-    }
-    let net: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
-    if t.name == "loop_overhead" || (net.is_empty() && t.net_median_cycles.is_none()) {
-        Some((t.rounds.iter().map(|r| r.median).collect(), "raw"))
-    } else {
-        Some((net, "net"))
-    }
-}
-
 /// Status word of a test, noting a missing cycle summary.
 fn status_word(t: &TestResult) -> String {
     if t.status.is_ok() && t.cycles.is_none() {
@@ -133,6 +120,7 @@ fn compare_with(
         }
         match (round_figures(b), round_figures(a)) {
             (Some((fb, figure)), Some((fa, _))) => {
+                let figure = figure.as_str();
                 let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
                 if b.rounds.is_empty() || a.rounds.is_empty() {
                     change.verdict = Verdict::NoConclusion(
@@ -291,7 +279,8 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
         out.push_str("no test completed in both files\n");
     } else {
         out.push_str(&format!(
-            "cycles per iteration: median over rounds of each round's net median (paired with the empty loop){}\n",
+            "cycles per iteration: {}{}\n",
+            crate::central::DESCRIPTION,
             if cmp.pairing == Pairing::Paired {
                 "; rounds paired A/B"
             } else {

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod central;
 pub mod compare;
 pub mod figures;
 pub mod host_report;
@@ -17,4 +18,5 @@ pub mod results;
 pub mod samples;
 pub mod stats;
 pub mod trace_report;
+pub mod trials;
 pub mod verdict;

@@ -147,9 +147,9 @@ fn opt_cycles(v: Option<f64>) -> String {
 }
 
 fn median_ns_cell(t: &TestResult) -> String {
-    match t.median_ns {
-        Some(ns) if t.median_ns_is_net => fmt_ns(ns),
-        Some(ns) => format!("{} (raw)", fmt_ns(ns)),
+    match crate::central::figure_ns(t) {
+        Some((ns, true)) => fmt_ns(ns),
+        Some((ns, false)) => format!("{} (raw)", fmt_ns(ns)),
         None => "-".to_string(),
     }
 }
@@ -541,7 +541,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.mean),
         pick(|s| s.stddev),
         fmt_cycles(t.samples as f64),
-        opt_cycles(t.net_median_cycles),
+        opt_cycles(crate::central::net_figure(t)),
         median_ns_cell(t),
     ]
 }
@@ -571,7 +571,11 @@ pub fn render_table(results: &Results) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out.push_str("cycles per iteration; \"net median\": median over samples of (sample - the empty loop measured just before it in the same VM)\n\n");
+    let _ = writeln!(
+        out,
+        "cycles per iteration; \"net median\": {}\n",
+        crate::central::DESCRIPTION
+    );
     let rows: Vec<Vec<String>> = results
         .tests
         .iter()
@@ -628,7 +632,11 @@ pub fn render_markdown(results: &Results) -> String {
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
-    out.push_str("\nCycles per iteration; *net median*: median over samples of (sample − the empty loop measured just before it in the same VM).\n");
+    let _ = writeln!(
+        out,
+        "\nCycles per iteration; *net median*: {}.",
+        crate::central::DESCRIPTION
+    );
     let details = detail_lines(results);
     if !details.is_empty() {
         out.push_str("\n```\n");
@@ -778,8 +786,8 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.stddev)),
                     num(c.map(|c| c.median_ci95[0])),
                     num(c.map(|c| c.median_ci95[1])),
-                    num(t.net_median_cycles),
-                    num(t.median_ns),
+                    num(crate::central::net_figure(t)),
+                    num(crate::central::figure_ns(t).map(|f| f.0)),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
