@@ -384,6 +384,7 @@ mod tests {
             pin: None,
             bare: false,
             irq: Default::default(),
+            inject_cycles: 0,
         }
     }
 

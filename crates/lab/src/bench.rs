@@ -600,6 +600,7 @@ mod tests {
                 pin: None,
                 bare: false,
                 irq: Default::default(),
+                inject_cycles: 0,
             },
         );
         m.samples = loops

@@ -118,6 +118,15 @@ pub const KNOBS: &[Knob] = &[
         get: |o| o.params.irq.get("irqchip"),
         set: |o, v| o.params.irq.set("irqchip", v),
     },
+    Knob {
+        name: "inject-cycles",
+        help: "known-answer control: host cycles the VMM busy-waits per userspace exit: 0 (off) to 100000000",
+        get: |o| o.params.inject_cycles.to_string(),
+        set: |o, v| {
+            o.params.inject_cycles = parse_u64("inject-cycles", v, 0, 100_000_000)?;
+            Ok(())
+        },
+    },
 ];
 
 /// The knob called `name`.
@@ -187,6 +196,7 @@ mod tests {
                 pin: None,
                 bare: false,
                 irq: Default::default(),
+                inject_cycles: 0,
             },
             raw: false,
             overhead: false,

@@ -6,7 +6,7 @@
 //! `cargo run --release -p exitlab-results --example estimators -- FILE.json...`
 //! (default bench runs of one build on one host; at least two files).
 
-use exitlab_results::central::{Estimator, Interval, Method};
+use exitlab_results::central::{self, Estimator, Interval, Method};
 use exitlab_results::results::Results;
 use exitlab_results::trials::{self, Model, Tally};
 use exitlab_results::verdict::Pairing;
@@ -75,6 +75,24 @@ fn main() {
         for m in methods() {
             let t = trials::doctored(&rounds, m, 0.02, threshold);
             println!("{}", row(&m.name(), &t));
+        }
+        println!(
+            "\n### The chosen method ({}) by threshold: real pairs of runs\n",
+            central::CHOSEN.name()
+        );
+        println!("| threshold | false alarms (test comparisons) | pairs of runs with a flagged test | detects +2% | detects +3% | detects +5% |\n|--:|--:|--:|--:|--:|--:|");
+        for thr in [0.0, 1.0, 2.0, 3.0, 5.0, 10.0] {
+            let s = trials::sweep(&rounds, central::CHOSEN, thr);
+            println!(
+                "| {thr:.0}% | {}/{} | {}/{} | {:.0}% | {:.0}% | {:.0}% |",
+                s.false_alarms,
+                s.comparisons,
+                s.pairs_flagged,
+                s.pairs,
+                100.0 * s.detected[0],
+                100.0 * s.detected[1],
+                100.0 * s.detected[2]
+            );
         }
         println!("\n### The data: per test, rounds over all runs, robust spread and share of outlier rounds\n");
         println!("| test | rounds | robust sd of rounds | sd of rounds | outlier rounds | spread of run medians |\n|:--|--:|--:|--:|--:|--:|");

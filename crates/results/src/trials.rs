@@ -154,6 +154,54 @@ pub fn doctored(rounds: &[Vec<Vec<f64>>], method: Method, shift: f64, threshold_
     t
 }
 
+/// False alarms and detection at one threshold over real pairs of runs.
+#[derive(Debug, Clone, Default)]
+pub struct Sweep {
+    /// Test comparisons (tests × unordered pairs of runs).
+    pub comparisons: usize,
+    /// Of those, called slower or faster.
+    pub false_alarms: usize,
+    /// Unordered pairs of runs.
+    pub pairs: usize,
+    /// Pairs in which some test was called slower or faster.
+    pub pairs_flagged: usize,
+    /// Share of doctored comparisons (+2 %, +3 %, +5 %) called slower.
+    pub detected: [f64; 3],
+}
+
+/// [`Sweep`] of `method` at `threshold_pct` over every unordered pair of runs.
+pub fn sweep(rounds: &[Vec<Vec<f64>>], method: Method, threshold_pct: f64) -> Sweep {
+    let mut s = Sweep::default();
+    let runs = rounds.first().map_or(0, |r| r.len());
+    let mut found = [0usize; 3];
+    for i in 0..runs {
+        for j in i + 1..runs {
+            s.pairs += 1;
+            let mut flagged = false;
+            for per_run in rounds {
+                let (a, b) = (&per_run[i], &per_run[j]);
+                let seed = (i * 1000 + j) as u64;
+                let c = change_with(a, b, Pairing::Independent, threshold_pct, method, seed);
+                s.comparisons += 1;
+                if matches!(c.verdict, Verdict::Slower | Verdict::Faster) {
+                    s.false_alarms += 1;
+                    flagged = true;
+                }
+                for (k, shift) in [0.02, 0.03, 0.05].into_iter().enumerate() {
+                    let b: Vec<f64> = b.iter().map(|x| x * (1.0 + shift)).collect();
+                    let c = change_with(a, &b, Pairing::Independent, threshold_pct, method, seed);
+                    found[k] += usize::from(c.verdict == Verdict::Slower);
+                }
+            }
+            s.pairs_flagged += usize::from(flagged);
+        }
+    }
+    for k in 0..3 {
+        s.detected[k] = ratio(found[k], s.comparisons);
+    }
+    s
+}
+
 /// What one test's rounds over several runs look like.
 #[derive(Debug, Clone)]
 pub struct Description {
