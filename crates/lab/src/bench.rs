@@ -160,6 +160,10 @@ pub fn run(
             .then(|| figures::net_percentiles(&kept_samples, m.params.batch, net))
             .flatten();
         central::store(&mut r, khz);
+        let outliers = central::central(&r).map_or(0, |c| c.outliers() as u32);
+        if let Some(spread) = r.round_spread.as_mut() {
+            spread.outlier_rounds = outliers;
+        }
         if opts.phases_off.is_some() {
             r.phases = None;
         }
@@ -405,8 +409,46 @@ fn short_of_quiet_samples(per_test: &[Vec<Stored>], limit: f64, wanted: u64) -> 
         .collect()
 }
 
+/// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
+/// round whose figure lies far from the test's other rounds (host interference on the
+/// exit path, which the empty loop before each sample does not see) is set aside
+/// ([`central::outlier_rounds`]) and replaced by an extra round. A test with a round
+/// that did not complete is not run again.
+fn short_of_clean_rounds(
+    tests: &[&'static TestDef],
+    per_test: &[Vec<Stored>],
+    planned: u64,
+) -> Vec<usize> {
+    per_test
+        .iter()
+        .zip(tests)
+        .enumerate()
+        .filter(|(_, (done, _))| done.iter().all(|r| r.m.outcome == Outcome::Completed))
+        .filter(|(_, (done, def))| {
+            let values = stored_round_figures(done, def.name != "loop_overhead");
+            let kept = central::CHOSEN.kept(&values).iter().filter(|k| **k).count();
+            (kept as u64) < planned
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The figure of each stored round (net median, raw for the empty loop; NaN for a round
+/// without plausible samples).
+fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
+    done.iter()
+        .map(|r| {
+            let samples = r.samples.unpack();
+            figures::round_figure(&samples, r.m.params.batch, net)
+                .and_then(|f| if net { f.net_median } else { Some(f.median) })
+                .unwrap_or(f64::NAN)
+        })
+        .collect()
+}
+
 /// After the planned rounds, runs extra rounds of the tests that have fewer than
-/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, one
+/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, or
+/// fewer than the planned rounds once outlier rounds are set aside, one
 /// extra round at a time, each with one round's share of samples, at most as many extra
 /// rounds as planned ones. A quiet host needs none, so the default run is not longer
 /// there; a busy host spends more time instead of reporting its busy moments. Returns
@@ -428,7 +470,13 @@ fn top_up_quiet_samples(
         let Some(limit) = quiet_loop_limit(per_test) else {
             break;
         };
-        let lacking = short_of_quiet_samples(per_test, limit, wanted);
+        let mut lacking = short_of_quiet_samples(per_test, limit, wanted);
+        for i in short_of_clean_rounds(tests, per_test, rounds) {
+            if !lacking.contains(&i) {
+                lacking.push(i);
+            }
+        }
+        lacking.sort_unstable();
         if lacking.is_empty() {
             break;
         }
@@ -497,7 +545,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         let list: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
         let _ = write!(
             note,
-            "; extra rounds for tests short of quiet samples: {}",
+            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {}",
             list.join(", ")
         );
     }
@@ -648,6 +696,39 @@ mod tests {
             Some(1030.0),
             "a round that did not complete says nothing about the host"
         );
+    }
+
+    /// A completed round of `cpuid` whose 30 samples all have the net figure `net`.
+    fn round_of_net(net: u64) -> Stored {
+        let mut m = round(&[100; 30]);
+        for s in &mut m.samples {
+            s.g_end = s.g_start + 100 + net;
+        }
+        Stored::new(m)
+    }
+
+    #[test]
+    fn a_test_with_an_outlier_round_gets_an_extra_round() {
+        let cpuid = catalogue::find("cpuid").unwrap();
+        let clean: Vec<Stored> = [1000, 1010, 990, 1005, 995, 1000]
+            .iter()
+            .map(|&n| round_of_net(n))
+            .collect();
+        let mut disturbed = clean.clone();
+        disturbed[3] = round_of_net(1250);
+        let per_test = vec![clean.clone(), disturbed.clone()];
+        assert_eq!(
+            stored_round_figures(&per_test[1], true),
+            vec![1000.0, 1010.0, 990.0, 1250.0, 995.0, 1000.0]
+        );
+        assert_eq!(
+            short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6),
+            vec![1]
+        );
+        // Once replaced, six rounds are kept again.
+        disturbed.push(round_of_net(1002));
+        let per_test = vec![clean, disturbed];
+        assert!(short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6).is_empty());
     }
 
     #[test]

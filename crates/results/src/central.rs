@@ -296,6 +296,24 @@ pub fn net_figure(t: &TestResult) -> Option<f64> {
         .map(|c| c.value)
 }
 
+/// The report's line on outlier rounds: which tests had rounds set aside, how many of
+/// how many, and why; `None` when no test had one.
+pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
+    let list: Vec<String> = tests
+        .iter()
+        .filter_map(|t| {
+            let c = central(t)?;
+            (c.outliers() > 0).then(|| format!("{} {} of {}", t.name, c.outliers(), c.rounds.len()))
+        })
+        .collect();
+    (!list.is_empty()).then(|| {
+        format!(
+            "outlier rounds set aside (figure more than {OUTLIER_K} robust SDs from the test's other rounds: host interference on the exit path), each replaced by an extra round while the budget lasted: {}",
+            list.join(", ")
+        )
+    })
+}
+
 /// Writes `t`'s central figure into its stored fields, so that a reader of the JSON
 /// finds the same figure as every renderer: `net_median_cycles` (tests with a net
 /// figure) and `median_ns` (converted at `tsc_khz`; left alone when it is 0).
@@ -396,6 +414,10 @@ mod tests {
         let table = crate::report::render_table(&r);
         assert!(row(&table).contains(&shown), "{table}");
         assert!(!table.contains("1,111"), "{table}");
+        assert!(
+            table.contains("host interference on the exit path), each replaced by an extra round while the budget lasted: cpuid 1 of 6"),
+            "{table}"
+        );
         let md = crate::report::render_markdown(&r);
         assert!(row(&md).contains(&shown), "{md}");
         let csv = crate::report::render_csv(&[("f.json".into(), r.clone())]);

@@ -351,6 +351,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
     }
     lines.extend(kvm_counter_lines(results));
     lines.extend(round_spread_line(results));
+    lines.extend(crate::central::outliers_line(&results.tests));
     if results
         .tests
         .iter()
@@ -1101,11 +1102,13 @@ mod tests {
             rounds: 8,
             dropped_samples: 10,
             spread: 0.012,
+            outlier_rounds: 0,
         });
         results.tests[2].round_spread = Some(RoundSpread {
             rounds: 8,
             dropped_samples: 0,
             spread: 0.034,
+            outlier_rounds: 0,
         });
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");

@@ -196,9 +196,7 @@ pub fn sweep(rounds: &[Vec<Vec<f64>>], method: Method, threshold_pct: f64) -> Sw
             s.pairs_flagged += usize::from(flagged);
         }
     }
-    for k in 0..3 {
-        s.detected[k] = ratio(found[k], s.comparisons);
-    }
+    s.detected = found.map(|f| ratio(f, s.comparisons));
     s
 }
 
