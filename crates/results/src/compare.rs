@@ -17,10 +17,12 @@ use crate::verdict::{self, Change, Pairing, Verdict};
 
 /// Default `--threshold` of `exitlab compare` in percent: a test is called slower only
 /// when the whole 95 % interval of its change lies above this. Chosen from the
-/// known-answer trials on this project's development host (`docs/statistics.md`): with
-/// the central figure's outlier rule, pairs of default runs of one build flag about one
-/// test comparison in 240 at 1 % (two at 0 %), and it still catches a doctored 5 % change.
-pub const DEFAULT_THRESHOLD_PCT: f64 = 1.0;
+/// known-answer trials on this project's development host (`docs/statistics.md`, 25 Nov
+/// 2026): the interval from one run's rounds cannot see how far a whole run drifts from
+/// the next, which on that busy host was 2-10 %; over 2 × 21 pairs of default runs of one
+/// build, 5 % flagged 0 and 2 of 336 test comparisons (1 %: 44 and 67). A change smaller
+/// than that is for an A/B run (`bench --ab`, rounds paired, threshold 0).
+pub const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
 
 /// One test compared.
 #[derive(Debug, Clone, PartialEq)]
@@ -459,22 +461,29 @@ mod tests {
     }
 
     #[test]
-    fn doctored_copies_5_and_3_percent_slower_are_both_named_at_the_default_threshold() {
+    fn doctored_copies_are_both_named_30_percent_at_the_default_threshold_5_and_3_at_1() {
         // A run whose inl_from_qemu (a userspace exit, 2 % round spread) and cpuid (a
         // kernel-handled one, 1 %) each have an outlier round; the copy has every figure of
-        // the first 5 % and of the second 3 % higher, the rounds' variation kept.
+        // the first 5 % and of the second 3 % higher (or both 30 %), the rounds' variation
+        // kept. 5 % and 3 % are within the default threshold (between-run drift on a busy
+        // host), so they are looked for at 1 %.
         let mut before = sample_results();
         realistic_rounds(&mut before.tests[1], 3_000.0, 0.01);
         realistic_rounds(&mut before.tests[2], 24_000.0, 0.02);
-        for (factors, named) in [
-            ([1.03, 1.05], vec!["cpuid", "inl_from_qemu"]),
-            ([1.30, 1.30], vec!["cpuid", "inl_from_qemu"]),
-            ([1.0, 1.0], vec![]),
+        for (factors, threshold, named) in [
+            ([1.03, 1.05], 1.0, vec!["cpuid", "inl_from_qemu"]),
+            (
+                [1.30, 1.30],
+                DEFAULT_THRESHOLD_PCT,
+                vec!["cpuid", "inl_from_qemu"],
+            ),
+            ([1.0, 1.0], 1.0, vec![]),
+            ([1.03, 1.05], DEFAULT_THRESHOLD_PCT, vec![]),
         ] {
             let mut after = before.clone();
             scale(&mut after.tests[1], factors[0]);
             scale(&mut after.tests[2], factors[1]);
-            let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+            let c = compare(&before, &after, threshold);
             assert_eq!(c.regressions(), named, "{factors:?}");
             let text = render_comparison(&c, ["before", "after"]);
             let last = text.lines().last().unwrap_or_default();
