@@ -9,7 +9,7 @@ use exitlab_lab::agreement::{self, AgreeOptions};
 use exitlab_lab::bench::Progress;
 use exitlab_lab::runner::RunParams;
 
-use crate::status::{usage_error, EXIT_NO_KVM, EXIT_TEST_FAILED};
+use crate::status::{usage_error, EXIT_TEST_FAILED};
 
 #[derive(clap::Args, Debug)]
 pub struct AgreeArgs {
@@ -46,10 +46,7 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
     }
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return EXIT_NO_KVM;
-        }
+        Err(e) => return crate::common::kvm_unusable(&e),
     };
     if let Some(cmdline) = &a.bare_run {
         return match agreement::run_harness_bare(&kvm, cmdline, 120) {

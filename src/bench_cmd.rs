@@ -59,7 +59,12 @@ pub struct BenchArgs {
     /// limit.
     #[arg(long, default_value_t = 0.0)]
     timeout: f64,
-    /// Skip the VMM overhead experiment (full exit loop vs bare KVM_RUN loop).
+    /// Run the VMM overhead experiment (`exitlab run` against the independent bare
+    /// KVM_RUN loop `exitlab-floor`, traced from the kernel's side; and the in-process
+    /// stamps) even with --tests; it runs by default with the default suite only.
+    #[arg(long, conflicts_with = "no_overhead")]
+    overhead: bool,
+    /// Skip the VMM overhead experiment.
     #[arg(long)]
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
@@ -154,33 +159,50 @@ fn irq_notes(opts: &BenchOptions) -> Vec<String> {
     if !shared.is_empty() {
         let s: Vec<String> = shared.iter().map(usize::to_string).collect();
         notes.push(format!(
-            "warning: several vCPUs are pinned to host CPU(s) {}: IPI figures mean little when vCPUs share a host CPU",
+            "several vCPUs are pinned to host CPU(s) {}: IPI figures mean little when vCPUs share a host CPU",
             s.join(", ")
         ));
     } else if most as usize > host_cpus {
         notes.push(format!(
-            "warning: {most} vCPUs on {host_cpus} host CPU(s): vCPUs share host CPUs, and IPI figures mean little then"
+            "{most} vCPUs on {host_cpus} host CPU(s): vCPUs share host CPUs, and IPI figures mean little then"
         ));
     }
     notes
 }
 
+/// `bench --list`: every test with where its exit is expected to be handled, whether
+/// the default suite runs it, whether it runs in ring 3, and what it does. The name
+/// column is as wide as the longest name.
 fn list_tests() {
-    println!("{:<22} {:<8} {:<6} what", "test", "handled", "ring3");
-    for t in catalogue::TESTS.iter().chain(catalogue::IRQ_TESTS) {
+    let all: Vec<&TestDef> = catalogue::TESTS
+        .iter()
+        .chain(catalogue::IRQ_TESTS)
+        .collect();
+    let width = all.iter().map(|t| t.name.len()).max().unwrap_or(4);
+    println!(
+        "{:<width$}  {:<8}  {:<7}  {:<5}  what",
+        "test", "expected", "default", "ring3"
+    );
+    for t in all {
         let w = match t.expected {
             Where::Kernel => "kernel",
             Where::User => "user",
             Where::Nowhere => "none",
         };
         println!(
-            "{:<22} {:<8} {:<6} {}",
+            "{:<width$}  {:<8}  {:<7}  {:<5}  {}",
             t.name,
             w,
+            if t.default { "yes" } else { "no" },
             if t.ring3 { "yes" } else { "no" },
             t.what
         );
     }
+    println!(
+        "\nexpected: where the exit is expected to be handled (bench's table shows where it was \
+         observed); default: run by `exitlab bench` without --tests; ring3: also runs with \
+         --ring 3"
+    );
 }
 
 fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
@@ -253,7 +275,10 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             inject_cycles: a.inject_cycles,
         },
         raw: a.raw,
-        overhead: !a.no_overhead,
+        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),
+        floor: std::env::current_exe()
+            .ok()
+            .map(exitlab_lab::floor::FloorSetup::new),
         rounds: a.rounds,
         cancel: None,
         knobs: Default::default(),
@@ -307,13 +332,10 @@ impl Display {
         if quiet {
             Display::Quiet
         } else if std::io::stderr().is_terminal() {
-            let bar = indicatif::ProgressBar::new(steps);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} {prefix} [{bar:30}] {pos}/{len} {msg}",
-            ) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            Display::Bar(bar)
+            Display::Bar(crate::common::progress_bar(
+                steps,
+                "{prefix} [{bar:30}] {pos}/{len}",
+            ))
         } else {
             Display::Lines { in_rounds: false }
         }
@@ -340,6 +362,9 @@ impl Display {
         let mut stderr = std::io::stderr();
         match p {
             Progress::Round(r, n) => {
+                if r == 1 {
+                    let _ = writeln!(stderr, "{}", Self::LEGEND);
+                }
                 let _ = write!(
                     stderr,
                     "{}  round {r}/{n} ",
@@ -386,18 +411,21 @@ impl Display {
             _ => {}
         }
     }
+
+    /// The legend of the round lines' marks, printed before the first round.
+    const LEGEND: &'static str =
+        "  (one mark per test: . done, T did not complete (stalled or timed out), F failed, s skipped)";
 }
 
-/// Steps the progress display counts: a test per round (and side), plus the overhead
-/// experiment's six runs.
+/// Steps the progress display counts: a test per round (and side), plus one for the
+/// overhead experiment.
 fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
-    // loop_overhead is always run, first.
-    let tests =
-        opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.name == "loop_overhead"));
+    // The baseline (the empty loop) is always run, first.
+    let tests = opts.tests.len() as u64 + u64::from(!opts.tests.iter().any(|t| t.baseline));
     let rounds = u64::from(opts.rounds);
     match ab {
         Some(_) => 2 * tests * rounds,
-        None => tests * rounds + if opts.overhead { 6 } else { 0 },
+        None => tests * rounds + u64::from(opts.overhead),
     }
 }
 
@@ -411,10 +439,7 @@ fn run(
 ) -> Result<Results, i32> {
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return Err(EXIT_NO_KVM);
-        }
+        Err(e) => return Err(crate::common::kvm_unusable(&e)),
     };
     let mut progress = |p: Progress<'_>| display.event(p);
     let image = exitlab_guest::IMAGE;
@@ -506,7 +531,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         if let Some(ab) = &ab {
             for v in [&ab.a, &ab.b] {
                 let mut o = opts.clone();
-                if (ab.knob.set)(&mut o, v).is_ok() {
+                if ab.knob.set(&mut o, v).is_ok() {
                     sides.push(o);
                 }
             }
@@ -519,6 +544,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         }
     }
     notes.extend(irq_notes(&opts));
+    notes.extend(crate::trace_cmd::remove_stale_instances());
     let stop = arm_signals();
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
     opts.cancel = Some(stop);
@@ -560,6 +586,10 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         print_results(&res, &a.format);
     } else if let Some(why) = &res.incomplete {
         eprintln!("incomplete: {why}");
+    }
+    let details = report::reason_details(&res);
+    if crate::verbosity::level() > 0 && !details.is_empty() {
+        eprint!("{details}");
     }
     let what = if res.incomplete.is_some() {
         "results (marked incomplete)"

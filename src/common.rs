@@ -83,6 +83,40 @@ impl JsonArg {
     }
 }
 
+/// Prints why KVM cannot be used, as `exitlab host` diagnoses it (the same reason and
+/// advice: a missing device node is not a missing module), and returns the exit code.
+/// Errors other than opening /dev/kvm are printed as they are.
+pub fn kvm_unusable(e: &exitlab_vmm::VmmError) -> i32 {
+    use exitlab_vmm::VmmError;
+    let diagnosis = match e {
+        VmmError::KvmMissing | VmmError::KvmPermission(_) | VmmError::KvmOpen(_) => {
+            exitlab_host::kvm_diagnosis()
+        }
+        _ => None,
+    };
+    match diagnosis {
+        Some(d) => eprintln!(
+            "exitlab: KVM is not usable: {}
+what to do: {}",
+            d.reason, d.advice
+        ),
+        None => eprintln!("exitlab: {e}"),
+    }
+    crate::status::EXIT_NO_KVM
+}
+
+/// The progress bar bench and `run --builtin chaos` draw on a terminal's standard error:
+/// elapsed time, `middle` (an indicatif template with the bar) and the message.
+pub fn progress_bar(len: u64, middle: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template(&format!("{{elapsed_precise}} {middle} {{msg}}"))
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 /// Largest `--timeout` (and `--seconds`), in seconds: 30 days.
 pub const MAX_TIMEOUT_S: f64 = 30.0 * 86400.0;
 

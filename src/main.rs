@@ -3,7 +3,7 @@
 
 mod agree_cmd;
 mod bench_cmd;
-mod chaos;
+mod chaos_cmd;
 mod cli;
 mod common;
 mod host_cmd;

@@ -62,6 +62,11 @@ pub fn check_figures(r: &Results, path: &Path) -> Result<(), String> {
         "vmm_overhead",
         &mut bad,
     );
+    walk(
+        &serde_json::to_value(&r.floor).unwrap_or_default(),
+        "floor",
+        &mut bad,
+    );
     if !(r.wall_seconds.is_finite() && r.wall_seconds >= 0.0) {
         bad.push(format!("wall_seconds = {}", r.wall_seconds));
     }
@@ -192,6 +197,15 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
     // Every string in a results file is the file's; none reaches a terminal or a page
     // with control characters in it.
     let text = sanitize(&text);
+    if crate::verbosity::level() > 0 {
+        // A stuck test's registers and stack, which the table leaves out.
+        for (name, r) in &all {
+            let details = report::reason_details(r);
+            if !details.is_empty() {
+                eprint!("{}:\n{}", name, sanitize(&details));
+            }
+        }
+    }
     match &a.output {
         Some(path) => match std::fs::write(path, text) {
             Ok(()) => 0,

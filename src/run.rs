@@ -39,16 +39,17 @@ pub struct RunArgs {
     /// Kernel image (multiboot, PVH ELF, Linux bzImage or vmlinux).
     #[arg(required_unless_present = "builtin")]
     kernel: Option<PathBuf>,
-    /// Boot a kernel built into exitlab instead: `chaos`, a seeded hostile guest booted
-    /// again and again for --seconds, ending with an account of exits and faults.
-    #[arg(long, value_parser = ["chaos"], conflicts_with_all = ["kernel", "initrd", "cmdline", "timeout", "exit_stats", "no_pvh", "irqchip"])]
+    /// Boot a kernel built into exitlab instead of a file (e.g. `exitlab run --builtin
+    /// conformance`); `chaos` is booted again and again for --seconds.
+    #[arg(long, value_name = "NAME", value_parser = builtin_names(), conflicts_with = "kernel")]
     builtin: Option<String>,
-    /// With --builtin chaos: how long to run, in seconds.
-    #[arg(long, default_value_t = 30.0, requires = "builtin")]
-    seconds: f64,
-    /// With --builtin chaos: the seed (the same seed gives the same guest behaviour).
-    #[arg(long, default_value_t = 1, requires = "builtin")]
-    seed: u64,
+    /// With --builtin chaos: how long to run, in seconds [default: 30].
+    #[arg(long, requires = "builtin")]
+    seconds: Option<f64>,
+    /// With --builtin chaos: the seed (the same seed gives the same guest behaviour)
+    /// [default: 1].
+    #[arg(long, requires = "builtin")]
+    seed: Option<u64>,
     /// Initial ramdisk (multiboot module 0, PVH module 0, Linux initrd), or
     /// `builtin:hackbench` for exitlab's Linux workload (a hackbench-style messaging load
     /// run as /init; set it with `HB_GROUPS=`, `HB_FDS=`, `HB_LOOPS=`, `HB_MODE=socket|pipe`
@@ -86,9 +87,41 @@ fn parse_irqchip(s: &str) -> Result<IrqChip, String> {
     IrqChip::parse(s)
 }
 
+/// `--builtin`'s values, each with its line of help, from the guest crate's table.
+fn builtin_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        exitlab_guest::BUILTINS
+            .iter()
+            .map(|b| clap::builder::PossibleValue::new(b.name).help(b.about)),
+    )
+}
+
+/// The prefix of a kernel path that names a built-in kernel (`builtin:conformance`):
+/// `--builtin NAME` is `run builtin:NAME`, and QEMU-style `-kernel builtin:NAME` works too.
+const BUILTIN_PREFIX: &str = "builtin:";
+
+/// The options `--builtin chaos` decides itself (it boots its kernel many times).
+fn chaos_conflicts(a: &RunArgs) -> Option<&'static str> {
+    [
+        (a.initrd.is_some(), "--initrd"),
+        (!a.cmdline.is_empty(), "--cmdline"),
+        (a.timeout != 0.0, "--timeout (use --seconds)"),
+        (a.exit_stats, "--exit-stats"),
+        (a.no_pvh, "--no-pvh"),
+        (a.irqchip != IrqChip::default(), "--irqchip"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
+}
+
 /// Runs `exitlab run` as the arguments say (a kernel, or a built-in one).
 pub fn run_main(a: RunArgs) -> i32 {
-    if a.builtin.is_some() {
+    if a.builtin.as_deref() == Some("chaos") {
+        if let Some(option) = chaos_conflicts(&a) {
+            return usage_error(format!(
+                "--builtin chaos takes no {option}: it sets up each of its boots itself"
+            ));
+        }
         let serial = match a.serial.as_deref().map(crate::input::parse_serial) {
             None | Some(Ok(SerialOut::None)) => None,
             Some(Ok(SerialOut::File(p))) => Some(p),
@@ -97,17 +130,26 @@ pub fn run_main(a: RunArgs) -> i32 {
             }
             Some(Err(e)) => return usage_error(e),
         };
-        return crate::chaos::chaos_cmd(crate::chaos::ChaosOptions {
-            seconds: a.seconds,
-            seed: a.seed,
+        return crate::chaos_cmd::chaos_cmd(crate::chaos_cmd::ChaosOptions {
+            seconds: a.seconds.unwrap_or(30.0),
+            seed: a.seed.unwrap_or(1),
             cpus: a.cpus.unwrap_or(2),
             mem_mib: a.mem.unwrap_or(64),
             serial,
             verbose: crate::verbosity::level() > 0,
         });
     }
+    if a.seconds.is_some() || a.seed.is_some() {
+        return usage_error(
+            "--seconds and --seed are for --builtin chaos; bound other kernels with --timeout",
+        );
+    }
+    let kernel = match &a.builtin {
+        Some(name) => PathBuf::from(format!("{BUILTIN_PREFIX}{name}")),
+        None => a.kernel.unwrap_or_default(),
+    };
     run_cmd(RunOptions {
-        kernel: a.kernel.unwrap_or_default(),
+        kernel,
         initrd: a.initrd,
         cmdline: a.cmdline,
         cpus: a.cpus.unwrap_or(1),
@@ -146,8 +188,8 @@ fn exit_table(report: &machine::RunReport) -> String {
     for (i, (name, n)) in report.exits.entries().into_iter().chain(totals).enumerate() {
         let _ = write!(s, "  {name:<12} {n:>10}");
         for v in &report.per_vcpu {
-            let e = v.exits.entries();
-            let own = e.get(i).map_or(v.exits.total(), |x| x.1);
+            let e = v.user.entries();
+            let own = e.get(i).map_or(v.user.total(), |x| x.1);
             let _ = write!(s, " {own:>10}");
         }
         s.push('\n');
@@ -263,9 +305,24 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
     }
     crate::common::check_timeout(o.timeout)?;
     let serial = crate::input::parse_serial(&o.serial)?;
-    let (kernel_file, kernel_len) =
-        crate::input::open_regular(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?;
-    drop(kernel_file);
+    let builtin = o
+        .kernel
+        .to_str()
+        .and_then(|p| p.strip_prefix(BUILTIN_PREFIX))
+        .map(|name| {
+            exitlab_guest::builtin(name).ok_or_else(|| {
+                let names: Vec<&str> = exitlab_guest::BUILTINS.iter().map(|b| b.name).collect();
+                format!(
+                    "there is no built-in kernel {name:?}: choose one of {}",
+                    names.join(", ")
+                )
+            })
+        })
+        .transpose()?;
+    let kernel_len = match builtin {
+        Some(b) => b.image.len() as u64,
+        None => crate::input::open_regular(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?.1,
+    };
     if kernel_len > ram_bytes {
         return Err(format!(
             "the kernel image {} ({kernel_len} bytes) is bigger than guest RAM ({} MiB): give \
@@ -274,7 +331,10 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             o.mem_mib
         ));
     }
-    let kernel = crate::input::read_bounded(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?;
+    let kernel = match builtin {
+        Some(b) => b.image.to_vec(),
+        None => crate::input::read_bounded(&o.kernel, "the kernel image", MAX_IMAGE_BYTES)?,
+    };
     let initrd = match &o.initrd {
         Some(p) if p.as_os_str() == BUILTIN_HACKBENCH => {
             Some(exitlab_guest::hackbench::INITRD.to_vec())
@@ -414,10 +474,11 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     }
     match report.end {
         RunEnd::DebugExit(v) => {
-            if o.verbose {
-                eprintln!("exitlab: the guest wrote {v:#x} to the debug-exit port");
+            let code = guest_exit_code(v);
+            if !o.quiet {
+                eprintln!("exitlab: {}", crate::status::debug_exit_note(v));
             }
-            guest_exit_code(v)
+            code
         }
         RunEnd::Reset => {
             if !o.quiet {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::status::{EXIT_NO_KVM, EXIT_VMM_FAILED};
+use crate::status::EXIT_VMM_FAILED;
 
 /// Sets `flag` on SIGINT or SIGTERM; a second signal after the flag is set exits with
 /// status 130.
@@ -40,10 +40,7 @@ pub fn restore_terminal() {
 pub fn open_kvm_cancellable() -> Result<(Arc<exitlab_vmm::Kvm>, Arc<AtomicBool>), i32> {
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
-        Err(e) => {
-            eprintln!("exitlab: {e}");
-            return Err(EXIT_NO_KVM);
-        }
+        Err(e) => return Err(crate::common::kvm_unusable(&e)),
     };
     let cancel = Arc::new(AtomicBool::new(false));
     if let Err(e) = cancel_on_sigint_sigterm(&cancel) {

@@ -42,6 +42,22 @@ pub fn guest_exit_code(v: u32) -> i32 {
     ((v.min(GUEST_VALUE_MAX) << 1) | 1) as i32
 }
 
+/// The line `run` prints when the guest ended the run through the debug-exit port: the
+/// value written, the exit status it becomes, and why.
+pub fn debug_exit_note(v: u32) -> String {
+    let code = guest_exit_code(v);
+    let rule = if v > GUEST_VALUE_MAX {
+        format!("values above {GUEST_VALUE_MAX} give 255")
+    } else {
+        format!("({v} << 1) | 1")
+    };
+    format!(
+        "the guest wrote {v} ({v:#x}) to the debug-exit port {:#x}: exit status \
+         {code} = {rule}, QEMU isa-debug-exit's rule (odd statuses are the guest's)",
+        exitlab_devices::pc::DEBUG_EXIT.base
+    )
+}
+
 /// Every exit code with its meaning, in order; `--help` and the README print this.
 pub const EXIT_CODES: &[(&str, &str)] = &[
     ("0", "success (run: the guest reset or powered off the machine)"),
@@ -110,5 +126,20 @@ mod tests {
         assert_eq!(guest_exit_code(1), 3);
         assert_eq!(guest_exit_code(127), 255);
         assert_eq!(guest_exit_code(u32::MAX), 255);
+    }
+
+    #[test]
+    fn the_debug_exit_note_names_value_status_and_rule() {
+        let n = debug_exit_note(0);
+        assert!(
+            n.contains("wrote 0 (0x0)") && n.contains("exit status 1 = (0 << 1) | 1"),
+            "{n}"
+        );
+        assert!(n.contains("isa-debug-exit") && n.contains("0xf4"), "{n}");
+        let n = debug_exit_note(300);
+        assert!(
+            n.contains("exit status 255 = values above 127 give 255"),
+            "{n}"
+        );
     }
 }

@@ -29,9 +29,122 @@ pub struct TraceArgs {
     buffer_kb: u32,
     #[command(flatten)]
     json: crate::common::JsonArg,
+    /// Remove the tracing instances exitlab processes left behind (killed, e.g. by
+    /// `kill -9`, before they could: each instance is named after its owner's PID and
+    /// start time), list those of running exitlab processes, and exit. Every `exitlab
+    /// trace` and `exitlab bench` also removes stale ones when it starts.
+    #[arg(long, conflicts_with_all = ["pid", "floor"])]
+    cleanup: bool,
+    /// Compare `exitlab run` (as users run it) against the independent bare KVM_RUN
+    /// loop `exitlab-floor`, on the harness kernel in its exits mode, in interleaved
+    /// rounds, each run traced: the userspace share per exit of each, and their ratio.
+    /// Arguments after `--` are added to `exitlab run` (e.g. `-- --no-seccomp`).
+    #[arg(long, conflicts_with = "pid")]
+    floor: bool,
+    /// With --floor: rounds (each runs both sides once).
+    #[arg(long, default_value_t = exitlab_lab::floor::ROUNDS, requires = "floor", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    rounds: u32,
+    /// With --floor: `in` exits the guest makes per run.
+    #[arg(long, default_value_t = exitlab_lab::floor::EXITS_PER_RUN, requires = "floor", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    exits: u64,
     /// The command to run and trace (after `--`).
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// Removes the tracing instances of exitlab processes that are gone; returns a note
+/// naming them, if there were any. Leaves tracefs alone where it is not mounted.
+pub fn remove_stale_instances() -> Option<String> {
+    let root = exitlab_trace::tracefs::mounted_tracefs()?;
+    let gone = exitlab_trace::tracefs::remove_stale_instances(&root);
+    (!gone.is_empty()).then(|| {
+        format!(
+            "removed {} tracing instance(s) left by exitlab processes that no longer run: {}",
+            gone.len(),
+            gone.join(", ")
+        )
+    })
+}
+
+/// `exitlab trace --cleanup`.
+fn cleanup() -> i32 {
+    let root = match exitlab_trace::tracefs::tracefs_root() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("exitlab trace: {e}");
+            return EXIT_TEST_FAILED;
+        }
+    };
+    let gone = exitlab_trace::tracefs::remove_stale_instances(&root);
+    let left = exitlab_trace::tracefs::exitlab_instances(&root);
+    println!(
+        "removed {} stale tracing instance(s){}{}",
+        gone.len(),
+        if gone.is_empty() { "" } else { ": " },
+        gone.join(", ")
+    );
+    for name in &left {
+        let owner = exitlab_trace::tracefs::instance_owner(name).map_or(0, |o| o.0);
+        let stale = exitlab_trace::tracefs::is_stale(name);
+        println!(
+            "{}: {}",
+            root.join("instances").join(name).display(),
+            if stale {
+                "stale, but could not be removed".to_string()
+            } else {
+                format!("in use by running process {owner}")
+            }
+        );
+    }
+    if left.iter().any(|n| exitlab_trace::tracefs::is_stale(n)) {
+        EXIT_TEST_FAILED
+    } else {
+        0
+    }
+}
+
+/// `exitlab trace --floor`.
+fn floor(a: &TraceArgs) -> i32 {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("exitlab trace: cannot find the exitlab executable to run: {e}");
+            return EXIT_TEST_FAILED;
+        }
+    };
+    let setup = exitlab_lab::floor::FloorSetup {
+        exitlab_args: a.command.clone(),
+        rounds: a.rounds,
+        exits_per_run: a.exits,
+        ..exitlab_lab::floor::FloorSetup::new(exe)
+    };
+    if crate::verbosity::level() >= 0 {
+        eprintln!(
+            "exitlab trace: exitlab run{} against exitlab-floor, {} round(s) of {} exits each ...",
+            if a.command.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", a.command.join(" "))
+            },
+            a.rounds,
+            a.exits
+        );
+    }
+    let Some(view) = exitlab_lab::floor::compare(&setup, &|| false) else {
+        return EXIT_TEST_FAILED;
+    };
+    if !a.json.to_stdout() {
+        for l in exitlab_results::report::render_floor(&view) {
+            println!("{l}");
+        }
+    }
+    if let Err(code) = a.json.write(&view, "comparison") {
+        return code;
+    }
+    match view {
+        exitlab_results::results::FloorView::Measured(c) if c.counts_agree() => 0,
+        _ => EXIT_TEST_FAILED,
+    }
 }
 
 fn parse_port(s: &str) -> Result<u16, String> {
@@ -54,6 +167,15 @@ fn threads_of(pid: u32) -> Result<Vec<u32>, String> {
 
 /// Runs `exitlab trace`; returns the process exit code.
 pub fn trace_cmd(a: TraceArgs) -> i32 {
+    if a.cleanup {
+        return cleanup();
+    }
+    if let Err(e) = a.json.check() {
+        return usage_error(e);
+    }
+    if a.floor {
+        return floor(&a);
+    }
     if a.pid.is_none() && a.command.is_empty() {
         return usage_error("exitlab trace needs --pid PID or a command after `--`");
     }
@@ -64,9 +186,6 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         if let Some(Err(e)) = value.map(|s| crate::common::check_seconds(option, s)) {
             return usage_error(e);
         }
-    }
-    if let Err(e) = a.json.check() {
-        return usage_error(e);
     }
     let split = match (a.phase_seconds, a.marker_port) {
         (Some(s), _) => match exitlab_lab::host_survey::survey(None).tsc.khz {
@@ -94,6 +213,9 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         buffer_kb: a.buffer_kb,
         ..SessionConfig::default()
     };
+    if let Some(note) = remove_stale_instances() {
+        eprintln!("exitlab trace: {note}");
+    }
     let session = match Session::start(&cfg) {
         Ok(s) => s,
         Err(e) => {

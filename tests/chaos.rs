@@ -34,6 +34,12 @@ fn thirty_seconds_of_chaos_end_with_an_account_and_bounded_memory() {
     eprintln!("{out}");
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("how each PC-platform boot ended:"), "{out}");
+    // It says how far it got while it runs, as bench does.
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("  chaos ") && l.contains("/30 s: ") && l.contains(" boots, ")),
+        "no progress line in:\n{err}"
+    );
     // Every other boot runs under the lab's doorbell protocol, whose handling must catch
     // the garbage as protocol violations (and end those boots with a message).
     let lab_boots = field(&out, "lab protocol boots:");

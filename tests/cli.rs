@@ -171,6 +171,50 @@ fn list_names_every_test() {
             "{name} missing from:\n{s}"
         );
     }
+    // Columns line up however long a name is: the "expected" column starts at the same
+    // place on every row, and the default suite is marked.
+    let header = s.lines().next().unwrap();
+    assert!(
+        header.starts_with("test ") && header.contains("expected  default"),
+        "{header}"
+    );
+    let at = header.find("expected").unwrap();
+    let rows: Vec<&str> = s.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    assert!(rows.len() > 18, "{s}");
+    for row in &rows {
+        assert!(row[..at].ends_with("  "), "{row}");
+        let cells: Vec<&str> = row[at..].split_whitespace().collect();
+        assert!(["kernel", "user", "none"].contains(&cells[0]), "{row}");
+        assert!(["yes", "no"].contains(&cells[1]), "{row}");
+    }
+    let default = |name: &str| {
+        let row = rows
+            .iter()
+            .find(|r| r.split_whitespace().next() == Some(name))
+            .unwrap();
+        row[at..].split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(default("cpuid"), "yes");
+    assert_eq!(default("x2apic_self_ipi_tpr_sti_nop"), "no");
+}
+
+#[test]
+fn clap_errors_read_as_exitlab_errors() {
+    for args in [
+        &["bench", "--nosuchoption"][..],
+        &["nosuchcommand"],
+        &["run"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.starts_with("exitlab: "), "{args:?}: {e}");
+        assert!(!e.contains("error: "), "{args:?}: {e}");
+    }
+    // --help stays on standard output with success.
+    let o = exitlab(&["bench", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Usage:"));
 }
 
 #[test]
@@ -466,6 +510,14 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(outl["rounds"].as_array().unwrap().len(), 6);
     assert_eq!(outl["batch"], 4);
     assert_eq!(outl["exit_check"]["passed"], true);
+    // One host-noise note for the whole experiment, not one per side and round.
+    let noise = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n.as_str().unwrap().starts_with("host noise"))
+        .count();
+    assert!(noise <= 1, "{}", v["notes"]);
     // The report prints the A/B table with a verdict per test.
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
@@ -494,6 +546,72 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
+/// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
+/// collector and the Pushgateway read), from Debian's python3-prometheus-client, which
+/// .ci/run installs; `csv` with the
+/// standard library's reader; returns what was found, or fails the test with the
+/// parser's error. A missing parser fails the test: it does not skip.
+fn python_parse(format: &str, text: &str) -> String {
+    use std::io::Write;
+    let script = match format {
+        "openmetrics" => {
+            "import sys\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+             from prometheus_client.parser import text_string_to_metric_families as text_0_0_4\n\
+             text = sys.stdin.read()\n\
+             fams = list(text_string_to_metric_families(text))\n\
+             n = sum(len(f.samples) for f in fams)\n\
+             old = list(text_0_0_4(text))\n\
+             assert sum(len(f.samples) for f in old) == n, 'text format 0.0.4 reads otherwise'\n\
+             print(f'{len(fams)} families, {n} samples')\n"
+        }
+        _ => {
+            "import sys, csv\n\
+             rows = list(csv.reader(sys.stdin))\n\
+             widths = sorted({len(r) for r in rows})\n\
+             print(f'{len(rows)} rows of {\",\".join(map(str, widths))} fields')\n"
+        }
+    };
+    // Debian's module is installed for the system interpreter, which may not be first on
+    // PATH (pyenv and the like).
+    let python = ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .args(["-c", "import prometheus_client.openmetrics.parser"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no python3 with the Prometheus client: this test needs it to check the \
+                 OpenMetrics output (apt-get install python3-prometheus-client; .ci/run \
+                 installs it)"
+            )
+        });
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the {format} parser refused the output: {}\n{text}",
+        stderr(&o)
+    );
+    stdout(&o).trim().to_string()
+}
+
 #[test]
 fn report_formats_csv_openmetrics_and_html() {
     let dir = tempdir_named("formats");
@@ -504,13 +622,67 @@ fn report_formats_csv_openmetrics_and_html() {
     let text = stdout(&csv);
     assert!(text.starts_with("file,side,test,ring,status"), "{text}");
     assert_eq!(text.lines().count(), 4, "header and three tests: {text}");
+    assert_eq!(python_parse("csv", &text), "4 rows of 19 fields", "{text}");
     let om = exitlab(&["report", "--format", "openmetrics", a_s]);
     let text = stdout(&om);
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
-        text.contains("exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""),
+        text.contains(&format!(
+            "exitlab_exit_net_cycles{{run=\"{a_s}\",test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""
+        )),
         "{text}"
     );
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        python_parse("openmetrics", &text),
+        format!("3 families, {samples} samples")
+    );
+    // Several files (one of them twice): every series keeps its own labels, and the
+    // Prometheus client's parser takes it.
+    let b = small_run(&dir, "b.json", &[]);
+    let om = exitlab(&[
+        "report",
+        "--format",
+        "openmetrics",
+        a_s,
+        b.to_str().unwrap(),
+        a_s,
+    ]);
+    assert_eq!(om.status.code(), Some(0), "{}", stderr(&om));
+    let text = stdout(&om);
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        python_parse("openmetrics", &text),
+        format!("3 families, {samples} samples"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("run=\"{a_s}#2\"")), "{text}");
+    let csv = exitlab(&["report", "--format", "csv", a_s, b.to_str().unwrap()]);
+    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 19 fields");
+    // Markdown: every table row has as many cells as its header.
+    let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
+    let mut rows = md.lines().filter(|l| l.starts_with('|'));
+    let cells = |l: &str| l.matches('|').count();
+    let header = rows.next().expect("a Markdown table");
+    assert!(rows.all(|r| cells(r) == cells(header)), "{md}");
+    // A stuck test: one line in the table; its registers only with -v.
+    let stuck = dir.join("stuck.json");
+    edit_json(&a, &stuck, |v| {
+        let t = &mut v["tests"][1];
+        t["status"] = "did_not_complete".into();
+        t["reason"] = "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883".into();
+        t["cycles"] = serde_json::Value::Null;
+    });
+    let r = exitlab(&["report", stuck.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert!(
+        stdout(&r).contains("no progress for 3.0 s (registers and stack"),
+        "{}",
+        stdout(&r)
+    );
+    assert!(!stdout(&r).contains("rip=") && !stderr(&r).contains("rip="));
+    let r = exitlab(&["-v", "report", stuck.to_str().unwrap()]);
+    assert!(stderr(&r).contains("rip=0x100883"), "{}", stderr(&r));
     let html = dir.join("r.html");
     let h = exitlab(&["report", a_s, a_s, "-o", html.to_str().unwrap()]);
     assert_eq!(h.status.code(), Some(0), "{}", stderr(&h));
@@ -565,6 +737,24 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     assert!(tests.len() > 1, "more than one test kept: {}", tests.len());
     let rounds = tests[0]["rounds"].as_array().unwrap().len();
     assert!((1..40).contains(&rounds), "{rounds} rounds kept");
+    // The summary counts the tests that kept a round, not those with none.
+    let with_rounds = tests
+        .iter()
+        .filter(|t| !t["rounds"].as_array().unwrap().is_empty())
+        .count();
+    assert!(
+        v["incomplete"].as_str().unwrap().contains(&format!(
+            "kept the {with_rounds} test(s) with at least one completed round"
+        )),
+        "{with_rounds} tests have rounds: {}",
+        v["incomplete"]
+    );
+    // The progress lines explain their marks before the first round.
+    assert!(
+        stderr(&o).contains("(one mark per test: . done, T did not complete"),
+        "{}",
+        stderr(&o)
+    );
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
     assert!(
@@ -716,4 +906,64 @@ fn a_host_that_refuses_file_descriptors_exits_8_saying_what_to_do() {
         assert!(e.contains("Too many open files"), "nofile {limit}: {e}");
         assert!(e.contains("ulimit -n"), "nofile {limit}: {e}");
     }
+}
+
+#[test]
+fn run_help_lists_every_builtin_kernel() {
+    let o = exitlab(&["run", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    for name in [
+        "conformance",
+        "conformance-flat",
+        "conformance-pvh",
+        "realmode",
+        "harness",
+        "chaos",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("- {name}:"))),
+            "{name} missing from run --help:\n{out}"
+        );
+    }
+    // Options that only chaos takes are refused for the others, and chaos refuses the
+    // options it decides itself; neither opens KVM.
+    for args in [
+        &["run", "--builtin", "conformance", "--seed", "3"][..],
+        &["run", "--builtin", "chaos", "--cmdline", "x"],
+        &["run", "--builtin", "nosuch"],
+        &["run", "--builtin", "harness", "kernel.elf"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_builtin_kernel_ending_through_debug_exit_says_value_status_and_rule() {
+    common::require_kvm();
+    let o = exitlab(&["run", "--builtin", "conformance", "--timeout", "120"]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(out.contains("SUMMARY "), "{out}\n{err}");
+    // The kernel writes 0 when every test passed: exit status 1, QEMU's (0 << 1) | 1.
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr: {err}");
+    for part in [
+        "wrote 0 (0x0) to the debug-exit port 0xf4",
+        "exit status 1 = (0 << 1) | 1",
+        "isa-debug-exit",
+    ] {
+        assert!(lines[0].contains(part), "{part:?} not in {err}");
+    }
+    // --quiet keeps it off stderr; the status is the same.
+    let o = exitlab(&["-q", "run", "--builtin", "realmode", "--timeout", "60"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("hello from real mode"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stderr(&o), "");
 }

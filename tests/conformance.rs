@@ -271,8 +271,8 @@ fn multiboot_elf_passes_every_test() {
         ],
     );
     r.assert_all_passed(&[
-        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
-        "mce",
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "firmware", "pci", "pcicfg",
+        "serial", "smp", "mce",
     ]);
     assert_eq!(
         r.lines_after("CMDLINE-ARGV0 "),
@@ -566,8 +566,8 @@ fn qemu_style_command_line_runs_the_conformance_kernel() {
     args.extend(QEMU_RUNNER_ARGS.split_whitespace());
     let r = run_qemu_style(Path::new(EXITLAB), &["run", "--qemu-args", "--"], &args);
     let all = [
-        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "pci", "pcicfg", "serial", "smp",
-        "mce",
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "firmware", "pci", "pcicfg",
+        "serial", "smp", "mce",
     ];
     r.assert_all_passed(&all);
     // The same binary named exitlab-qemu takes the options directly.

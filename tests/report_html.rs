@@ -1,7 +1,8 @@
 //! The HTML report opened in headless Chromium: it renders, logs nothing to the console,
-//! holds the summary table, the A/B verdicts and one SVG plot per test, and its
-//! screenshot is not blank. Needs Debian's `chromium` (installed by `.ci/run`) and
-//! /dev/kvm (the report is made from real runs).
+//! holds the summary table, the A/B verdicts and one SVG plot per test, no legend covers
+//! a plot's data, no bar of a chart is under a pixel, and its screenshot is not blank.
+//! Needs Debian's `chromium` (installed by `.ci/run`) and /dev/kvm (the report is made
+//! from real runs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -57,6 +58,103 @@ fn console_lines(o: &Output) -> Vec<String> {
         .filter(|l| l.contains(":CONSOLE"))
         .map(str::to_string)
         .collect()
+}
+
+/// Measures the page as Chromium lays it out, in screen pixels: every SVG's data (lines
+/// drawn 2 px wide or more, filled rectangles) against every legend (a framed, unfilled
+/// rectangle in an SVG, or an element of class `legend` in the page), and the size of
+/// every filled rectangle. Appended to a copy of the page (the report itself has no
+/// script); writes `{"svgs":..,"points":..,"bars":..,"legends":..,"problems":[..]}` into
+/// `<pre id="layout-check">`, which `--dump-dom` shows.
+const LAYOUT_CHECK: &str = r#"<script>
+(function () {
+  const problems = [];
+  const inside = (p, r) => p.x >= r.left && p.x <= r.right && p.y >= r.top && p.y <= r.bottom;
+  const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const htmlLegends = [...document.querySelectorAll('.legend')].map(e => e.getBoundingClientRect());
+  let points = 0, bars = 0, legends = htmlLegends.length;
+  document.querySelectorAll('svg').forEach((svg, i) => {
+    const fig = svg.closest('figure');
+    const name = fig ? (fig.className + ' ' + (fig.dataset.test || '')).trim() : 'svg ' + i;
+    const m = svg.getScreenCTM();
+    const rects = [...svg.querySelectorAll('rect')];
+    const frames = rects.filter(r => r.getAttribute('fill') === 'none'
+        && (r.getAttribute('stroke') || 'none') !== 'none').map(r => r.getBoundingClientRect());
+    const all = frames.concat(htmlLegends);
+    legends += frames.length;
+    const filled = rects.filter(r => {
+      const f = (r.getAttribute('fill') || 'none').toUpperCase();
+      return f !== 'NONE' && f !== '#FFFFFF' && f !== 'WHITE';
+    }).map(r => r.getBoundingClientRect())
+      .filter(b => !frames.some(L => inside({x: b.left, y: b.top}, L) && inside({x: b.right, y: b.bottom}, L)));
+    const pts = [];
+    svg.querySelectorAll('polyline').forEach(pl => {
+      if (parseFloat(pl.getAttribute('stroke-width') || '1') >= 2) {
+        // The line's vertices and points every pixel between them.
+        const v = [...pl.points].map(p => new DOMPoint(p.x, p.y).matrixTransform(m));
+        v.forEach((p, k) => {
+          pts.push(p);
+          const q = v[k + 1];
+          if (!q) return;
+          const steps = Math.ceil(Math.hypot(q.x - p.x, q.y - p.y));
+          for (let j = 1; j < steps; j++) {
+            pts.push({x: p.x + (q.x - p.x) * j / steps, y: p.y + (q.y - p.y) * j / steps});
+          }
+        });
+      }
+    });
+    points += pts.length;
+    bars += filled.length;
+    filled.forEach(b => {
+      if (b.width < 1 || b.height < 1) {
+        problems.push(name + ': a bar of ' + b.width.toFixed(2) + ' x ' + b.height.toFixed(2) + ' px (under a pixel)');
+      }
+    });
+    all.forEach(L => {
+      if (pts.some(p => inside(p, L)) || filled.some(b => meet(b, L))) {
+        problems.push(name + ': a legend covers data');
+      }
+    });
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'layout-check';
+  pre.textContent = JSON.stringify({svgs: document.querySelectorAll('svg').length, points, bars, legends, problems});
+  document.body.appendChild(pre);
+})();
+</script>"#;
+
+/// The layout check's findings for `page` (see [`LAYOUT_CHECK`]).
+fn layout_check(dir: &Path, page: &Path) -> serde_json::Value {
+    let html = std::fs::read_to_string(page).unwrap();
+    let checked = dir.join(format!(
+        "checked-{}",
+        page.file_name().unwrap().to_string_lossy()
+    ));
+    let at = html.rfind("</body>").unwrap_or(html.len());
+    std::fs::write(
+        &checked,
+        format!("{}{LAYOUT_CHECK}{}", &html[..at], &html[at..]),
+    )
+    .unwrap();
+    let d = chromium(
+        dir,
+        &checked,
+        &[
+            "--dump-dom",
+            "--window-size=1400,2400",
+            "--virtual-time-budget=5000",
+        ],
+    );
+    let dom = String::from_utf8_lossy(&d.stdout);
+    let start = dom
+        .find("<pre id=\"layout-check\">")
+        .unwrap_or_else(|| panic!("the layout check did not run: {dom}"))
+        + "<pre id=\"layout-check\">".len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let text = dom[start..end]
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// Fraction of pixels that are not white, and the number of distinct colours.
@@ -193,6 +291,55 @@ fn html_report_renders_in_headless_chromium() {
             "{dom}"
         );
     }
+
+    // The layout check is itself checked: a legend over a line and over a bar, and a
+    // bar under a pixel wide, are caught.
+    let planted = dir.join("planted.html");
+    std::fs::write(
+        &planted,
+        "<html><body><figure class=\"cdf\" data-test=\"planted\">\
+         <svg width=\"200\" height=\"100\" xmlns=\"http://www.w3.org/2000/svg\">\
+         <polyline fill=\"none\" stroke=\"#1F77B4\" stroke-width=\"2\" points=\"10,50 190,50\"/>\
+         <rect x=\"20\" y=\"70\" width=\"0.4\" height=\"10\" fill=\"#D62728\"/>\
+         <rect x=\"100\" y=\"40\" width=\"60\" height=\"20\" fill=\"none\" stroke=\"#000000\"/>\
+         </svg></figure></body></html>",
+    )
+    .unwrap();
+    let planted = layout_check(&dir, &planted);
+    let problems = planted["problems"].to_string();
+    assert!(problems.contains("a legend covers data"), "{planted}");
+    assert!(problems.contains("under a pixel"), "{planted}");
+
+    // The report: no legend covers data, no bar is under a pixel; and the check saw
+    // what it checks (the plots' lines, the phases' bars where measured, the legends).
+    let layout = layout_check(&dir, &page);
+    assert_eq!(layout["problems"], serde_json::json!([]), "{layout}");
+    assert!(layout["svgs"].as_u64().unwrap() >= 4, "{layout}");
+    assert!(layout["points"].as_u64().unwrap() > 100, "{layout}");
+    assert!(layout["legends"].as_u64().unwrap() >= 1, "{layout}");
+    if measured {
+        assert!(layout["bars"].as_u64().unwrap() >= 3, "{layout}");
+    }
+    // Each test is named once around its plot (the plot's own caption), and the raw
+    // plot says so.
+    for test in ["cpuid", "inl_from_user"] {
+        let at = dom
+            .find(&format!("<figure class=\"cdf\" data-test=\"{test}\">"))
+            .unwrap();
+        let figure = &dom[at..at + dom[at..].find("</figure>").unwrap()];
+        let named = figure
+            .split(['<', '>'])
+            .filter(|text| text.trim() == test)
+            .count();
+        assert_eq!(named, 1, "{figure}");
+        assert!(figure.contains("net cycles per iteration"), "{figure}");
+    }
+    let at = dom
+        .find("<figure class=\"cdf\" data-test=\"loop_overhead\">")
+        .unwrap();
+    let figure = &dom[at..at + dom[at..].find("</figure>").unwrap()];
+    assert!(figure.contains("raw cycles per iteration"), "{figure}");
+    assert!(!figure.contains("net cycles"), "{figure}");
 
     // A screenshot that is not blank.
     let shot = dir.join("report.png");

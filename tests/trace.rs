@@ -174,3 +174,112 @@ fn trace_counts_the_harness_exits_under_the_bare_loop_too() {
     assert_eq!(sum(counts_per_phase(t, "in", 0x1234)), 123, "{all}");
     let _ = std::fs::remove_file(&json);
 }
+
+/// This process's start time (clock ticks after boot), as tracing instance names carry it.
+fn own_start_time() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn stale_tracing_instances_are_recognised_by_their_owner_and_removed() {
+    require_host();
+    // Mounts tracefs if needed; removes what earlier runs left.
+    let first = Command::new(EXITLAB)
+        .args(["trace", "--cleanup"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "exitlab trace --cleanup needs root and tracefs: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let inst = PathBuf::from("/sys/kernel/tracing/instances");
+    let me = std::process::id();
+    let start = own_start_time();
+    // Left by processes that are gone: a PID no process can have, and this PID with
+    // another start time (a killed owner whose PID was given to a later process).
+    let dead = inst.join("exitlab-4294967295-1-0");
+    let reused = inst.join(format!("exitlab-{me}-{}-0", start + 1));
+    // This process's own, as a running exitlab's would be.
+    let live = inst.join(format!("exitlab-{me}-{start}-99"));
+    for d in [&dead, &reused, &live] {
+        std::fs::create_dir(d).expect("creating a tracing instance (needs root)");
+    }
+    let out = Command::new(EXITLAB)
+        .args(["trace", "--cleanup"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!dead.exists() && !reused.exists(), "{stdout}");
+    assert!(
+        live.exists(),
+        "a running owner's instance is kept: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{}: in use by running process {me}",
+            live.display()
+        )),
+        "{stdout}"
+    );
+    std::fs::remove_dir(&live).unwrap();
+    // bench removes stale instances when it starts.
+    std::fs::create_dir(&dead).unwrap();
+    let out = Command::new(EXITLAB)
+        .args([
+            "bench",
+            "--tests",
+            "cpuid",
+            "--samples",
+            "10",
+            "--rounds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dead.exists(), "bench removed the stale instance");
+}
+
+#[test]
+fn trace_floor_compares_exitlab_run_with_the_bare_loop_on_exact_counts() {
+    require_host();
+    let json = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("trace-floor-{}.json", std::process::id()));
+    let out = Command::new(EXITLAB)
+        .args([
+            "trace", "--floor", "--rounds", "2", "--exits", "300", "--json",
+        ])
+        .arg(&json)
+        .args(["--", "--no-seccomp"])
+        .output()
+        .expect("running exitlab trace --floor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ratio"), "{stdout}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["status"], "measured", "{v}");
+    assert_eq!(v["rounds"], 2);
+    for side in ["exitlab", "floor"] {
+        assert_eq!(v[side]["exits"], 600, "{side}: {v}");
+        assert_eq!(v[side]["user"]["n"], 600, "{side}");
+    }
+    assert!(
+        v["exitlab"]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("exitlab run --no-seccomp"),
+        "the options after -- go to exitlab run: {v}"
+    );
+    let _ = std::fs::remove_file(&json);
+}

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = exitlab_results::results::read(path()) {
         let _ = exitlab_results::report::render_table(&r);
         let _ = exitlab_results::report::render_markdown(&r);
-        let c = exitlab_results::compare::compare(&r, &r);
-        let _ = exitlab_results::compare::render_comparison(&c);
+        let c = exitlab_results::compare::compare(&r, &r, 0.0);
+        let _ = exitlab_results::compare::render_comparison(&c, ["before", "after"]);
     }
 });

@@ -209,6 +209,31 @@ pub(crate) fn parse(image: &[u8]) -> Result<Elf> {
             _ => {}
         }
     }
+    // The section header table is not needed to load, but the header declares where it
+    // ends; a file shorter than that is cut off (it usually ends the file, so an image
+    // short by even one byte shows here).
+    let (shoff, shentsize, shnum) = if is64 {
+        (
+            u64_at(image, 40, hdr)?,
+            u16_at(image, 58, hdr)?,
+            u16_at(image, 60, hdr)?,
+        )
+    } else {
+        (
+            u64::from(u32_at(image, 32, hdr)?),
+            u16_at(image, 46, hdr)?,
+            u16_at(image, 48, hdr)?,
+        )
+    };
+    if shoff != 0 {
+        // e_shnum 0 with a table: the count is in the first entry (extended numbering).
+        slice(
+            image,
+            shoff,
+            u64::from(shentsize) * u64::from(shnum.max(1)),
+            "the section header table (e_shoff + e_shnum x e_shentsize)",
+        )?;
+    }
     Ok(Elf {
         is64,
         entry,

@@ -11,7 +11,8 @@
 //!                              (Linux command line fixed at LINUX_CMDLINE_ADDR = 0x20000)
 //! 0x0009_fc00 .. 0x000a_0000   EBDA (e820 reserved)
 //! 0x000a_0000 .. 0x000e_0000   VGA hole (mapped, absent from e820)
-//! 0x000e_0000 .. 0x0010_0000   BIOS area: ACPI RSDP and tables (e820 reserved)
+//! 0x000e_0000 .. 0x000f_f000   BIOS area: ACPI RSDP and tables (e820 reserved)
+//! 0x000f_f000 .. 0x0010_0000   BIOS area: real-mode interrupt handlers (crate::firmware)
 //! 0x0010_0000 .. PCI_HOLE_START   RAM: kernel image, then initrd/modules placed high
 //! PCI_HOLE_START .. 4 GiB         no RAM (MMIO)
 //! 4 GiB ..                        the rest of RAM
@@ -57,8 +58,10 @@ pub const BOOT_DATA_END: u64 = EBDA_START;
 pub const LINUX_CMDLINE_ADDR: u64 = 0x2_0000;
 /// Start of the region holding the ACPI tables (inside the BIOS area).
 pub const ACPI_START: u64 = BIOS_START;
-/// End of the region holding the ACPI tables.
-pub const ACPI_END: u64 = HIGH_MEMORY_START;
+/// End of the region holding the ACPI tables (the firmware's interrupt handlers follow).
+pub const ACPI_END: u64 = BIOS_STUBS_ADDR;
+/// Where the real-mode interrupt handlers of [`crate::firmware`] live (F000:F000).
+pub const BIOS_STUBS_ADDR: u64 = 0xF_F000;
 
 /// Smallest guest RAM the loaders accept (low memory plus 1 MiB above it).
 pub const MIN_RAM_BYTES: u64 = 2 * 1024 * 1024;

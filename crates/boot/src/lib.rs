@@ -9,6 +9,7 @@ pub mod acpi;
 mod elf;
 pub mod entry;
 pub mod error;
+pub mod firmware;
 pub mod layout;
 pub mod linux;
 pub mod multiboot;

@@ -115,6 +115,33 @@ pub fn read_setup_header(image: &[u8]) -> Result<setup_header> {
     Ok(hdr)
 }
 
+/// Where the signatures of a signed bzImage end: a bzImage built with an EFI stub is also
+/// a PE file, and a signed one (distribution kernels, for Secure Boot) carries its
+/// signatures after the kernel, where the PE optional header's certificate table (data
+/// directory 4: file offset, size) says. `None` when there is no such table.
+fn pe_certificates_end(image: &[u8]) -> Option<u64> {
+    if image.get(..2)? != b"MZ" {
+        return None;
+    }
+    let pe = u32_at(image, 0x3C)? as usize;
+    if image.get(pe..pe.checked_add(4)?)? != b"PE\0\0" {
+        return None;
+    }
+    let opt = pe + 24;
+    // PE32 or PE32+: where NumberOfRvaAndSizes sits; the directories follow it.
+    let count_at = match u16_at(image, opt)? {
+        0x10B => opt + 92,
+        0x20B => opt + 108,
+        _ => return None,
+    };
+    if u32_at(image, count_at)? <= 4 {
+        return None;
+    }
+    let dir = count_at + 4 + 4 * 8;
+    let (offset, size) = (u32_at(image, dir)?, u32_at(image, dir + 4)?);
+    (size != 0).then(|| u64::from(offset) + u64::from(size))
+}
+
 /// Loads a bzImage and writes its zero page; `rsdp` goes into `acpi_rsdp_addr`.
 pub fn load_bzimage<M: GuestMemoryBackend>(
     mem: &M,
@@ -137,6 +164,25 @@ pub fn load_bzimage<M: GuestMemoryBackend>(
         });
     }
     let kernel_size = len - setup_size;
+    // syssize: the protected-mode kernel's length in 16-byte units (it ends with the
+    // build's CRC), as the build wrote it; a file cut short boots and faults otherwise.
+    let declared = u64::from(hdr.syssize) * 16;
+    if kernel_size < declared {
+        return Err(BootError::Truncated {
+            what: "the bzImage protected-mode kernel (the setup header's syssize x 16 bytes)",
+            needed: setup_size + declared,
+            have: len,
+        });
+    }
+    if let Some(end) = pe_certificates_end(image) {
+        if end > len {
+            return Err(BootError::Truncated {
+                what: "the signature appended to the bzImage (its PE header's certificate table)",
+                needed: end,
+                have: len,
+            });
+        }
+    }
     let load_addr = u64::from(hdr.code32_start);
     let ram = opts.ram_bytes;
     check_segment(ram, load_addr, kernel_size, LowMemory::Refuse)?;
@@ -337,8 +383,49 @@ pub(crate) mod tests {
         img[0x236..0x238].copy_from_slice(&xloadflags.to_le_bytes());
         img[0x238..0x23C].copy_from_slice(&2048u32.to_le_bytes());
         img[0x260..0x264].copy_from_slice(&0x40_0000u32.to_le_bytes()); // init_size
+        img[0x1F4..0x1F8].copy_from_slice(&(payload as u32 / 16).to_le_bytes()); // syssize
         img.extend((0..payload).map(|i| (i % 251) as u8));
         img
+    }
+
+    #[test]
+    fn signed_bzimage_shorter_than_its_certificate_table_is_refused() {
+        let m = mem(64 * MIB);
+        let mut img = bzimage(0x020f, XLF_KERNEL_64, 0x4000);
+        // A PE32+ header at 0x40 whose certificate table is the last 0x100 bytes.
+        img[..2].copy_from_slice(b"MZ");
+        img[0x3C..0x40].copy_from_slice(&0x40u32.to_le_bytes());
+        img[0x40..0x44].copy_from_slice(b"PE\0\0");
+        let opt = 0x40 + 24;
+        img[opt..opt + 2].copy_from_slice(&0x20Bu16.to_le_bytes());
+        img[opt + 108..opt + 112].copy_from_slice(&6u32.to_le_bytes());
+        let dir = opt + 112 + 32;
+        let unsigned_len = img.len();
+        let signed_len = unsigned_len + 0x100;
+        img[dir..dir + 4].copy_from_slice(&(unsigned_len as u32).to_le_bytes());
+        img[dir + 4..dir + 8].copy_from_slice(&0x100u32.to_le_bytes());
+        img.resize(signed_len, 0x5A);
+        assert_eq!(pe_certificates_end(&img), Some(signed_len as u64));
+        assert!(load_bzimage(&m, &img, &opts(64 * MIB), None).is_ok());
+        let e = load_bzimage(&m, &img[..signed_len - 1], &opts(64 * MIB), None).unwrap_err();
+        assert!(e.to_string().contains("certificate table"), "{e}");
+        assert_eq!(pe_certificates_end(&bzimage(0x020f, 0, 16)), None);
+    }
+
+    #[test]
+    fn bzimage_shorter_than_syssize_is_refused() {
+        let m = mem(64 * MIB);
+        let img = bzimage(0x020f, XLF_KERNEL_64, 0x4000);
+        assert!(load_bzimage(&m, &img, &opts(64 * MIB), None).is_ok());
+        for cut in [img.len() - 1, img.len() - 0x2000] {
+            let e = load_bzimage(&m, &img[..cut], &opts(64 * MIB), None).unwrap_err();
+            assert!(
+                matches!(e, BootError::Truncated { needed, have, .. }
+                    if needed == img.len() as u64 && have == cut as u64),
+                "{e}"
+            );
+            assert!(e.to_string().contains("syssize"), "{e}");
+        }
     }
 
     fn zero_page(m: &GuestMemoryMmap<()>) -> boot_params {

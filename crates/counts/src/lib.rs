@@ -76,6 +76,21 @@ impl ExitCounts {
     }
 }
 
+/// The exits of one vCPU over a run (or a test): its userspace exits by reason and
+/// KVM's own counts, when the host has binary stats. `exitlab run` reports one per vCPU;
+/// the lab's results record them per test.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VcpuExits {
+    /// vCPU index (= APIC id).
+    pub vcpu: u32,
+    /// Userspace exits by reason.
+    pub user: ExitCounts,
+    /// KVM's count of all exits (binary stats `exits`), when the host has them.
+    pub kvm_exits: Option<u64>,
+    /// KVM's count of HLT exits (binary stats `halt_exits`), when the host has them.
+    pub halt_exits: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

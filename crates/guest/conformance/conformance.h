@@ -276,6 +276,7 @@ int test_fwcfg(void);       /* fwcfg.c */
 int test_acpi(void);        /* acpi.c */
 int test_pmtimer(void);     /* timers.c */
 int test_hpet(void);        /* timers.c */
+int test_firmware(void);    /* timers.c */
 int test_pci(void);         /* pci.c */
 int test_pcicfg(void);      /* pci.c */
 int test_serial(void);      /* serial.c */

@@ -2,7 +2,7 @@
  * exitlab conformance kernel: checks, from inside the guest, that the platform and the
  * boot protocols behave as documented.
  *
- * Each area has its own file (boot.c, acpi.c, fwcfg.c, timers.c, pci.c, serial.c,
+ * Each area has its own file (boot.c, acpi.c, fwcfg.c, timers.c (also the firmware state), pci.c, serial.c,
  * smp.c, nmi.c, strio.c, mce.c, s3.c, faults.c, ioapic.c; lib.c holds what they share); a test
  * is one function, and the table below lists them, as kvm-unit-tests' x86/vmexit.c
  * keeps its tests.
@@ -42,6 +42,7 @@ static const struct test {
     {"acpi", test_acpi, 0},
     {"pmtimer", test_pmtimer, T_TSC},
     {"hpet", test_hpet, T_TSC},
+    {"firmware", test_firmware, T_MULTIBOOT},
     {"pci", test_pci, 0},
     {"pcicfg", test_pcicfg, 0},
     {"serial", test_serial, 0},

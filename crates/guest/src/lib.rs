@@ -16,10 +16,21 @@ pub mod abi {
 }
 
 pub mod hackbench;
+// The one place of this crate with `unsafe`: the ABI structs as plain bytes for the host.
+#[cfg(feature = "host")]
+#[allow(unsafe_code)]
+pub mod host;
 
 // The per-vCPU page lies between the last stamp page and the first sample ring.
 const _: () = assert!(abi::PERCPU_GPA + abi::MAX_CPUS * abi::PERCPU_BYTES <= abi::SAMPLES_GPA);
 const _: () = assert!(abi::PERCPU_GPA >= abi::STAMPS_GPA + abi::MAX_CPUS * abi::PAGE_SIZE);
+
+/// Each ABI struct's size and field offsets as this crate is compiled (for the test of
+/// the host's and the guest's views).
+#[cfg(test)]
+mod abi_layout {
+    include!(concat!(env!("OUT_DIR"), "/abi_layout.rs"));
+}
 
 /// The addresses in the image's multiboot header, as the build checked them.
 pub mod image_info {
@@ -98,12 +109,71 @@ const _: () = {
     assert!(abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES <= abi::SAMPLES_BYTES_PER_CPU);
 };
 
+/// `abi.h`, the C header the guest kernels are compiled against, generated from
+/// [`abi`] by the build script (its layouts `_Static_assert`ed by the C compiler).
+pub const ABI_HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/abi.h"));
+
 /// The chaos kernel (`exitlab run --builtin chaos`): a multiboot ELF32 that, from the seed
 /// on its command line (`seed=N`), issues random port, string-I/O, MMIO and MSR accesses,
 /// serial floods, garbage to the lab control page and doorbell, INIT/SIPI storms and
 /// triple faults, counting the faults it takes. Every 256 operations it prints
 /// `CHAOS ops=<hex> faults=<hex> last=<hex>` on COM1.
 pub static CHAOS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/chaos.elf"));
+
+/// A guest kernel `exitlab run --builtin NAME` boots.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtin {
+    /// The name `--builtin` takes.
+    pub name: &'static str,
+    /// The image, as `exitlab run KERNEL` would read it from a file.
+    pub image: &'static [u8],
+    /// What it is and what it does, in one line (`run --help` lists it).
+    pub about: &'static str,
+}
+
+/// Every kernel this crate builds that runs on its own under `exitlab run` (or QEMU), in
+/// the order `run --help` lists them. The lab kernel ([`IMAGE`]) is not among them: it
+/// waits for `bench`'s commands on its control page.
+pub static BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "conformance",
+        image: CONFORMANCE_MULTIBOOT,
+        about: "platform checks from inside the guest (multiboot ELF); prints PASS/FAIL \
+                per test and SUMMARY, writes 0 to the debug-exit port when all pass",
+    },
+    Builtin {
+        name: "conformance-flat",
+        image: CONFORMANCE_MULTIBOOT_FLAT,
+        about: "the conformance kernel as a flat multiboot binary (a.out kludge)",
+    },
+    Builtin {
+        name: "conformance-pvh",
+        image: CONFORMANCE_PVH,
+        about: "the conformance kernel as a PVH ELF (Xen PHYS32 entry note)",
+    },
+    Builtin {
+        name: "realmode",
+        image: CONFORMANCE_REALMODE,
+        about: "a kernel linked at 0x8000 that drops to real mode, prints one line, exits",
+    },
+    Builtin {
+        name: "harness",
+        image: HARNESS,
+        about: "the second timing harness: times the lab's instructions, prints raw \
+                totals (command line words in crates/guest/harness/harness.c)",
+    },
+    Builtin {
+        name: "chaos",
+        image: CHAOS,
+        about: "a seeded hostile guest booted again and again for --seconds, ending with \
+                an account of exits and faults",
+    },
+];
+
+/// The built-in kernel called `name`.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
 
 #[cfg(test)]
 mod tests {
@@ -175,6 +245,20 @@ mod tests {
                 le32_at(b, p + 20),
             ]
         })
+    }
+
+    #[test]
+    fn every_builtin_is_a_distinct_named_image() {
+        for (i, b) in BUILTINS.iter().enumerate() {
+            assert!(!b.image.is_empty() && !b.about.is_empty(), "{}", b.name);
+            assert!(core::ptr::eq(builtin(b.name).unwrap(), b));
+            for o in &BUILTINS[i + 1..] {
+                assert_ne!(b.name, o.name);
+                assert_ne!(b.image.as_ptr(), o.image.as_ptr(), "{} {}", b.name, o.name);
+            }
+        }
+        assert!(builtin("nosuch").is_none());
+        assert!(builtin("chaos").is_some() && builtin("conformance").is_some());
     }
 
     #[test]
@@ -251,5 +335,34 @@ mod tests {
         assert_eq!(core::mem::size_of::<abi::Stamps>(), 24);
         assert_eq!(core::mem::offset_of!(abi::Control, batch_count), 72);
         assert_eq!(core::mem::offset_of!(abi::Sample, seq_delta), 40);
+    }
+
+    /// The `#define NAME value` lines of `abi.h` that give a struct's size or a field's
+    /// offset.
+    fn header_layout() -> Vec<(&'static str, usize)> {
+        ABI_HEADER
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("#define ")?.split_whitespace();
+                let (name, value) = (w.next()?, w.next()?);
+                (name.starts_with("SIZEOF_") || name.starts_with("OFFSETOF_"))
+                    .then(|| (name, value.parse().expect("a number")))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_host_and_the_guest_kernels_see_each_abi_struct_with_one_layout() {
+        // abi.h (the guest kernels' view, `_Static_assert`ed by their C compiler) against
+        // the sizes and offsets this crate's compiler gives the same structs, which the
+        // host reads and writes in guest memory.
+        assert_eq!(header_layout(), abi_layout::LAYOUT);
+        assert!(
+            abi_layout::LAYOUT.len() > 4 * 2,
+            "every struct and field is listed"
+        );
+        assert!(size_of::<abi::PerCpu>() as u64 <= abi::PERCPU_BYTES);
+        assert!(size_of::<abi::Stamps>() as u64 <= abi::PAGE_SIZE);
+        assert!(size_of::<abi::Control>() as u64 <= abi::PAGE_SIZE);
     }
 }

@@ -143,6 +143,18 @@ pub fn survey() -> HostReport {
     }
 }
 
+/// Why `/dev/kvm` cannot be used here and what to do: the diagnosis `exitlab host` leads
+/// with, from the same facts, for the commands that need KVM and found it unusable;
+/// `None` when it opens.
+pub fn kvm_diagnosis() -> Option<Diagnosis> {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .map(|t| cpu::parse_cpuinfo(&t));
+    let cpu = cpu::probe(cpuinfo.as_ref());
+    let virtualization = modules::probe_virtualization(&cpu, Path::new(modules::SYS_MODULE));
+    access::probe(&cpu, &virtualization, &access::read_kernel_log()).diagnosis
+}
+
 impl HostReport {
     /// True when exit costs measured here are not hardware figures: this host is itself a
     /// guest (hypervisor CPUID bit) or its KVM is paravirtual (`kvm_pvm`).

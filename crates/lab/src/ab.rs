@@ -6,13 +6,13 @@
 //! into one results file whose `tests` are side A's and whose `ab` holds side B's. The
 //! comparison ([`exitlab_results::compare::compare_ab`]) pairs the sides round by round.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use exitlab_vmm::Kvm;
 
 use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
+use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
 use exitlab_results::central;
 use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
@@ -47,7 +47,7 @@ pub fn run(
     let side_opts = |value: &str| {
         let mut o = base.clone();
         // Checked when the spec was parsed.
-        let _ = (spec.knob.set)(&mut o, value);
+        let _ = spec.knob.set(&mut o, value);
         o.overhead = false;
         o.rounds = 1;
         o.raw = true;
@@ -56,21 +56,24 @@ pub fn run(
     let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
     let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
     let mut order = Vec::new();
-    let mut interrupted = None;
-    'rounds: for round in 0..rounds {
-        progress(Progress::Round(round as u32 + 1, rounds as u32));
-        let share = base.params.samples / rounds + u64::from(round < base.params.samples % rounds);
-        let seq = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        order.push(seq.map(|i| ["a", "b"][i].to_string()));
-        for side in seq {
-            if base
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::SeqCst))
-            {
-                interrupted = Some(round + 1);
-                break 'rounds;
-            }
+    let total = rounds as u32;
+    let ended = rounds::run(
+        total,
+        2,
+        Order::Alternate,
+        base.cancel.as_deref(),
+        |step| -> Result<Flow, AbError> {
+            let (round, side) = match step {
+                Step::Round(round) => {
+                    progress(Progress::Round(round, total));
+                    let seq = Order::Alternate.sequence(round, 2);
+                    order.push([seq[0], seq[1]].map(|i| ["a", "b"][i].to_string()));
+                    return Ok(Flow::Continue);
+                }
+                Step::Side { round, side } => (u64::from(round - 1), side),
+            };
+            let share =
+                base.params.samples / rounds + u64::from(round < base.params.samples % rounds);
             let mut o = sides[side].clone();
             o.params.samples = share;
             // Each side is a one-round run of its own; only the A/B rounds are shown.
@@ -81,8 +84,7 @@ pub fn run(
             };
             let r = bench::run(kvm, image, &o, host.clone(), Vec::new(), &mut inner)?;
             if r.incomplete.is_some() {
-                interrupted = Some(round + 1);
-                break 'rounds;
+                return Ok(Flow::Stop);
             }
             // A test that did not complete on a side is not run again there (as in a
             // plain run): a hypercall that never completes would cost its timeout in
@@ -95,8 +97,10 @@ pub fn run(
                 .collect();
             sides[side].tests.retain(|d| !stuck.contains(&d.name));
             runs[side].push(r);
-        }
-    }
+            Ok(Flow::Continue)
+        },
+    )?;
+    let interrupted = ended.round();
     // A round counts only when both sides completed it.
     let complete = runs[0].len().min(runs[1].len());
     runs.iter_mut().for_each(|r| r.truncate(complete));
@@ -114,12 +118,24 @@ pub fn run(
     out.config.knobs.remove(spec.knob.name);
     out.wall_seconds = started.elapsed().as_secs_f64();
     out.notes = notes;
+    // Each side's run of each round has its own host-noise note (its own counts and
+    // limit); the file gets one, with the counts added up.
+    let mut noisy_runs = 0;
     for r in a_runs.iter().chain(&b_runs) {
         for n in &r.notes {
-            if !out.notes.contains(n) {
+            if n.starts_with(HOST_NOISE_NOTE) {
+                noisy_runs += 1;
+            } else if !out.notes.contains(n) {
                 out.notes.push(n.clone());
             }
         }
+    }
+    if noisy_runs > 0 {
+        out.notes.push(noise_summary(
+            a_runs.iter().chain(&b_runs),
+            noisy_runs,
+            a_runs.len() + b_runs.len(),
+        ));
     }
     out.incomplete = interrupted.map(|round| {
         format!(
@@ -134,6 +150,27 @@ pub fn run(
         order,
     });
     Ok(out)
+}
+
+/// How the notes of bench's runs start when the host-noise detector left samples out
+/// (`bench::noise_note`).
+const HOST_NOISE_NOTE: &str = "host noise: ";
+
+/// One host-noise note for all the runs of an A/B experiment: the samples left out over
+/// both sides and every round, and in how many of the runs.
+fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all: usize) -> String {
+    let (mut dropped, mut total) = (0, 0);
+    for t in runs.flat_map(|r| &r.tests).filter(|t| t.status.is_ok()) {
+        if let Some(s) = &t.round_spread {
+            dropped += s.dropped_samples;
+            total += t.samples;
+        }
+    }
+    format!(
+        "{HOST_NOISE_NOTE}{dropped} of {total} samples left out of the figures over both sides \
+         (in {noisy} of the {all} runs, one per side and round): their empty loop ran slower \
+         than its run's quietest round allows (exit checks count them)"
+    )
 }
 
 /// Merges one side's one-round runs into one result per test: the rounds' figures in

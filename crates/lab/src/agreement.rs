@@ -41,9 +41,10 @@ use exitlab_vmm::Kvm;
 use serde::Serialize;
 
 use crate::bench::{self, BenchOptions, Progress};
-use crate::catalogue;
+use crate::catalogue::{self, TestDef};
+use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{RunError, RunParams};
-use exitlab_results::report::{fmt_cycles, layout, Align};
+use exitlab_results::format::{fmt_cycles, layout, Align};
 use exitlab_results::results::{Results, TestStatus};
 use exitlab_results::stats::{summarize, Summary};
 
@@ -235,11 +236,11 @@ pub fn run_harness(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<Stri
 /// HLT comes to userspace and ends the run (ports the in-kernel PIC would answer, such
 /// as 0x4D0, come to userspace too).
 pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result<(), String> {
-    use exitlab_vmm::thread;
+    use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
     use exitlab_vmm::vcpu::{Handler, HltPolicy, NoHook, VcpuConfig, VcpuStop};
-    use exitlab_vmm::vm::{Vm, VmConfig};
+    use exitlab_vmm::vm::VmConfig;
     const RAM: u64 = 64 << 20;
-    let vm = Vm::new(
+    let mut b = MachineBuilder::new(
         kvm.clone(),
         VmConfig {
             ram: exitlab_boot::layout::ram_regions(RAM)
@@ -262,27 +263,27 @@ pub fn run_harness_bare(kvm: &Arc<Kvm>, cmdline: &str, timeout_s: u64) -> Result
         pm_timer_32bit: true,
         prefer_pvh: false,
     };
-    let loaded = exitlab_boot::load(vm.memory().as_ref(), exitlab_guest::HARNESS, &opts)
+    let loaded = exitlab_boot::load(b.vm().memory().as_ref(), exitlab_guest::HARNESS, &opts)
         .map_err(|e| format!("cannot load the harness: {e}"))?;
-    let vcpu = vm
-        .create_vcpu(VcpuConfig {
+    let spec = VcpuSpec {
+        entry: Some(&loaded.entry),
+        handler: Handler::Bare,
+        ..VcpuSpec::new(VcpuConfig {
             id: 0,
             stamp_gpa: None,
             run_log: 0,
             doorbell_port: None,
             hlt: HltPolicy::Stop,
         })
-        .map_err(|e| e.to_string())?;
-    vcpu.set_entry(&loaded.entry).map_err(|e| e.to_string())?;
-    let th = thread::spawn(vcpu, NoHook, None, Handler::Bare).map_err(|e| e.to_string())?;
-    match th.wait(std::time::Duration::from_secs(timeout_s)) {
+    };
+    b.add_vcpu(spec, NoHook).map_err(|e| e.to_string())?;
+    let mut machine = b.start().map_err(|e| e.to_string())?;
+    match machine.wait_for(0, std::time::Duration::from_secs(timeout_s)) {
         // The bare loop stops on any exit but port and MMIO accesses: here, the HLT.
         Some(f) if matches!(&f.stop, VcpuStop::Unexpected(w) if w.starts_with("Hlt")) => Ok(()),
         Some(f) => Err(format!("the harness stopped: {}", f.stop.describe())),
-        None => {
-            let _ = th.stop(std::time::Duration::from_secs(1));
-            Err(format!("the harness did not halt within {timeout_s} s"))
-        }
+        // Dropping the machine stops the vCPU.
+        None => Err(format!("the harness did not halt within {timeout_s} s")),
     }
 }
 
@@ -440,7 +441,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 fn loop_median(res: &Results) -> Option<f64> {
     res.tests
         .iter()
-        .find(|t| t.name == "loop_overhead" && t.status == TestStatus::Ok)
+        .find(|t| t.name == catalogue::baseline().name && t.status == TestStatus::Ok)
         .and_then(|t| t.cycles.as_ref())
         .map(|s| s.median)
 }
@@ -460,7 +461,53 @@ fn net_mean(res: &Results, test: &str) -> Option<f64> {
             .and_then(|t| t.cycles.as_ref())
             .map(|s| s.mean)
     };
-    Some(mean(test)? - mean("loop_overhead")?)
+    Some(mean(test)? - mean(catalogue::baseline().name)?)
+}
+
+/// exitlab's side of one round: the bench on `tests` (one round), and the empty loop
+/// alone again at [`LOOP_BATCH`] iterations per sample.
+fn exitlab_round(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    tests: &[&'static TestDef],
+    params: RunParams,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Results, Results), RunError> {
+    let opts = |tests: Vec<&'static TestDef>, params: RunParams| BenchOptions {
+        tests,
+        params,
+        raw: false,
+        overhead: false,
+        floor: None,
+        rounds: 1,
+        cancel: None,
+        knobs: Default::default(),
+        // Only totals are compared here; phases are not reported.
+        phases_off: None,
+    };
+    let one = bench::run(
+        kvm,
+        image,
+        &opts(tests.to_vec(), params),
+        serde_json::Value::Null,
+        Vec::new(),
+        progress,
+    )?;
+    let many = bench::run(
+        kvm,
+        image,
+        &opts(
+            tests[..1].to_vec(),
+            RunParams {
+                batch: LOOP_BATCH,
+                ..params
+            },
+        ),
+        serde_json::Value::Null,
+        Vec::new(),
+        progress,
+    )?;
+    Ok((one, many))
 }
 
 /// Runs the comparison: per round, the harness once (all tests interleaved inside it),
@@ -475,68 +522,45 @@ pub fn run(
     let mut bench_runs = Vec::new();
     let mut loop_batch_runs = Vec::new();
     let mut notes = Vec::new();
-    let tests: Vec<_> = std::iter::once("loop_overhead")
-        .chain(HARNESS_TESTS.iter().copied())
-        .filter_map(catalogue::find)
+    let tests: Vec<_> = std::iter::once(catalogue::baseline())
+        .chain(HARNESS_TESTS.iter().filter_map(|t| catalogue::find(t)))
         .collect();
     let cmdline = format!("k={} reps={}", opts.k, opts.reps);
-    for round in 0..opts.rounds.max(1) {
-        progress(Progress::Round(round + 1, opts.rounds.max(1)));
-        progress(Progress::Start("second harness"));
-        match run_harness(kvm, &cmdline, opts.harness_timeout_s)
-            .and_then(|t| parse_harness_output(&t))
-        {
-            Ok(h) => {
-                progress(Progress::Done("second harness", &TestStatus::Ok));
-                harness_runs.push(h);
+    // Per round, the harness (side 0), then exitlab's bench (side 1), in that order.
+    let total = opts.rounds.max(1);
+    rounds::run(
+        total,
+        2,
+        Order::Fixed,
+        None,
+        |step| -> Result<Flow, RunError> {
+            match step {
+                Step::Round(round) => progress(Progress::Round(round, total)),
+                Step::Side { round, side: 0 } => {
+                    progress(Progress::Start("second harness"));
+                    match run_harness(kvm, &cmdline, opts.harness_timeout_s)
+                        .and_then(|t| parse_harness_output(&t))
+                    {
+                        Ok(h) => {
+                            progress(Progress::Done("second harness", &TestStatus::Ok));
+                            harness_runs.push(h);
+                        }
+                        Err(e) => {
+                            let st = TestStatus::Failed { reason: e.clone() };
+                            progress(Progress::Done("second harness", &st));
+                            notes.push(format!("round {round}: {e}"));
+                        }
+                    }
+                }
+                Step::Side { .. } => {
+                    let (one, many) = exitlab_round(kvm, image, &tests, opts.params, progress)?;
+                    bench_runs.push(one);
+                    loop_batch_runs.push(many);
+                }
             }
-            Err(e) => {
-                let st = TestStatus::Failed { reason: e.clone() };
-                progress(Progress::Done("second harness", &st));
-                notes.push(format!("round {}: {e}", round + 1));
-            }
-        }
-        let b = bench::run(
-            kvm,
-            image,
-            &BenchOptions {
-                tests: tests.clone(),
-                params: opts.params,
-                raw: false,
-                overhead: false,
-                rounds: 1,
-                cancel: None,
-                knobs: Default::default(),
-                // Only totals are compared here; phases are not reported.
-                phases_off: None,
-            },
-            serde_json::Value::Null,
-            Vec::new(),
-            progress,
-        )?;
-        bench_runs.push(b);
-        let lb = bench::run(
-            kvm,
-            image,
-            &BenchOptions {
-                tests: tests[..1].to_vec(),
-                params: RunParams {
-                    batch: LOOP_BATCH,
-                    ..opts.params
-                },
-                raw: false,
-                overhead: false,
-                rounds: 1,
-                cancel: None,
-                knobs: Default::default(),
-                phases_off: None,
-            },
-            serde_json::Value::Null,
-            Vec::new(),
-            progress,
-        )?;
-        loop_batch_runs.push(lb);
-    }
+            Ok(Flow::Continue)
+        },
+    )?;
     let pooled = |f: &dyn Fn(&HarnessRun) -> Vec<f64>| -> Vec<f64> {
         harness_runs.iter().flat_map(f).collect()
     };

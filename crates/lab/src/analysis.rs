@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use exitlab_guest::abi::SAMPLES_PER_BATCH;
+use exitlab_guest::abi::{Sample, SAMPLES_PER_BATCH};
 
 use crate::catalogue::{TestDef, UserExit, Where};
 use exitlab_results::results::{
@@ -15,7 +15,7 @@ use exitlab_results::results::{
 };
 use exitlab_results::samples::{
     host_values, paired_net, per_iteration, phase_values_by_round, quiet_samples, round_spread,
-    summary_of,
+    summary_of, Round,
 };
 
 use crate::runner::{Measurement, Outcome};
@@ -230,58 +230,35 @@ pub fn kvm_cross_check(m: &Measurement) -> Option<KvmCounters> {
     })
 }
 
+/// With HLT exits disabled, no vCPU may have a HLT exit in KVM's binary stats; a host
+/// that accepts KVM_X86_DISABLE_EXITS_HLT but still intercepts HLT fails the check.
+pub fn check_disabled_exits(m: &Measurement, check: &mut ExitCheck) {
+    if m.params.irq.disable_exits & exitlab_vmm::knobs::DISABLE_HLT == 0 {
+        return;
+    }
+    let exiting: Vec<String> = m
+        .per_vcpu
+        .iter()
+        .filter_map(|v| match v.halt_exits {
+            Some(n) if n > 0 => Some(format!("{n} on vCPU {}", v.vcpu)),
+            _ => None,
+        })
+        .collect();
+    if !exiting.is_empty() {
+        check.passed = false;
+        check.detail += &format!(
+            "; HLT exits were disabled (KVM_X86_DISABLE_EXITS_HLT accepted), yet KVM counted HLT exits: {} (this host does not honour the capability)",
+            exiting.join(", ")
+        );
+    }
+}
+
 /// Builds the result of one test.
 pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> TestResult {
-    let def: &TestDef = m.def;
-    let mut r = TestResult {
-        name: def.name.to_string(),
-        ring: m.params.ring,
-        status: TestStatus::Ok,
-        handled: None,
-        expected_handling: expected_handling(def.expected),
-        samples: m.params.samples,
-        batch: m.params.batch,
-        cycles: None,
-        net_median_cycles: None,
-        median_ns: None,
-        median_ns_is_net: false,
-        exits: BTreeMap::new(),
-        kvm_exits: None,
-        kvm_counters: None,
-        round_spread: None,
-        exit_check: None,
-        phases: None,
-        kvm_run_cycles: None,
-        userspace_share: None,
-        raw_samples: None,
-        rounds: Vec::new(),
-        net_percentiles: None,
-        irq: Some(exitlab_results::irq::IrqResult {
-            apic: m.apic,
-            cpus: m.params.irq.cpus_for(def),
-            per_vcpu: m.per_vcpu.clone(),
-        }),
-    };
-    match &m.outcome {
-        Outcome::Completed => {}
-        Outcome::Skipped(reason) => {
-            r.status = TestStatus::Skipped {
-                reason: reason.clone(),
-            };
-            return r;
-        }
-        Outcome::DidNotComplete(reason) => {
-            r.status = TestStatus::DidNotComplete {
-                reason: reason.clone(),
-            };
-            return r;
-        }
-        Outcome::Failed(reason) => {
-            r.status = TestStatus::Failed {
-                reason: reason.clone(),
-            };
-            return r;
-        }
+    let mut r = unfinished_result(m);
+    if let Some(status) = status_of(&m.outcome) {
+        r.status = status;
+        return r;
     }
     if let Err(e) = per_iteration(&m.samples, m.params.batch) {
         r.status = TestStatus::Failed { reason: e };
@@ -311,16 +288,82 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
     r.kvm_counters = kvm_cross_check(m);
     r.exit_check = Some(exit_check(m));
     if let Some(c) = r.exit_check.as_mut() {
-        crate::smp::check_disabled_exits(m, c);
+        check_disabled_exits(m, c);
     }
     r.handled = Some(observed_handling(m, base));
+    net_figures(&mut r, m, &samples, tsc_khz);
+    userspace_figures(&mut r, m, &samples, &rounds);
+    if raw {
+        r.raw_samples = Some(
+            m.samples
+                .iter()
+                .map(|s| s.g_end.wrapping_sub(s.g_start))
+                .collect(),
+        );
+    }
+    r
+}
+
+/// The result of `m` before any figure: its test, ring, counts asked for and vCPUs.
+fn unfinished_result(m: &Measurement) -> TestResult {
+    let def: &TestDef = m.def;
+    TestResult {
+        name: def.name.to_string(),
+        ring: m.params.ring,
+        status: TestStatus::Ok,
+        handled: None,
+        expected_handling: expected_handling(def.expected),
+        samples: m.params.samples,
+        batch: m.params.batch,
+        cycles: None,
+        net_median_cycles: None,
+        median_ns: None,
+        median_ns_is_net: false,
+        exits: BTreeMap::new(),
+        kvm_exits: None,
+        kvm_counters: None,
+        round_spread: None,
+        exit_check: None,
+        phases: None,
+        kvm_run_cycles: None,
+        userspace_share: None,
+        raw_samples: None,
+        rounds: Vec::new(),
+        net_percentiles: None,
+        irq: Some(exitlab_results::irq::IrqResult {
+            apic: m.apic,
+            cpus: m.params.irq.cpus_for(def),
+            per_vcpu: m.per_vcpu.clone(),
+        }),
+    }
+}
+
+/// The status of a run that did not complete; `None` when it did.
+fn status_of(outcome: &Outcome) -> Option<TestStatus> {
+    match outcome {
+        Outcome::Completed => None,
+        Outcome::Skipped(reason) => Some(TestStatus::Skipped {
+            reason: reason.clone(),
+        }),
+        Outcome::DidNotComplete(reason) => Some(TestStatus::DidNotComplete {
+            reason: reason.clone(),
+        }),
+        Outcome::Failed(reason) => Some(TestStatus::Failed {
+            reason: reason.clone(),
+        }),
+    }
+}
+
+/// The net median (each sample minus its paired empty loop) and the median in ns.
+fn net_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], tsc_khz: u64) {
+    let def: &TestDef = m.def;
     if let Some(c) = &r.cycles {
         // Net of the loop: the median of each sample minus the empty loop measured just
         // before it in the same VM (paired, so host drift between tests cancels out).
-        let net = if def.name == "loop_overhead" {
+        let net = if def.baseline {
             None
         } else {
-            summary_of(&paired_net(&samples, m.params.batch)).map(|n| n.median)
+            summary_of(&paired_net(samples, m.params.batch)).map(|n| n.median)
         };
         r.net_median_cycles = net;
         if tsc_khz > 0 {
@@ -329,12 +372,18 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
             r.median_ns_is_net = net.is_some();
         }
     }
+}
+
+/// What the VMM saw of a userspace-exit test: its share per exit, KVM_RUN, and the
+/// phase breakdown where the catalogue asks for it.
+fn userspace_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], rounds: &[Round]) {
+    let def: &TestDef = m.def;
     if def.user_exit.is_some() && m.params.batch == 1 {
-        let (share, run) = host_values(&samples);
+        let (share, run) = host_values(samples);
         r.userspace_share = summary_of(&share);
         r.kvm_run_cycles = summary_of(&run);
         if def.phases {
-            let (e, h, n) = phase_values_by_round(&samples, &rounds);
+            let (e, h, n) = phase_values_by_round(samples, rounds);
             if let (Some(exit_leg), Some(handling), Some(entry_leg)) =
                 (summary_of(&e), summary_of(&h), summary_of(&n))
             {
@@ -352,15 +401,6 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         let log: Vec<f64> = m.kvm_run_log.iter().map(|&d| d as f64).collect();
         r.kvm_run_cycles = summary_of(&log);
     }
-    if raw {
-        r.raw_samples = Some(
-            m.samples
-                .iter()
-                .map(|s| s.g_end.wrapping_sub(s.g_start))
-                .collect(),
-        );
-    }
-    r
 }
 
 #[cfg(test)]
@@ -371,8 +411,8 @@ mod tests {
     use super::*;
     use crate::catalogue;
     use crate::runner::RunParams;
-    use exitlab_guest::abi::Sample;
-    use exitlab_results::samples::{phase_values_by_round, Round};
+    use exitlab_results::samples::phase_values_by_round;
+    use exitlab_results::testing::sample;
     use exitlab_vmm::vcpu::ExitCounts;
 
     fn params(samples: u64, batch: u64, warmup: u64) -> RunParams {
@@ -386,30 +426,6 @@ mod tests {
             bare: false,
             irq: Default::default(),
             inject_cycles: 0,
-        }
-    }
-
-    /// A sample of `total` guest cycles starting at `g_start` (guest TSC), with the empty
-    /// loop at `g_loop`, and host stamps that put the exit `exit` cycles after the start
-    /// and the re-entry `handle` cycles later, for a vCPU whose guest TSC is the host's
-    /// plus `offset`.
-    fn sample(
-        g_start: u64,
-        total: u64,
-        g_loop: u64,
-        exit: u64,
-        handle: u64,
-        offset: i64,
-    ) -> Sample {
-        let host_start = g_start.wrapping_sub(offset as u64);
-        Sample {
-            g_start,
-            g_end: g_start + total,
-            h_prev_reenter: host_start.saturating_sub(5_000),
-            h_return: host_start + exit,
-            h_reenter: host_start + exit + handle,
-            seq_delta: 1,
-            g_loop,
         }
     }
 

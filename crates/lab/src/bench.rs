@@ -39,6 +39,10 @@ pub struct BenchOptions {
     pub raw: bool,
     /// Run the VMM overhead experiment (needs inl_from_user to be runnable).
     pub overhead: bool,
+    /// The overhead experiment's headline comparison, `exitlab run` against the
+    /// independent bare loop (see [`crate::floor`]); `None` runs only the in-process
+    /// stamps (the lab's own tests, which have no exitlab executable to run).
+    pub floor: Option<crate::floor::FloorSetup>,
     /// Split each test's samples over this many rounds; every round runs the whole
     /// suite once, each test in a fresh VM, so that slow drifts of the host spread over
     /// all tests alike instead of favouring the ones that ran at a good moment.
@@ -130,8 +134,8 @@ pub fn run(
     let mut tsc_khz: Option<(u64, String)> = None;
     for (def, rounds) in tests.iter().zip(per_test) {
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
-        // `loop_overhead` has no net figure: it is the empty loop itself.
-        let net = def.name != "loop_overhead";
+        // The baseline has no net figure: it is the empty loop itself.
+        let net = !def.baseline;
         let (figures, kept_samples) = round_figures(&rounds, net);
         let Some(m) = Measurement::merge(rounds) else {
             continue;
@@ -146,7 +150,7 @@ pub fn run(
             .map(|t| t.0)
             .or_else(|| tsc_from_host(&host).map(|t| t.0))
             .unwrap_or(0);
-        if def.name == "loop_overhead" && m.outcome == Outcome::Completed {
+        if def.baseline && m.outcome == Outcome::Completed {
             // Set before the loop's own analysis: the exits KVM counts during the empty
             // loop (a busy host's interrupts) are no test's, the loop's included.
             let p = &m.params;
@@ -182,7 +186,7 @@ pub fn run(
         ));
     }
     notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
-    let incomplete = interrupted.map(|round| {
+    let mut incomplete = interrupted.map(|round| {
         let when = match u64::from(round).checked_sub(rounds) {
             Some(extra) if extra > 0 => {
                 format!("extra round {extra} (after the {rounds} planned ones)")
@@ -191,28 +195,40 @@ pub fn run(
         };
         format!(
             "interrupted during {when}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
-            results.len()
+            results.iter().filter(|r| !r.rounds.is_empty()).count()
         )
     });
-    let vmm_overhead = if opts.overhead && incomplete.is_none() {
-        let mut kernel_view = exitlab_results::trace_report::OverheadView::new();
-        let r = overhead(
-            kvm,
-            image,
-            opts,
-            &mut kernel_view,
-            &mut rss_outside_guest,
-            progress,
-        )?;
-        if let Err(why) = &r {
-            notes.push(format!("VMM overhead not measured: {why}"));
-        } else {
-            notes.push(kernel_view.note());
-        }
-        r.ok()
-    } else {
-        None
-    };
+    let (mut vmm_overhead, mut floor) = (None, None);
+    if opts.overhead && incomplete.is_none() {
+        progress(Progress::Start(OVERHEAD_LABEL));
+        let stamps = overhead(kvm, image, opts, &mut rss_outside_guest)?;
+        let kernel = match (&stamps, &opts.floor) {
+            (Some(_), Some(setup)) => crate::floor::compare(setup, &|| cancelled(opts)).map(Some),
+            (Some(_), None) => Some(None),
+            (None, _) => None,
+        };
+        let status = match (stamps, kernel) {
+            (Some(stamps), Some(kernel)) => {
+                match stamps {
+                    Ok(o) => vmm_overhead = Some(o),
+                    Err(why) => notes.push(format!(
+                        "VMM overhead (in-process stamps) not measured: {why}"
+                    )),
+                }
+                floor = kernel;
+                TestStatus::Ok
+            }
+            _ => {
+                let why = format!(
+                    "interrupted during the VMM overhead experiment: the {} test(s) completed all their rounds; the experiment's figures were dropped",
+                    results.len()
+                );
+                incomplete = Some(why.clone());
+                TestStatus::DidNotComplete { reason: why }
+            }
+        };
+        progress(Progress::Done(OVERHEAD_LABEL, &status));
+    }
     let (tsc_khz, tsc_khz_source) = tsc_khz
         .or_else(|| tsc_from_host(&host))
         .unwrap_or((0, "unknown".into()));
@@ -239,6 +255,7 @@ pub fn run(
         },
         tests: results,
         vmm_overhead,
+        floor,
         notes,
         process: rss_outside_guest.map(|outside| ProcessStats {
             vmm_rss_outside_guest_bytes: outside,
@@ -279,16 +296,14 @@ fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sa
     (done.into_iter().map(|(f, _)| f).collect(), samples)
 }
 
-/// The tests in the order they run: `loop_overhead` first (added if missing), because
-/// every other figure is reported net of it.
+/// The tests in the order they run: the baseline (the empty loop) first, added if
+/// missing, because every other figure is reported net of it.
 fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
     let mut tests = requested.to_vec();
-    if !tests.iter().any(|t| t.name == "loop_overhead") {
-        if let Some(l) = catalogue::find("loop_overhead") {
-            tests.insert(0, l);
-        }
+    if !tests.iter().any(|t| t.baseline) {
+        tests.insert(0, catalogue::baseline());
     } else {
-        tests.sort_by_key(|t| t.name != "loop_overhead");
+        tests.sort_by_key(|t| !t.baseline);
     }
     tests
 }
@@ -425,7 +440,7 @@ fn short_of_clean_rounds(
         .enumerate()
         .filter(|(_, (done, _))| done.iter().all(|r| r.m.outcome == Outcome::Completed))
         .filter(|(_, (done, def))| {
-            let values = stored_round_figures(done, def.name != "loop_overhead");
+            let values = stored_round_figures(done, !def.baseline);
             let kept = central::CHOSEN.kept(&values).iter().filter(|k| **k).count();
             (kept as u64) < planned
         })
@@ -542,31 +557,44 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     );
     if !extra.is_empty() {
-        let list: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
+        // The same number for every test that ran is said once.
+        let ran = results.iter().filter(|t| t.status.is_ok()).count();
+        let list = match extra {
+            [(_, k), rest @ ..] if extra.len() == ran && rest.iter().all(|(_, r)| r == k) => {
+                format!("{k} for each of the {ran} tests")
+            }
+            _ => {
+                let each: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
+                each.join(", ")
+            }
+        };
         let _ = write!(
             note,
-            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {}",
-            list.join(", ")
+            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {list}"
         );
     }
     Some(note)
 }
 
-/// The VMM overhead experiment: the userspace share of `inl_from_user` exits with the
-/// full loop (bus lookup, device, accounting) against the bare loop, alternating rounds
-/// so that host drift affects both alike. Both run on a bus populated as `exitlab run`
-/// populates it, with the measured port claimed by a device, so that the full loop's
-/// lookup searches a real bus and calls a real device.
+/// What the progress display shows for the whole VMM overhead experiment (one step).
+pub const OVERHEAD_LABEL: &str =
+    "VMM overhead (in-process stamps; exitlab run vs exitlab-floor, traced)";
+
+/// The in-process part of the VMM overhead experiment, a diagnostic: the userspace
+/// share of `inl_from_user` exits with the full loop (bus lookup, device, accounting)
+/// against the same loop with the bare handler, alternating rounds so that host drift
+/// affects both alike, as this process's own TSC stamps see it. Both run on a bus
+/// populated as `exitlab run` populates it, with the measured port claimed by a device,
+/// so that the full loop's lookup searches a real bus and calls a real device. `None`
+/// when the user stopped the run (checked between runs).
 fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    kernel_view: &mut exitlab_results::trace_report::OverheadView,
     rss_outside_guest: &mut Option<u64>,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Result<Overhead, String>, RunError> {
+) -> Result<Option<Result<Overhead, String>>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
-        return Ok(Err("the test is missing from the catalogue".into()));
+        return Ok(Some(Err("the test is missing from the catalogue".into())));
     };
     let mut params = opts.params;
     params.batch = 1;
@@ -578,13 +606,9 @@ fn overhead(
     let mut devices = 0;
     for _ in 0..OVERHEAD_ROUNDS {
         for is_bare in [true, false] {
-            let label = if is_bare {
-                "inl_from_user (bare KVM_RUN loop)"
-            } else {
-                "inl_from_user (full VMM loop)"
-            };
-            progress(Progress::Start(label));
-            let traced = kernel_view.start();
+            if cancelled(opts) {
+                return Ok(None);
+            }
             let (m, n) = runner::run_test_on_pc_bus(
                 kvm,
                 image,
@@ -594,17 +618,19 @@ fn overhead(
                     ..params
                 },
             )?;
-            kernel_view.finish(traced, is_bare, exitlab_guest::abi::USER_PORT);
-            // The process's memory counts here too (the trace of the round included).
             *rss_outside_guest = (*rss_outside_guest).max(m.vmm_rss_bytes);
             devices = n;
-            let status = status_of(&m.outcome);
-            progress(Progress::Done(label, &status));
             if m.outcome != Outcome::Completed {
-                return Ok(Err(format!(
-                    "{label}: {}",
+                let status = status_of(&m.outcome);
+                let loop_name = if is_bare {
+                    "bare handler"
+                } else {
+                    "full VMM loop"
+                };
+                return Ok(Some(Err(format!(
+                    "{OVERHEAD_TEST} ({loop_name}): {}",
                     status.reason().unwrap_or("failed")
-                )));
+                ))));
             }
             let values = exitlab_results::samples::host_values(&m.samples).0;
             if is_bare {
@@ -615,14 +641,16 @@ fn overhead(
         }
     }
     match (summarize(&full), summarize(&bare)) {
-        (Ok(f), Ok(b)) => Ok(Ok(Overhead {
+        (Ok(f), Ok(b)) => Ok(Some(Ok(Overhead {
             bus_devices: Some(devices as u64),
             stamp_step_cycles: exitlab_results::stats::stamp_step(
                 full.iter().chain(&bare).copied(),
             ),
             ..Overhead::new(OVERHEAD_TEST, f, b)
-        })),
-        _ => Ok(Err("no userspace-share samples were collected".into())),
+        }))),
+        _ => Ok(Some(
+            Err("no userspace-share samples were collected".into()),
+        )),
     }
 }
 
@@ -664,6 +692,31 @@ mod tests {
             })
             .collect();
         m
+    }
+
+    #[test]
+    fn the_noise_note_says_an_equal_number_of_extra_rounds_once() {
+        let mut r = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
+        r.round_spread = Some(exitlab_results::results::RoundSpread {
+            rounds: 2,
+            dropped_samples: 1,
+            spread: 0.0,
+            outlier_rounds: 0,
+        });
+        let mut other = r.clone();
+        other.name = "hlt".into();
+        let tests = [r, other];
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
+        assert!(
+            note.ends_with(
+                "extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: 6 for each of the 2 tests"
+            ),
+            "{note}"
+        );
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
+        assert!(note.ends_with("set aside: cpuid 6, hlt 2"), "{note}");
+        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
+        assert!(note.ends_with("set aside: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {

@@ -62,7 +62,18 @@ pub enum Platform {
     MmioIoeventfd,
 }
 
-/// One test of the catalogue.
+/// What the control page's `arg0` carries for a test (the host fills it in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestArg {
+    /// Nothing (0).
+    None,
+    /// The highest XSAVE sub-leaf of CPUID leaf 0xD the guest sees: the test cycles
+    /// through sub-leaves 1..=arg0, and cannot run where the guest has no leaf 0xD.
+    XsaveMaxSubleaf,
+}
+
+/// One test of the catalogue: everything about a test is in its row, as in
+/// kvm-unit-tests' `vmexit.c` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TestDef {
     /// Name, as kvm-unit-tests `vmexit` calls it where the test is the same.
@@ -92,6 +103,18 @@ pub struct TestDef {
     pub apic: Option<exitlab_results::irq::ApicMode>,
     /// vCPUs the test needs (the IPI tests: a target besides vCPU 0).
     pub min_cpus: u32,
+    /// The empty loop every other figure is reported net of: it runs first in every
+    /// suite, has no net figure of its own, and the KVM exits it sees are the host's
+    /// background, not a test's.
+    pub baseline: bool,
+    /// What the control page's `arg0` carries.
+    pub arg: TestArg,
+    /// The measured port is the in-kernel PIC's (ELCR, 0x4d0): with a split irqchip it
+    /// is exitlab's userspace PIC, so the test does not run there.
+    pub kernel_pic: bool,
+    /// The test sends IPIs with the PV send-IPI hypercall: it does not run where
+    /// `--pv-ipi off` hides the feature.
+    pub pv_ipi: bool,
 }
 
 const fn t(
@@ -116,6 +139,10 @@ const fn t(
         kvm_run_log: false,
         apic: None,
         min_cpus: 1,
+        baseline: false,
+        arg: TestArg::None,
+        kernel_pic: false,
+        pv_ipi: false,
     }
 }
 
@@ -220,12 +247,15 @@ pub const IRQ_TESTS: &[TestDef] = &[
         "all-but-self IPI; each handler takes one shared spinlock",
         2,
     ),
-    irq(
-        "pv_send_ipi",
-        abi::TEST_PV_SEND_IPI,
-        "KVM_HC_SEND_IPI hypercall to vCPU 1 until its handler acknowledges",
-        2,
-    ),
+    TestDef {
+        pv_ipi: true,
+        ..irq(
+            "pv_send_ipi",
+            abi::TEST_PV_SEND_IPI,
+            "KVM_HC_SEND_IPI hypercall to vCPU 1 until its handler acknowledges",
+            2,
+        )
+    },
     SELF_IPI_STI_NOP,
     SELF_IPI_STI_HLT,
     SELF_IPI_TPR,
@@ -266,15 +296,18 @@ pub const IRQ_TESTS: &[TestDef] = &[
 
 /// Every test, in the order the default suite runs them.
 pub const TESTS: &[TestDef] = &[
-    t(
-        "loop_overhead",
-        abi::TEST_LOOP_OVERHEAD,
-        "the empty measurement loop",
-        Where::Nowhere,
-        None,
-        true,
-        Platform::Irqchip,
-    ),
+    TestDef {
+        baseline: true,
+        ..t(
+            "loop_overhead",
+            abi::TEST_LOOP_OVERHEAD,
+            "the empty measurement loop",
+            Where::Nowhere,
+            None,
+            true,
+            Platform::Irqchip,
+        )
+    },
     t(
         "cpuid",
         abi::TEST_CPUID,
@@ -284,15 +317,18 @@ pub const TESTS: &[TestDef] = &[
         true,
         Platform::Irqchip,
     ),
-    t(
-        "cpuid_0xd",
-        abi::TEST_CPUID_0XD,
-        "CPUID leaf 0xD, sub-leaves 1..n (XSTATE)",
-        Where::Kernel,
-        None,
-        true,
-        Platform::Irqchip,
-    ),
+    TestDef {
+        arg: TestArg::XsaveMaxSubleaf,
+        ..t(
+            "cpuid_0xd",
+            abi::TEST_CPUID_0XD,
+            "CPUID leaf 0xD, sub-leaves 1..n (XSTATE)",
+            Where::Kernel,
+            None,
+            true,
+            Platform::Irqchip,
+        )
+    },
     t(
         "vmcall",
         abi::TEST_VMCALL,
@@ -314,24 +350,30 @@ pub const TESTS: &[TestDef] = &[
             Platform::NoIrqchip,
         )
     },
-    t(
-        "inl_from_kernel",
-        abi::TEST_INL_FROM_KERNEL,
-        "IN from port 0x4d0 (ELCR, in-kernel PIC)",
-        Where::Kernel,
-        None,
-        true,
-        Platform::Irqchip,
-    ),
-    t(
-        "outl_to_kernel",
-        abi::TEST_OUTL_TO_KERNEL,
-        "OUT to port 0x4d0 (ELCR, in-kernel PIC)",
-        Where::Kernel,
-        None,
-        true,
-        Platform::Irqchip,
-    ),
+    TestDef {
+        kernel_pic: true,
+        ..t(
+            "inl_from_kernel",
+            abi::TEST_INL_FROM_KERNEL,
+            "IN from port 0x4d0 (ELCR, in-kernel PIC)",
+            Where::Kernel,
+            None,
+            true,
+            Platform::Irqchip,
+        )
+    },
+    TestDef {
+        kernel_pic: true,
+        ..t(
+            "outl_to_kernel",
+            abi::TEST_OUTL_TO_KERNEL,
+            "OUT to port 0x4d0 (ELCR, in-kernel PIC)",
+            Where::Kernel,
+            None,
+            true,
+            Platform::Irqchip,
+        )
+    },
     TestDef {
         phases: true,
         ..t(
@@ -500,6 +542,12 @@ pub fn find(name: &str) -> Option<&'static TestDef> {
         .find(|t| t.name == name)
 }
 
+/// The baseline test (the empty loop, [`TestDef::baseline`]).
+pub fn baseline() -> &'static TestDef {
+    // The catalogue's first row; a test below checks it is the only baseline.
+    &TESTS[0]
+}
+
 /// The default suite.
 pub fn default_suite() -> Vec<&'static TestDef> {
     TESTS.iter().filter(|t| t.default).collect()
@@ -540,6 +588,24 @@ mod tests {
             .map(|t| t.name)
             .collect();
         assert_eq!(logged, ["hlt"]);
+    }
+
+    #[test]
+    fn each_special_case_is_a_property_of_its_rows() {
+        let all = || TESTS.iter().chain(IRQ_TESTS).chain(SELFTESTS);
+        let baselines: Vec<&str> = all().filter(|t| t.baseline).map(|t| t.name).collect();
+        assert_eq!(baselines, ["loop_overhead"]);
+        assert!(baseline().baseline);
+        assert_eq!(baseline().expected, Where::Nowhere);
+        let xsave: Vec<&str> = all()
+            .filter(|t| t.arg == TestArg::XsaveMaxSubleaf)
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(xsave, ["cpuid_0xd"]);
+        let pic: Vec<&str> = all().filter(|t| t.kernel_pic).map(|t| t.name).collect();
+        assert_eq!(pic, ["inl_from_kernel", "outl_to_kernel"]);
+        let pv: Vec<&str> = all().filter(|t| t.pv_ipi).map(|t| t.name).collect();
+        assert_eq!(pv, ["pv_send_ipi"]);
     }
 
     #[test]

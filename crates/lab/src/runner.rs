@@ -3,24 +3,26 @@
 //! doorbell, and watches for a guest that stops making progress.
 
 use std::collections::BTreeMap;
+use std::mem::offset_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use exitlab_devices::sink::Sink;
 use exitlab_devices::{BusDevice, IoAction};
-use exitlab_guest::abi;
+use exitlab_guest::{abi, host};
+use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
-use exitlab_vmm::thread::{self, Finished};
+use exitlab_vmm::thread::Finished;
 use exitlab_vmm::vcpu::{
-    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, Vcpu, VcpuConfig, VcpuStop,
+    DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
 };
-use exitlab_vmm::vm::{IoSpace, Vm, VmConfig};
+use exitlab_vmm::vm::{IoSpace, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Address, ByteValued, Bytes, GuestMemoryMmap};
 
-use crate::catalogue::{Platform, TestDef};
+use crate::catalogue::{Platform, TestArg, TestDef};
 
 /// Most KVM_RUN durations kept per test (8 bytes each).
 pub const RUN_LOG_MAX: u64 = 1 << 18;
@@ -233,8 +235,11 @@ enum Stage {
     Done,
 }
 
-/// The doorbell side of the lab protocol.
-struct LabHook {
+/// The doorbell side of the lab protocol, on vCPU 0; an AP's hook ([`LabHook::ap`]) only
+/// catches a doorbell an AP should never ring.
+pub(crate) struct LabHook {
+    /// An AP's hook: every doorbell is an error.
+    ap: bool,
     wanted: u64,
     records: Vec<abi::Sample>,
     buf: Vec<u8>,
@@ -245,16 +250,33 @@ struct LabHook {
     end_kvm: Option<BTreeMap<String, u64>>,
     doorbells: u64,
     ready_at: Option<Instant>,
-    error: Option<String>,
+    /// The protocol violation or fault that stopped the vCPU, if any.
+    pub(crate) error: Option<String>,
     progress: Arc<AtomicU64>,
 }
 
 impl LabHook {
     fn new(wanted: u64, progress: Arc<AtomicU64>) -> LabHook {
+        LabHook::with_role(false, wanted, progress)
+    }
+
+    /// The hook of an AP: it has no doorbell protocol of its own; a fault it reports
+    /// stops it.
+    pub(crate) fn ap() -> LabHook {
+        LabHook::with_role(true, 0, Arc::new(AtomicU64::new(0)))
+    }
+
+    fn with_role(ap: bool, wanted: u64, progress: Arc<AtomicU64>) -> LabHook {
         LabHook {
+            ap,
             wanted,
             records: Vec::with_capacity(wanted.min(1 << 22) as usize),
-            buf: vec![0u8; (abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES) as usize],
+            // An AP takes no batches: no ring buffer.
+            buf: if ap {
+                Vec::new()
+            } else {
+                vec![0u8; (abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES) as usize]
+            },
             stage: Stage::Booting,
             start_counts: ExitCounts::default(),
             end_counts: ExitCounts::default(),
@@ -267,11 +289,6 @@ impl LabHook {
         }
     }
 
-    fn control(mem: &GuestMemoryMmap, field: u64) -> u64 {
-        mem.read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + field * 8))
-            .unwrap_or(u64::MAX)
-    }
-
     fn fail(&mut self, msg: String) -> HookReply {
         self.error = Some(msg);
         HookReply::Stop(1)
@@ -280,7 +297,8 @@ impl LabHook {
     /// Copies `count` records of the vCPU's ring, after checking `count` against the ring
     /// size and the samples still expected.
     fn take_batch(&mut self, mem: &GuestMemoryMmap, vcpu: u32) -> Result<(), String> {
-        let count = Self::control(mem, CONTROL_BATCH_COUNT);
+        let count = host::read_control_field(mem, offset_of!(abi::Control, batch_count))
+            .unwrap_or(u64::MAX);
         if count > abi::SAMPLES_PER_BATCH {
             return Err(format!(
                 "guest protocol error: batch of {count} records exceeds the ring of {}",
@@ -296,47 +314,26 @@ impl LabHook {
             ));
         }
         let bytes = (count * abi::SAMPLE_BYTES) as usize;
-        let ring = abi::SAMPLES_GPA + u64::from(vcpu) * abi::SAMPLES_BYTES_PER_CPU;
-        mem.read_slice(&mut self.buf[..bytes], GuestAddress(ring))
+        let ring = host::sample_gpa(vcpu, 0);
+        mem.read_slice(&mut self.buf[..bytes], ring)
             .map_err(|e| format!("cannot read the sample ring: {e}"))?;
-        self.parse_records(bytes);
+        self.records.extend(host::samples(&self.buf[..bytes]));
         // Clear what was taken, so that the watchdog sees the ring fill up again.
         self.buf[..bytes].fill(0);
-        mem.write_slice(&self.buf[..bytes], GuestAddress(ring))
+        mem.write_slice(&self.buf[..bytes], ring)
             .map_err(|e| format!("cannot clear the sample ring: {e}"))?;
         Ok(())
     }
-
-    fn parse_records(&mut self, bytes: usize) {
-        for rec in self.buf[..bytes].chunks_exact(abi::SAMPLE_BYTES as usize) {
-            let w = |i: usize| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&rec[i * 8..i * 8 + 8]);
-                u64::from_le_bytes(b)
-            };
-            self.records.push(abi::Sample {
-                g_start: w(0),
-                g_end: w(1),
-                h_prev_reenter: w(2),
-                h_return: w(3),
-                h_reenter: w(4),
-                seq_delta: w(5),
-                g_loop: w(6),
-            });
-        }
-    }
 }
-
-// Word indices of `abi::Control` fields the host reads.
-const CONTROL_BATCH_COUNT: u64 = 9;
-const CONTROL_GUEST_ERROR: u64 = 10;
-const CONTROL_FAULT_VECTOR: u64 = 11;
-const CONTROL_FAULT_RIP: u64 = 12;
-const CONTROL_FAULT_ERROR: u64 = 13;
-const CONTROL_FAULT_CR2: u64 = 14;
 
 impl ExitHook for LabHook {
     fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
+        if self.ap {
+            return self.fail(format!(
+                "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
+                ctx.vcpu_id, ctx.value
+            ));
+        }
         let flow = self.handle_doorbell(ctx);
         // Progress as the watchdog counts it: doorbells plus samples handed over.
         self.progress.store(
@@ -382,17 +379,15 @@ impl LabHook {
                 HookReply::Stop(0)
             }
             (abi::DOORBELL_FAULT, _) => {
-                let v = Self::control(ctx.mem, CONTROL_FAULT_VECTOR);
-                let rip = Self::control(ctx.mem, CONTROL_FAULT_RIP);
-                let err = Self::control(ctx.mem, CONTROL_FAULT_ERROR);
-                let cr2 = Self::control(ctx.mem, CONTROL_FAULT_CR2);
+                let c = control_or_garbage(ctx.mem);
+                let (v, rip, err, cr2) = (c.fault_vector, c.fault_rip, c.fault_error, c.fault_cr2);
                 self.fail(format!(
                     "the guest took an unexpected exception: vector {v} ({}) at rip {rip:#x}, error code {err:#x}, cr2 {cr2:#x}",
                     vector_name(v)
                 ))
             }
             (abi::DOORBELL_BAD_PARAMS, _) => {
-                let e = Self::control(ctx.mem, CONTROL_GUEST_ERROR);
+                let e = control_or_garbage(ctx.mem).guest_error;
                 let why = match e {
                     abi::GUEST_ERR_ABI => "magic or ABI version mismatch",
                     abi::GUEST_ERR_TEST => "unknown test id",
@@ -416,6 +411,15 @@ impl LabHook {
             )),
         }
     }
+}
+
+/// The control page as the guest left it; all ones if it cannot be read.
+fn control_or_garbage(mem: &GuestMemoryMmap) -> abi::Control {
+    host::read_control(mem).unwrap_or_else(|_| {
+        let mut c = abi::Control::default();
+        c.as_mut_slice().fill(0xff);
+        c
+    })
 }
 
 fn vector_name(v: u64) -> &'static str {
@@ -472,7 +476,7 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
         }
         Platform::NoIrqchip => {}
     }
-    if def.id == abi::TEST_CPUID_0XD && caps.xsave_max_subleaf.is_none() {
+    if def.arg == TestArg::XsaveMaxSubleaf && caps.xsave_max_subleaf.is_none() {
         return Some(NO_XSAVE.into());
     }
     None
@@ -498,28 +502,27 @@ fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
     c
 }
 
+/// Writes the control page: the test and its parameters, and the interrupt knobs'
+/// fields; the guest's fields start at zero.
 fn write_control(
     mem: &GuestMemoryMmap,
     def: &TestDef,
     p: &RunParams,
     arg0: u64,
 ) -> Result<(), String> {
-    let words = [
-        abi::CONTROL_MAGIC,
-        abi::ABI_VERSION,
-        def.id,
-        u64::from(p.ring),
-        p.samples,
-        p.batch,
-        p.warmup,
+    let mut c = abi::Control {
+        magic: abi::CONTROL_MAGIC,
+        abi_version: abi::ABI_VERSION,
+        test: def.id,
+        ring: u64::from(p.ring),
+        samples: p.samples,
+        batch: p.batch,
+        warmup: p.warmup,
         arg0,
-        0,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        mem.write_obj(*w, GuestAddress(abi::CONTROL_GPA + 8 * i as u64))
-            .map_err(|e| format!("cannot write the control page: {e}"))?;
-    }
-    Ok(())
+        ..abi::Control::default()
+    };
+    p.irq.fill_control(def, &mut c);
+    host::write_control(mem, c).map_err(|e| format!("cannot write the control page: {e}"))
 }
 
 /// Runs `def` once in a new VM: the procedure of one round of one test.
@@ -563,20 +566,20 @@ pub fn run_test_on_pc_bus(
         cmdline: String::new(),
         serial: SerialOut::None,
     };
+    let vm = lab.builder.vm();
     lab._platform =
-        Some(build_pc_platform(&lab.vm, platform).map_err(|e| RunError::Platform(e.to_string()))?);
-    lab.vm
-        .pio_bus()
+        Some(build_pc_platform(vm, platform).map_err(|e| RunError::Platform(e.to_string()))?);
+    vm.pio_bus()
         .insert(Arc::new(Sink::new()), abi::USER_PORT.into(), 4)
         .map_err(VmmError::from)?;
-    let devices = lab.vm.pio_bus().len() + lab.vm.mmio_bus().len();
+    let devices = vm.pio_bus().len() + vm.mmio_bus().len();
     Ok((run_in(lab, kvm, image, def, params, started)?, devices))
 }
 
-/// Runs `def` in `lab`, a VM built for it: loads the guest, runs the vCPU under the
-/// watchdog and collects what it measured.
+/// Runs `def` in `lab`, a VM built for it: loads the guest, runs the vCPUs under the
+/// watchdog and collects what they measured.
 fn run_in(
-    lab: LabVm,
+    mut lab: LabVm,
     kvm: &Arc<Kvm>,
     image: &[u8],
     def: &'static TestDef,
@@ -584,27 +587,24 @@ fn run_in(
     started: Instant,
 ) -> Result<Measurement, RunError> {
     let mut m = Measurement::new(def, params);
-    let mut vcpu = lab.load_guest(kvm, image, def, &params)?;
-    vcpu.set_inject_cycles(params.inject_cycles);
+    let progress = Arc::new(AtomicU64::new(0));
+    let vcpu = lab.load_guest(kvm, image, def, &params, progress.clone())?;
     let tsc_offset = vcpu.tsc_offset();
     m.tsc_khz = vcpu.tsc_khz();
-    let progress = Arc::new(AtomicU64::new(0));
-    let hook = LabHook::new(params.samples, progress.clone());
-    let run_loop = if params.bare {
-        Handler::Bare
-    } else {
-        Handler::Devices
-    };
-    // The APs exist (waiting for their SIPI) before vCPU 0 can send it.
     let cpus = params.irq.cpus_for(def);
-    let aps = crate::smp::spawn_aps(&lab.vm, &params.irq, cpus)?;
-    let th = thread::spawn(vcpu, hook, params.pin, run_loop)?;
-    let watched = watch_progress(th, lab.vm.memory(), &params, &progress);
+    add_aps(&mut lab.builder, &params.irq, cpus)?;
+    let LabVm {
+        builder,
+        _platform,
+        _ioevent,
+    } = lab;
+    let mut machine = builder.start()?;
+    let watched = watch_progress(&mut machine, &params, &progress);
     m.wall = started.elapsed();
-    let ap_report = aps.stop();
+    let ap_report = ap_report(machine.stop_all(AP_STOP_GRACE));
     match watched {
         Ok(f) => {
-            collect(&mut m, f, &lab, started);
+            collect(&mut m, f, &machine, started);
             m.rounds = vec![Round {
                 samples: m.samples.len(),
                 tsc_offset,
@@ -615,13 +615,13 @@ fn run_in(
             m.pin_error = stuck.pin_error;
         }
     }
-    crate::smp::account(&mut m, lab.vm.memory(), cpus, ap_report);
+    account_aps(&mut m, machine.memory(), cpus, ap_report);
     Ok(m)
 }
 
-/// The VM of one lab test and what must live as long as it.
+/// The VM of one lab test, being built, and what must live as long as it.
 struct LabVm {
-    vm: Vm,
+    builder: MachineBuilder<LabHook>,
     // The PC platform's devices, when the test runs on a populated bus.
     _platform: Option<PcPlatform>,
     // Keeps the ioeventfd registered for the VM's lifetime; nobody needs to read it.
@@ -632,48 +632,77 @@ impl LabVm {
     /// Creates the VM the test's platform needs, with the userspace MMIO page on its bus
     /// and, for the ioeventfd test, the ioeventfd.
     fn build(kvm: &Arc<Kvm>, def: &TestDef, params: &RunParams) -> Result<LabVm, RunError> {
-        let mut vm = Vm::new(kvm.clone(), vm_config(def, &params.irq))?;
-        vm.mmio_bus()
-            .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
-            .map_err(VmmError::from)?;
+        let mut builder = lab_builder(kvm, vm_config(def, &params.irq))?;
         let _ioevent = if def.platform == Platform::MmioIoeventfd {
-            Some(vm.add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?)
+            Some(
+                builder
+                    .vm_mut()
+                    .add_ioeventfd(IoSpace::Mmio, abi::MMIO_IOEVENTFD_GPA, 4, None)?,
+            )
         } else {
             None
         };
         Ok(LabVm {
-            vm,
+            builder,
             _platform: None,
             _ioevent,
         })
     }
 
     /// Loads the lab kernel, writes the test's parameters into the control page and
-    /// creates the vCPU at the kernel's entry.
+    /// adds vCPU 0 at the kernel's entry, with the lab's doorbell protocol as its hook.
     fn load_guest(
-        &self,
+        &mut self,
         kvm: &Kvm,
         image: &[u8],
         def: &TestDef,
         params: &RunParams,
-    ) -> Result<Vcpu, RunError> {
-        let mem = self.vm.memory();
+        progress: Arc<AtomicU64>,
+    ) -> Result<&exitlab_vmm::vcpu::Vcpu, RunError> {
+        let mem = self.builder.vm().memory();
         let entry = crate::kernel::load(mem, image, LAB_RAM_BYTES).map_err(RunError::Load)?;
         write_control(mem, def, params, test_argument(kvm, def)).map_err(RunError::Load)?;
-        crate::smp::write_control(mem, &params.irq, def).map_err(RunError::Load)?;
-        let vcpu = self.vm.create_vcpu(VcpuConfig {
-            id: 0,
-            stamp_gpa: Some(abi::STAMPS_GPA),
-            run_log: if def.kvm_run_log && !params.bare {
-                (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+        let spec = VcpuSpec {
+            entry: Some(&entry),
+            pin: params.pin,
+            handler: if params.bare {
+                Handler::Bare
             } else {
-                0
+                Handler::Devices
             },
-            doorbell_port: Some(abi::DOORBELL_PORT),
-            hlt: HltPolicy::Resume,
-        })?;
-        vcpu.set_entry(&entry)?;
-        Ok(vcpu)
+            inject_cycles: params.inject_cycles,
+            ..VcpuSpec::new(VcpuConfig {
+                run_log: if def.kvm_run_log && !params.bare {
+                    (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+                } else {
+                    0
+                },
+                ..boot_vcpu()
+            })
+        };
+        let hook = LabHook::new(params.samples, progress);
+        Ok(self.builder.add_vcpu(spec, hook)?)
+    }
+}
+
+/// A lab VM of `config` with the userspace MMIO page on its bus.
+fn lab_builder(kvm: &Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<LabHook>, RunError> {
+    let b = MachineBuilder::new(kvm.clone(), config)?;
+    b.vm()
+        .mmio_bus()
+        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
+        .map_err(VmmError::from)?;
+    Ok(b)
+}
+
+/// vCPU 0 of a lab VM: the stamp page and doorbell of the lab kernel, HLT exits resumed.
+fn boot_vcpu() -> VcpuConfig {
+    VcpuConfig {
+        id: 0,
+        stamp_gpa: Some(host::stamps_gpa(0).0),
+        run_log: 0,
+        doorbell_port: Some(abi::DOORBELL_PORT),
+        hlt: HltPolicy::Resume,
     }
 }
 
@@ -710,31 +739,25 @@ pub fn protocol_boot(
     cmdline: &str,
     limit: Duration,
 ) -> Result<ProtocolBoot, RunError> {
-    let vm = Vm::new(
-        kvm.clone(),
+    let mut b = lab_builder(
+        kvm,
         VmConfig {
             ram: vec![(0, LAB_RAM_BYTES)],
             ..VmConfig::default()
         },
     )?;
-    vm.mmio_bus()
-        .insert(Arc::new(UserMmioPage), abi::MMIO_USER_GPA, abi::PAGE_SIZE)
-        .map_err(VmmError::from)?;
-    let entry = crate::kernel::load_with_cmdline(vm.memory(), image, LAB_RAM_BYTES, cmdline)
+    let entry = crate::kernel::load_with_cmdline(b.vm().memory(), image, LAB_RAM_BYTES, cmdline)
         .map_err(RunError::Load)?;
-    let vcpu = vm.create_vcpu(VcpuConfig {
-        id: 0,
-        stamp_gpa: Some(abi::STAMPS_GPA),
-        run_log: 0,
-        doorbell_port: Some(abi::DOORBELL_PORT),
-        hlt: HltPolicy::Resume,
-    })?;
-    vcpu.set_entry(&entry)?;
+    let spec = VcpuSpec {
+        entry: Some(&entry),
+        ..VcpuSpec::new(boot_vcpu())
+    };
     let hook = LabHook::new(PROTOCOL_SAMPLES, Arc::new(AtomicU64::new(0)));
-    let th = thread::spawn(vcpu, hook, None, Handler::Devices)?;
-    let (f, time_up) = match th.wait(limit) {
+    b.add_vcpu(spec, hook)?;
+    let mut machine = b.start()?;
+    let (f, time_up) = match machine.wait_for(0, limit) {
         Some(f) => (f, false),
-        None => match th.stop(Duration::from_secs(2)) {
+        None => match machine.stop(0, Duration::from_secs(2)) {
             Some(f) => (f, true),
             None => {
                 return Ok(ProtocolBoot {
@@ -791,23 +814,21 @@ fn numbers_as_n(text: &str) -> String {
     out
 }
 
-/// The test's argument in the control page: the highest XSAVE sub-leaf for `cpuid_0xd`.
+/// The test's argument in the control page, as its catalogue row says.
 fn test_argument(kvm: &Kvm, def: &TestDef) -> u64 {
-    if def.id == abi::TEST_CPUID_0XD {
-        Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into()
-    } else {
-        0
+    match def.arg {
+        TestArg::None => 0,
+        TestArg::XsaveMaxSubleaf => Capabilities::get(kvm).xsave_max_subleaf.unwrap_or(1).into(),
     }
 }
 
 /// Samples the guest has written into vCPU `vcpu`'s ring since the host last took it:
 /// the guest fills the ring in order and the host clears what it takes, so the first
 /// record whose end stamp is zero ends the written part (a binary search, a few reads).
-fn ring_fill(mem: &GuestMemoryMmap, vcpu: u64) -> u64 {
-    let ring = abi::SAMPLES_GPA + vcpu * abi::SAMPLES_BYTES_PER_CPU;
-    // g_end is the record's second word.
+fn ring_fill(mem: &GuestMemoryMmap, vcpu: u32) -> u64 {
+    let g_end = offset_of!(abi::Sample, g_end) as u64;
     let written = |i: u64| {
-        mem.read_obj::<u64>(GuestAddress(ring + i * abi::SAMPLE_BYTES + 8))
+        mem.read_obj::<u64>(host::sample_gpa(vcpu, i).unchecked_add(g_end))
             .is_ok_and(|v| v != 0)
     };
     let (mut lo, mut hi) = (0, abi::SAMPLES_PER_BATCH);
@@ -825,7 +846,8 @@ fn ring_fill(mem: &GuestMemoryMmap, vcpu: u64) -> u64 {
 /// The sequence number of the vCPU's last userspace exit, from its stamp page (the VMM
 /// writes it at every userspace exit).
 fn userspace_exits(mem: &GuestMemoryMmap) -> u64 {
-    mem.read_obj::<u64>(GuestAddress(abi::STAMPS_GPA))
+    let seq = offset_of!(abi::Stamps, seq) as u64;
+    mem.read_obj::<u64>(host::stamps_gpa(0).unchecked_add(seq))
         .unwrap_or(0)
 }
 
@@ -835,23 +857,23 @@ struct Stuck {
     pin_error: Option<String>,
 }
 
-/// Waits for the vCPU thread to finish, stopping it when the guest makes no progress for
+/// Waits for vCPU 0 to finish, stopping it when the guest makes no progress for
 /// `params.timeout`. Progress is the guest's: doorbells, samples handed over, samples
 /// written into the ring since the last hand-over, and userspace exits (so that a test
 /// whose samples each take many exits, or a slow host, is not stopped while it moves;
 /// a guest stuck on one instruction that KVM never completes makes none of these).
 fn watch_progress(
-    th: thread::VcpuThread<LabHook>,
-    mem: &GuestMemoryMmap,
+    machine: &mut Machine<LabHook>,
     params: &RunParams,
     progress: &AtomicU64,
 ) -> Result<Finished<LabHook>, Stuck> {
     let mut seen = 0;
     let mut last_change = Instant::now();
     loop {
-        if let Some(f) = th.wait(Duration::from_millis(25)) {
+        if let Some(f) = machine.wait_for(0, Duration::from_millis(25)) {
             return Ok(f);
         }
+        let mem = machine.memory();
         let p = progress
             .load(Ordering::Relaxed)
             .wrapping_add(ring_fill(mem, 0))
@@ -869,7 +891,7 @@ fn watch_progress(
                 "no progress for {:.1} s {what}: the guest is stuck (on this host a hypercall never completes, for example)",
                 params.timeout.as_secs_f64()
             );
-            return Err(match th.stop(Duration::from_secs(2)) {
+            return Err(match machine.stop(0, Duration::from_secs(2)) {
                 Some(f) => Stuck {
                     reason: format!(
                         "{msg}\nvCPU registers when stopped:\n{}",
@@ -890,10 +912,15 @@ fn watch_progress(
 
 /// Takes what a finished vCPU thread collected into `m`: the samples and exit counts of
 /// a completed run, or why it failed.
-fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Instant) {
+fn collect(
+    m: &mut Measurement,
+    f: Finished<LabHook>,
+    machine: &Machine<LabHook>,
+    started: Instant,
+) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
     m.injected_waits = f.vcpu.injected_waits();
-    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(lab.vm.memory());
+    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(machine.memory());
     m.kvm_run_log = f
         .vcpu
         .run_log()
@@ -902,33 +929,28 @@ fn collect(m: &mut Measurement, f: Finished<LabHook>, lab: &LabVm, started: Inst
         .skip(m.params.warmup as usize)
         .copied()
         .collect();
-    let hook = f.hook;
-    m.boot_time = hook.ready_at.map(|t| t.duration_since(started));
-    match (&f.stop, &hook.error) {
-        (_, Some(err)) => {
-            m.outcome = Outcome::Failed(format!(
-                "{err}\nvCPU registers:\n{}",
-                f.vcpu.dump_registers()
-            ));
-        }
-        (VcpuStop::Hook(0), None) if hook.stage == Stage::Done => {
-            m.counts = hook.end_counts.since(&hook.start_counts);
-            m.kvm_counters = match (hook.start_kvm, hook.end_kvm) {
-                (Some(a), Some(b)) => Some(counter_deltas(&a, &b)),
-                _ => None,
-            };
-            m.doorbells = hook.doorbells;
-            m.samples = hook.records;
-            crate::smp::account_bsp(m, f.vcpu.kvm_stats());
-        }
-        (stop, None) => {
-            m.outcome = Outcome::Failed(format!(
-                "{}\nvCPU registers:\n{}",
-                describe_stop(stop, &f.vcpu),
-                f.vcpu.dump_registers()
-            ));
-        }
+    m.boot_time = f.hook.ready_at.map(|t| t.duration_since(started));
+    let failure = match (&f.stop, &f.hook.error) {
+        (_, Some(err)) => Some(err.clone()),
+        (VcpuStop::Hook(0), None) if f.hook.stage == Stage::Done => None,
+        (_, None) => Some(f.describe()),
+    };
+    if let Some(why) = failure {
+        m.outcome = Outcome::Failed(format!(
+            "{why}\nvCPU registers:\n{}",
+            f.vcpu.dump_registers()
+        ));
+        return;
     }
+    let hook = f.hook;
+    m.counts = hook.end_counts.since(&hook.start_counts);
+    m.kvm_counters = match (hook.start_kvm, hook.end_kvm) {
+        (Some(a), Some(b)) => Some(counter_deltas(&a, &b)),
+        _ => None,
+    };
+    m.doorbells = hook.doorbells;
+    m.samples = hook.records;
+    account_bsp(m, f.vcpu.kvm_stats());
 }
 
 /// Each counter's growth from `start` to `end` (counters present in both).
@@ -941,19 +963,144 @@ fn counter_deltas(
         .collect()
 }
 
-/// Why the vCPU stopped, with the bytes at RIP when KVM could not emulate an
-/// instruction and did not say which.
-fn describe_stop(stop: &VcpuStop, vcpu: &Vcpu) -> String {
-    let mut msg = stop.describe();
-    if let VcpuStop::InternalError { insn, .. } = stop {
-        if insn.is_empty() {
-            if let Some(b) = vcpu.bytes_at_rip() {
-                let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                msg += &format!("; bytes at rip: {}", hex.join(" "));
+/// How long the lab waits for each AP to leave KVM_RUN after the kick that stops it.
+const AP_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Adds vCPUs 1..cpus to the machine (the in-kernel LAPIC keeps them waiting for a
+/// SIPI), each pinned as the knobs say; the machine starts them before vCPU 0.
+fn add_aps(
+    b: &mut MachineBuilder<LabHook>,
+    knobs: &crate::smp::IrqKnobs,
+    cpus: u32,
+) -> Result<(), VmmError> {
+    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
+        let spec = VcpuSpec {
+            pin: knobs.ap_pin(id),
+            ..VcpuSpec::new(VcpuConfig {
+                id,
+                stamp_gpa: Some(host::stamps_gpa(id).0),
+                run_log: 0,
+                doorbell_port: Some(abi::DOORBELL_PORT),
+                hlt: HltPolicy::Resume,
+            })
+        };
+        b.add_vcpu(spec, LabHook::ap())?;
+    }
+    Ok(())
+}
+
+/// What the APs did, once stopped.
+#[derive(Debug, Default)]
+struct ApReport {
+    /// Exits per AP.
+    exits: Vec<exitlab_results::irq::VcpuExits>,
+    /// The first error an AP reported or met.
+    error: Option<String>,
+}
+
+/// Collects the exits of the stopped APs (the machine's vCPUs stopped after vCPU 0 was
+/// collected). An AP's `intr` exits are not counted: they are the VMM's own signals
+/// (the kicks that stop it), not the guest's doing.
+fn ap_report(stopped: Vec<(u32, Option<Finished<LabHook>>)>) -> ApReport {
+    let mut r = ApReport::default();
+    for (_, f) in stopped {
+        match f {
+            Some(f) => {
+                let mut exits = f.vcpu.exits();
+                exits.user.intr = 0;
+                r.exits.push(exits);
+                if r.error.is_none() {
+                    if let Some(e) = f.hook.error {
+                        r.error = Some(e);
+                    } else if !matches!(f.stop, VcpuStop::Kicked) {
+                        r.error =
+                            Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
+                    }
+                }
+            }
+            None => {
+                r.error.get_or_insert_with(|| {
+                    "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
+                });
             }
         }
     }
-    msg
+    r
+}
+
+/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
+/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
+fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
+    m.per_vcpu.insert(
+        0,
+        exitlab_results::irq::VcpuExits {
+            vcpu: 0,
+            user: m.counts,
+            kvm_exits: m.kvm_exits(),
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        },
+    );
+}
+
+/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
+/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
+/// test's, and the APIC ids of vCPUs that never came up in any failure message.
+fn account_aps(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
+    if cpus > 1 {
+        let missing = crate::smp::missing_cpus(mem, cpus);
+        if !missing.is_empty() {
+            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
+            let note = format!(
+                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
+                ids.join(", ")
+            );
+            match &mut m.outcome {
+                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
+                Outcome::Completed => {
+                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
+                }
+                Outcome::Skipped(_) => {}
+            }
+        }
+    }
+    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
+        if cpus > 1 {
+            s.push_str(&format!(
+                "\nper-vCPU records: {}",
+                crate::smp::percpu_summary(mem, cpus)
+            ));
+        }
+        if let Some(e) = &aps.error {
+            s.push_str(&format!("\nAP: {e}"));
+        } else if !aps.exits.is_empty() {
+            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
+            // an interrupt lost by the host is told from a target that stopped running.
+            let each: Vec<String> = aps
+                .exits
+                .iter()
+                .map(|a| {
+                    format!(
+                        "vCPU {}: {} userspace exits, {} KVM exits",
+                        a.vcpu,
+                        a.user.total(),
+                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
+                    )
+                })
+                .collect();
+            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
+        }
+    }
+    if m.outcome == Outcome::Completed {
+        if let Some(e) = aps.error {
+            m.outcome = Outcome::Failed(e);
+            m.samples.clear();
+            return;
+        }
+        for ap in &aps.exits {
+            m.counts = m.counts.plus(&ap.user);
+        }
+        m.per_vcpu.extend(aps.exits);
+    }
 }
 
 #[cfg(test)]
@@ -961,12 +1108,16 @@ mod tests {
     use super::*;
 
     fn ram() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), abi::MIN_RAM_BYTES as usize)]).unwrap()
+        GuestMemoryMmap::from_ranges(&[(vm_memory::GuestAddress(0), abi::MIN_RAM_BYTES as usize)])
+            .unwrap()
     }
 
     fn write_record(mem: &GuestMemoryMmap, i: u64, g_end: u64) {
-        let at = abi::SAMPLES_GPA + i * abi::SAMPLE_BYTES + 8;
-        mem.write_obj(g_end, GuestAddress(at)).unwrap();
+        let s = abi::Sample {
+            g_end,
+            ..abi::Sample::default()
+        };
+        mem.write_obj(s, host::sample_gpa(0, i)).unwrap();
     }
 
     #[test]
@@ -1001,11 +1152,11 @@ mod tests {
         for i in 0..100 {
             write_record(&mem, i, 5_000 + i);
         }
-        mem.write_obj(
-            100u64,
-            GuestAddress(abi::CONTROL_GPA + CONTROL_BATCH_COUNT * 8),
-        )
-        .unwrap();
+        let c = abi::Control {
+            batch_count: 100,
+            ..abi::Control::default()
+        };
+        host::write_control(&mem, c).unwrap();
         let mut hook = LabHook::new(1000, Arc::new(AtomicU64::new(0)));
         hook.take_batch(&mem, 0).unwrap();
         assert_eq!(hook.records.len(), 100);
@@ -1017,7 +1168,11 @@ mod tests {
     fn the_stamp_page_sequence_counts_userspace_exits() {
         let mem = ram();
         assert_eq!(userspace_exits(&mem), 0);
-        mem.write_obj(42u64, GuestAddress(abi::STAMPS_GPA)).unwrap();
+        let stamps = abi::Stamps {
+            seq: 42,
+            ..abi::Stamps::default()
+        };
+        mem.write_obj(stamps, host::stamps_gpa(0)).unwrap();
         assert_eq!(userspace_exits(&mem), 42);
     }
 }

@@ -3,22 +3,18 @@
 //! control-page words the lab kernel reads for them, and the APs' threads (created,
 //! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
 
-use std::time::Duration;
+use std::mem::offset_of;
 
-use exitlab_guest::abi;
+use exitlab_guest::{abi, host};
 use exitlab_vmm::knobs::{self, VmKnobs};
-use exitlab_vmm::thread::{self, VcpuThread};
-use exitlab_vmm::vcpu::{DoorbellCtx, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig};
 use exitlab_vmm::vm::IrqChip;
-use exitlab_vmm::vm::{Vm, VmConfig};
+use exitlab_vmm::vm::VmConfig;
 use exitlab_vmm::Kvm;
-use exitlab_vmm::VmmError;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryMmap};
 
-use exitlab_results::irq::{ApicMode, Idle, IrqConfig, VcpuExits};
+use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
 use crate::catalogue::TestDef;
-use crate::runner::{Measurement, Outcome};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -50,86 +46,7 @@ pub struct IrqKnobs {
     pub withhold_ap: u32,
 }
 
-/// The knob names `set` takes (and `--ab KNOB=A,B` can vary).
-pub const KNOB_NAMES: &[&str] = &[
-    "apic",
-    "cpus",
-    "idle",
-    "disable-exits",
-    "halt-poll-ns",
-    "pv-ipi",
-    "irqchip",
-];
-
 impl IrqKnobs {
-    /// Sets one knob by name from its command-line text.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        match name {
-            "apic" => self.apic = ApicMode::parse(value)?,
-            "cpus" => {
-                let n: u32 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("cpus '{value}' is not a number"))?;
-                if n == 0 || u64::from(n) > abi::MAX_CPUS {
-                    return Err(format!("cpus {n} is out of range 1..={}", abi::MAX_CPUS));
-                }
-                self.cpus = n;
-            }
-            "idle" => self.idle = Idle::parse(value)?,
-            "disable-exits" => {
-                self.disable_exits = if value.trim() == "none" {
-                    0
-                } else {
-                    knobs::parse_disable_exits(value)?
-                }
-            }
-            "halt-poll-ns" => {
-                self.halt_poll_ns = Some(
-                    value
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("halt-poll-ns '{value}' is not a number of ns"))?,
-                )
-            }
-            "pv-ipi" => {
-                self.pv_ipi = match value.trim() {
-                    "on" => Some(true),
-                    "off" => Some(false),
-                    o => return Err(format!("pv-ipi '{o}': use on or off")),
-                }
-            }
-            "irqchip" => self.irqchip = IrqChip::parse(value)?,
-            o => {
-                return Err(format!(
-                    "unknown knob '{o}'; knobs: {}",
-                    KNOB_NAMES.join(", ")
-                ))
-            }
-        }
-        Ok(())
-    }
-
-    /// The value of one knob by name, as `set` takes it.
-    pub fn get(&self, name: &str) -> String {
-        match name {
-            "apic" => self.apic.name().into(),
-            "cpus" => self.cpus.to_string(),
-            "idle" => self.idle.name().into(),
-            "disable-exits" => knobs::disable_exits_names(self.disable_exits),
-            "halt-poll-ns" => self
-                .halt_poll_ns
-                .map_or("default".into(), |n| n.to_string()),
-            "pv-ipi" => match self.pv_ipi {
-                Some(true) => "on".into(),
-                Some(false) => "off".into(),
-                None => "default".into(),
-            },
-            "irqchip" => self.irqchip.name().into(),
-            _ => String::new(),
-        }
-    }
-
     /// Sets the APs' host CPUs.
     pub fn set_ap_pins(&mut self, cpus: &[usize]) -> Result<(), String> {
         if cpus.len() > MAX_AP_PINS {
@@ -203,6 +120,13 @@ impl IrqKnobs {
         c.knobs = self.vm_knobs();
     }
 
+    /// Sets the control page's interrupt fields for `def`: APIC mode, vCPUs, idle.
+    pub fn fill_control(&self, def: &TestDef, c: &mut abi::Control) {
+        c.apic_mode = apic_abi(self.apic_for(def));
+        c.cpus = u64::from(self.cpus_for(def));
+        c.idle = idle_abi(self.idle);
+    }
+
     /// Why `def` cannot run with these knobs, if it cannot.
     pub fn skip_reason(&self, def: &TestDef) -> Option<String> {
         let n = self.cpus_for(def);
@@ -218,15 +142,13 @@ impl IrqKnobs {
                 abi::MAX_CPUS
             ));
         }
-        if self.irqchip == IrqChip::Split
-            && (def.id == abi::TEST_INL_FROM_KERNEL || def.id == abi::TEST_OUTL_TO_KERNEL)
-        {
+        if self.irqchip == IrqChip::Split && def.kernel_pic {
             return Some(
                 "--irqchip split: the ELCR (port 0x4d0) is exitlab's userspace PIC, not the kernel's"
                     .into(),
             );
         }
-        if def.id == abi::TEST_PV_SEND_IPI && self.pv_ipi == Some(false) {
+        if def.pv_ipi && self.pv_ipi == Some(false) {
             return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
         }
         None
@@ -268,255 +190,26 @@ fn idle_abi(idle: Idle) -> u64 {
     }
 }
 
-impl crate::runner::RunParams {
-    /// Sets an interrupt knob of the run by name (one of [`KNOB_NAMES`]), as an A/B
-    /// experiment varies it: `set_irq_knob("apic", "x2apic")`.
-    pub fn set_irq_knob(&mut self, name: &str, value: &str) -> Result<(), String> {
-        self.irq.set(name, value)
-    }
-}
-
-/// Writes the interrupt words of the control page.
-pub fn write_control(mem: &GuestMemoryMmap, knobs: &IrqKnobs, def: &TestDef) -> Result<(), String> {
-    let words = [
-        apic_abi(knobs.apic_for(def)),
-        u64::from(knobs.cpus_for(def)),
-        idle_abi(knobs.idle),
-        0,
-    ];
-    for (i, w) in words.iter().enumerate() {
-        mem.write_obj(
-            *w,
-            GuestAddress(abi::CONTROL_GPA + 8 * (CONTROL_APIC_MODE + i as u64)),
-        )
-        .map_err(|e| format!("cannot write the control page: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Word index of `Control::apic_mode`.
-const CONTROL_APIC_MODE: u64 = 16;
-/// Word index of `Control::cpus_online`.
-const CONTROL_CPUS_ONLINE: u64 = 19;
-
 /// APIC ids (below `cpus`) whose vCPU never reported online.
 pub fn missing_cpus(mem: &GuestMemoryMmap, cpus: u32) -> Vec<u32> {
-    let online = mem
-        .read_obj::<u64>(GuestAddress(abi::CONTROL_GPA + 8 * CONTROL_CPUS_ONLINE))
-        .unwrap_or(0);
+    let online = host::read_control_field(mem, offset_of!(abi::Control, cpus_online)).unwrap_or(0);
     (0..cpus.min(64))
         .filter(|i| online & (1 << i) == 0)
         .collect()
 }
 
-/// The hook of an AP: it has no doorbell protocol of its own; a fault it reports stops it.
-pub struct ApHook {
-    /// The fault an AP reported, if any.
-    pub error: Option<String>,
-}
-
-impl ExitHook for ApHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
-        self.error = Some(format!(
-            "AP {} rang doorbell {:#x} (an AP reports only faults; see vCPU 0's control page)",
-            ctx.vcpu_id, ctx.value
-        ));
-        HookReply::Stop(1)
-    }
-}
-
-/// The running APs of a VM.
-pub struct Aps {
-    threads: Vec<VcpuThread<ApHook>>,
-}
-
-/// Creates vCPUs 1..cpus (the in-kernel LAPIC keeps them waiting for a SIPI) and starts
-/// their threads, each pinned as the knobs say.
-pub fn spawn_aps(vm: &Vm, knobs: &IrqKnobs, cpus: u32) -> Result<Aps, VmmError> {
-    let mut threads = Vec::new();
-    for id in (1..cpus).filter(|&id| id != knobs.withhold_ap) {
-        let vcpu = vm.create_vcpu(VcpuConfig {
-            id,
-            stamp_gpa: Some(abi::STAMPS_GPA + u64::from(id) * abi::PAGE_SIZE),
-            run_log: 0,
-            doorbell_port: Some(abi::DOORBELL_PORT),
-            hlt: HltPolicy::Resume,
-        })?;
-        threads.push(thread::spawn(
-            vcpu,
-            ApHook { error: None },
-            knobs.ap_pin(id),
-            Handler::Devices,
-        )?);
-    }
-    Ok(Aps { threads })
-}
-
-/// What the APs did, once stopped.
-#[derive(Debug, Default)]
-pub struct ApReport {
-    /// Exits per AP.
-    pub exits: Vec<VcpuExits>,
-    /// The first error an AP reported or met.
-    pub error: Option<String>,
-}
-
-impl Aps {
-    /// Stops every AP and collects its exits. An AP's `intr` exits are not counted: they
-    /// are the VMM's own signals (the kicks that stop it), not the guest's doing.
-    pub fn stop(self) -> ApReport {
-        let mut r = ApReport::default();
-        for th in self.threads {
-            match th.stop(Duration::from_secs(2)) {
-                Some(f) => {
-                    let mut user = *f.vcpu.counts();
-                    user.intr = 0;
-                    let stats = f.vcpu.kvm_stats();
-                    r.exits.push(VcpuExits {
-                        vcpu: f.vcpu.id(),
-                        user,
-                        kvm_exits: stats.and_then(|s| s.read("exits")),
-                        halt_exits: stats.and_then(|s| s.read("halt_exits")),
-                    });
-                    if r.error.is_none() {
-                        if let Some(e) = f.hook.error {
-                            r.error = Some(e);
-                        } else if !matches!(f.stop, exitlab_vmm::vcpu::VcpuStop::Kicked) {
-                            r.error =
-                                Some(format!("AP {} stopped: {}", f.vcpu.id(), f.stop.describe()));
-                        }
-                    }
-                }
-                None => {
-                    r.error.get_or_insert_with(|| {
-                        "an AP could not be stopped (KVM_RUN did not return after a kick)".into()
-                    });
-                }
-            }
-        }
-        r
-    }
-}
-
-/// Records vCPU 0's exits (after a completed run): its userspace exits between READY
-/// and DONE, KVM's exits over the same span, and its HLT exits over the whole run.
-pub fn account_bsp(m: &mut Measurement, stats: Option<&exitlab_vmm::kvmstats::KvmStats>) {
-    m.per_vcpu.insert(
-        0,
-        VcpuExits {
-            vcpu: 0,
-            user: m.counts,
-            kvm_exits: m.kvm_exits(),
-            halt_exits: stats.and_then(|s| s.read("halt_exits")),
-        },
-    );
-}
-
-/// Folds the APs into a measurement: their exits per vCPU, their userspace exits added
-/// to the test's (so the exit-count check covers every vCPU), an AP's failure as the
-/// test's, and the APIC ids of vCPUs that never came up in any failure message.
-pub fn account(m: &mut Measurement, mem: &GuestMemoryMmap, cpus: u32, aps: ApReport) {
-    if cpus > 1 {
-        let missing = missing_cpus(mem, cpus);
-        if !missing.is_empty() {
-            let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
-            let note = format!(
-                "\nvCPUs that never came up (APIC ids): {} of {cpus}",
-                ids.join(", ")
-            );
-            match &mut m.outcome {
-                Outcome::Failed(s) | Outcome::DidNotComplete(s) => s.push_str(&note),
-                Outcome::Completed => {
-                    m.outcome = Outcome::Failed(format!("vCPU 0 completed, but{note}"))
-                }
-                Outcome::Skipped(_) => {}
-            }
-        }
-    }
-    if let Outcome::Failed(s) | Outcome::DidNotComplete(s) = &mut m.outcome {
-        if cpus > 1 {
-            s.push_str(&format!(
-                "\nper-vCPU records: {}",
-                percpu_summary(mem, cpus)
-            ));
-        }
-        if let Some(e) = &aps.error {
-            s.push_str(&format!("\nAP: {e}"));
-        } else if !aps.exits.is_empty() {
-            // The APs ran to the end (stopped by the VMM's kick): what they did, so that
-            // an interrupt lost by the host is told from a target that stopped running.
-            let each: Vec<String> = aps
-                .exits
-                .iter()
-                .map(|a| {
-                    format!(
-                        "vCPU {}: {} userspace exits, {} KVM exits",
-                        a.vcpu,
-                        a.user.total(),
-                        a.kvm_exits.map_or("?".into(), |k| k.to_string())
-                    )
-                })
-                .collect();
-            s.push_str(&format!("\nAPs running until stopped: {}", each.join("; ")));
-        }
-    }
-    if m.outcome == Outcome::Completed {
-        if let Some(e) = aps.error {
-            m.outcome = Outcome::Failed(e);
-            m.samples.clear();
-            return;
-        }
-        for ap in &aps.exits {
-            m.counts = m.counts.plus(&ap.user);
-        }
-        m.per_vcpu.extend(aps.exits);
-    }
-}
-
 /// What each vCPU's record on the per-vCPU page says, for failure reports.
-fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
+pub fn percpu_summary(mem: &GuestMemoryMmap, cpus: u32) -> String {
     let parts: Vec<String> = (0..cpus.min(64))
-        .map(|i| {
-            let w = |f: u64| {
-                mem.read_obj::<u64>(GuestAddress(
-                    abi::PERCPU_GPA + u64::from(i) * abi::PERCPU_BYTES + 8 * f,
-                ))
-                .unwrap_or(u64::MAX)
-            };
-            format!(
+        .map(|i| match mem.read_obj::<abi::PerCpu>(host::percpu_gpa(i)) {
+            Ok(p) => format!(
                 "vCPU {i}: online {} apic id {} irqs {} acks {} wakes {}",
-                w(0),
-                w(1),
-                w(2),
-                w(4),
-                w(6)
-            )
+                p.online, p.apic_id, p.irqs, p.acks, p.wakes
+            ),
+            Err(_) => format!("vCPU {i}: unreadable"),
         })
         .collect();
     parts.join("; ")
-}
-
-/// With HLT exits disabled, no vCPU may have a HLT exit in KVM's binary stats; a host
-/// that accepts KVM_X86_DISABLE_EXITS_HLT but still intercepts HLT fails the check.
-pub fn check_disabled_exits(m: &Measurement, check: &mut exitlab_results::results::ExitCheck) {
-    if m.params.irq.disable_exits & knobs::DISABLE_HLT == 0 {
-        return;
-    }
-    let exiting: Vec<String> = m
-        .per_vcpu
-        .iter()
-        .filter_map(|v| match v.halt_exits {
-            Some(n) if n > 0 => Some(format!("{n} on vCPU {}", v.vcpu)),
-            _ => None,
-        })
-        .collect();
-    if !exiting.is_empty() {
-        check.passed = false;
-        check.detail += &format!(
-            "; HLT exits were disabled (KVM_X86_DISABLE_EXITS_HLT accepted), yet KVM counted HLT exits: {} (this host does not honour the capability)",
-            exiting.join(", ")
-        );
-    }
 }
 
 /// Host CPUs shared by several vCPUs of a run (`pin` is vCPU 0's), for a warning.
@@ -577,7 +270,7 @@ mod tests {
             .unwrap_err()
             .contains("xapic or x2apic"));
         assert!(k.set("volume", "11").unwrap_err().contains("unknown knob"));
-        for n in KNOB_NAMES {
+        for n in crate::knobs::IRQ_KNOBS {
             assert!(k.set(n, "???").is_err(), "{n}");
         }
     }
@@ -593,5 +286,18 @@ mod tests {
         assert_eq!(k.ap_pin(1), Some(1));
         assert_eq!(k.ap_pin(2), None);
         assert_eq!(k.ap_pin(0), None);
+    }
+
+    #[test]
+    fn results_written_before_the_irqchip_knob_read_as_the_default_record() {
+        // exitlab-results defaults a missing irqchip to "kernel": the name of the VMM's
+        // kernel irqchip, which such runs had.
+        let old: IrqConfig = serde_json::from_str(
+            r#"{"apic":"xapic","cpus":0,"idle":"poll","disable_exits":"none",
+                "halt_poll_ns":null,"pv_ipi":null,"pins":[null]}"#,
+        )
+        .unwrap();
+        assert_eq!(old, IrqKnobs::default().record(None));
+        assert_eq!(old.irqchip, IrqChip::Kernel.name());
     }
 }

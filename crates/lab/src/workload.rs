@@ -13,12 +13,15 @@
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exitlab_guest::hackbench::{self, Params};
 use exitlab_vmm::cpuid::CpuidBit;
+
+use crate::knobs::{self, Setting};
+use crate::rounds::{self, Ended, Flow, Order, Step};
 use exitlab_vmm::machine::{self, MachineConfig, PlatformOptions, RunEnd, SerialOut};
 use exitlab_vmm::vcpu::ExitCounts;
 use exitlab_vmm::Kvm;
@@ -60,44 +63,26 @@ impl Setup {
         )
     }
 
-    /// This setup with `knob` (`apic`, `cpus`, `pv-ipi`) set to `value`.
+    /// This setup with `knob` (`apic`, `cpus`, `pv-ipi`) set to `value`, parsed by the
+    /// knob registry ([`crate::knobs`]): the same names, limits and messages as bench.
     pub fn with(&self, knob: &str, value: &str) -> Result<Setup, String> {
         let mut s = self.clone();
-        match knob {
-            "apic" => s.apic = parse_apic(value)?,
-            "cpus" => s.cpus = parse_cpus(value)?,
-            "pv-ipi" => s.pv_ipi = parse_on_off("pv-ipi", value)?,
-            _ => {
-                return Err(format!(
-                    "--ab {knob}: a workload can vary apic, cpus or pv-ipi"
-                ))
-            }
+        let refuse = || format!("--ab {knob}: a workload can vary apic, cpus or pv-ipi");
+        if !WORKLOAD_KNOBS.contains(&knob) {
+            return Err(refuse());
+        }
+        match knobs::parse(knob, value)? {
+            Setting::Apic(a) => s.apic = a.name().to_string(),
+            Setting::Cpus(n) => s.cpus = n,
+            Setting::PvIpi(Some(on)) => s.pv_ipi = on,
+            _ => return Err(refuse()),
         }
         Ok(s)
     }
 }
 
-fn parse_apic(v: &str) -> Result<String, String> {
-    match v {
-        "xapic" | "x2apic" => Ok(v.to_string()),
-        _ => Err(format!("apic {v}: use xapic or x2apic")),
-    }
-}
-
-fn parse_cpus(v: &str) -> Result<u32, String> {
-    match v.parse::<u32>() {
-        Ok(n) if (1..=machine::MAX_CPUS).contains(&n) => Ok(n),
-        _ => Err(format!("cpus {v}: use 1..={}", machine::MAX_CPUS)),
-    }
-}
-
-fn parse_on_off(what: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{what} {v}: use on or off")),
-    }
-}
+/// The knobs a workload experiment can set.
+pub const WORKLOAD_KNOBS: &[&str] = &["apic", "cpus", "pv-ipi"];
 
 /// The A/B knob of a workload experiment: `KNOB=A,B`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -334,7 +319,10 @@ fn one_boot(
         prefer_pvh: true,
         cancel: opts.cancel.clone(),
         platform: PlatformOptions {
-            cpuid_clear: clear,
+            cpu: exitlab_vmm::cpuid::CpuTemplate {
+                remove: clear,
+                ..Default::default()
+            },
             ..PlatformOptions::default()
         },
     };
@@ -365,7 +353,7 @@ fn one_boot(
             .iter()
             .map(|v| VcpuRun {
                 vcpu: v.vcpu,
-                exits: v.exits,
+                exits: v.user,
                 kvm_exits: v.kvm_exits,
             })
             .collect(),
@@ -410,48 +398,46 @@ pub fn run(
         change: None,
         incomplete: None,
     };
-    let cancelled = || {
-        opts.cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::Acquire))
-    };
-    'rounds: for round in 1..=opts.rounds {
-        // A B, then B A, ...: neither side always runs first.
-        let order: Vec<&(char, Setup)> = if round % 2 == 0 {
-            sides.iter().rev().collect()
-        } else {
-            sides.iter().collect()
-        };
-        for (side, setup) in order {
-            if cancelled() {
-                out.incomplete = Some(format!(
-                    "interrupted during round {round} of {}: kept the {} boot(s) that ended",
-                    opts.rounds,
-                    out.runs.len()
-                ));
-                break 'rounds;
-            }
+    // A B, then B A, ...: neither side always runs first.
+    let ended = rounds::run(
+        opts.rounds,
+        sides.len(),
+        Order::Alternate,
+        opts.cancel.as_deref(),
+        |step| -> Result<Flow, WorkloadError> {
+            let Step::Side { round, side } = step else {
+                return Ok(Flow::Continue);
+            };
+            let (side, setup) = &sides[side];
             let (r, tail) = one_boot(kvm, opts, setup, round, *side)?;
             progress(&r);
             let never_started = r.no_result.is_some() && r.seconds.is_none();
             let why = r.no_result.clone();
             let ended = r.ended.clone();
             out.runs.push(r);
-            if never_started {
-                let console = if tail.trim().is_empty() {
-                    "Linux printed nothing on ttyS0 (its messages before the serial console \
-                     registers are buffered: --append earlyprintk=ttyS0 shows them)"
-                        .to_string()
-                } else {
-                    format!("the last console lines were:\n{}", tail.trim_end())
-                };
-                out.incomplete = Some(format!(
-                    "stopped: {} ({ended}); {console}",
-                    why.unwrap_or_default()
-                ));
-                break 'rounds;
+            if !never_started {
+                return Ok(Flow::Continue);
             }
-        }
+            let console = if tail.trim().is_empty() {
+                "Linux printed nothing on ttyS0 (its messages before the serial console \
+                 registers are buffered: --append earlyprintk=ttyS0 shows them)"
+                    .to_string()
+            } else {
+                format!("the last console lines were:\n{}", tail.trim_end())
+            };
+            out.incomplete = Some(format!(
+                "stopped: {} ({ended}); {console}",
+                why.unwrap_or_default()
+            ));
+            Ok(Flow::Stop)
+        },
+    )?;
+    if let Ended::Cancelled { round } = ended {
+        out.incomplete = Some(format!(
+            "interrupted during round {round} of {}: kept the {} boot(s) that ended",
+            opts.rounds,
+            out.runs.len()
+        ));
     }
     if out.ab.is_some() && out.incomplete.is_none() {
         let side = |s: char| -> Vec<f64> {

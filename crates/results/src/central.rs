@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn one_file_gives_one_central_figure_in_every_rendering() {
-        use crate::report::fmt_cycles;
+        use crate::format::fmt_cycles;
         use crate::results::tests::sample_results;
         let mut r = sample_results();
         // cpuid: the stored net median (as the noise filter's kept samples gave it) is

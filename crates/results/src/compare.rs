@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use crate::central::round_figures;
-use crate::report::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
+use crate::format::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
 use crate::results::{Results, TestResult};
 use crate::verdict::{self, Change, Pairing, Verdict};
 
@@ -170,6 +170,11 @@ const HOST_FIELDS: [(&str, &str); 5] = [
     ("/virtualization/summary", "virtualization"),
 ];
 
+/// A run's `--pin` as the user wrote it: the host CPU, or "none" (not pinned).
+fn pin_str(pin: Option<u32>) -> String {
+    pin.map_or_else(|| "none".to_string(), |cpu| format!("CPU {cpu}"))
+}
+
 /// Warnings for host facts, program and configuration that differ between the runs.
 /// Keys missing from either file are not compared.
 fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
@@ -230,7 +235,7 @@ fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
         ("samples", b.samples.to_string(), a.samples.to_string()),
         ("warmup", b.warmup.to_string(), a.warmup.to_string()),
         ("rounds", b.rounds.to_string(), a.rounds.to_string()),
-        ("pin", format!("{:?}", b.pin), format!("{:?}", a.pin)),
+        ("pin", pin_str(b.pin), pin_str(a.pin)),
     ];
     for (name, vb, va) in config {
         differ(&format!("config {name}"), &vb, &va);
@@ -564,9 +569,13 @@ mod tests {
         after.tests[1].ring = 0;
         after.provenance.as_mut().unwrap().git_revision = "def5678".into();
         after.provenance.as_mut().unwrap().hostname = Some("otherhost".into());
+        before.config.pin = None;
+        after.config.pin = Some(0);
         let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
         let text = render_comparison(&c, ["before", "after"]);
+        assert!(!text.contains("Some(") && !text.contains("None"), "{text}");
         for needle in [
+            "warning: config pin differs: \"none\" before, \"CPU 0\" after",
             "warning: host CPU model differs: \"Test CPU @ 3.00GHz\" before, \"Other CPU\" after",
             "warning: host microcode differs: \"0x1\" before, \"0x2\" after",
             "warning: host kernel differs: \"6.8.0-test\" before, \"6.9.0\" after",
@@ -580,7 +589,7 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }
-        assert_eq!(c.warnings.len(), 10, "{:?}", c.warnings);
+        assert_eq!(c.warnings.len(), 11, "{:?}", c.warnings);
     }
 
     #[test]

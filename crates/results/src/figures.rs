@@ -50,15 +50,7 @@ mod tests {
 
     /// A sample of `total` cycles with a paired empty loop of `g_loop`.
     fn sample(total: u64, g_loop: u64) -> Sample {
-        Sample {
-            g_start: 1_000,
-            g_end: 1_000 + total,
-            g_loop,
-            seq_delta: 0,
-            h_prev_reenter: 0,
-            h_return: 0,
-            h_reenter: 0,
-        }
+        crate::testing::sample(1_000, total, g_loop, 0, 0, 0)
     }
 
     #[test]

@@ -28,10 +28,14 @@ pub fn phases_off_reason(report: &HostReport) -> Option<String> {
 pub fn notes(report: &HostReport) -> Vec<String> {
     let mut notes = Vec::new();
     if report.is_nested_or_paravirtual() {
-        notes.push(format!(
-            "This host is itself virtualized: {}. Its figures are not hardware figures.",
-            report.virtualization.summary
-        ));
+        // The summary may say already that the figures are not hardware figures (a
+        // paravirtual KVM does); the note says it once.
+        let summary = &report.virtualization.summary;
+        notes.push(if summary.contains("not hardware figures") {
+            summary.clone()
+        } else {
+            format!("{summary}: exit costs measured here are not hardware figures")
+        });
     }
     if let Some(why) = phases_off_reason(report) {
         notes.push(why);
@@ -382,6 +386,25 @@ mod tests {
             has_row(&text, "  evidence", "/dev/kvm: crw-rw---- 10:232"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_virtualization_note_says_not_hardware_figures_once() {
+        let mut r = base();
+        r.virtualization.hypervisor_bit = true;
+        for summary in [
+            "nested: this host is a KVM guest; KVM here is paravirtual (kvm_pvm): guest ring-0 \
+             code is emulated and exit costs are not hardware figures",
+            "nested: this host is a KVM guest (hypervisor bit set)",
+        ] {
+            r.virtualization.summary = summary.to_string();
+            let n = notes(&r);
+            assert_eq!(n[0].matches("not hardware figures").count(), 1, "{n:?}");
+            assert!(
+                n[0].starts_with("nested: this host is a KVM guest"),
+                "{n:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,8 +1,6 @@
 //! What results record about a run's interrupts and vCPUs: the APIC and idle modes, the
 //! interrupt knobs of the configuration, and each test's exits per vCPU.
 
-use exitlab_counts::ExitCounts;
-
 /// How the guest drives its local APICs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -140,18 +138,9 @@ impl IrqConfig {
     }
 }
 
-/// Exits of one vCPU over a test.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VcpuExits {
-    /// vCPU index (= APIC id).
-    pub vcpu: u32,
-    /// Userspace exits by reason.
-    pub user: ExitCounts,
-    /// KVM's count of all exits (binary stats), when the host has them.
-    pub kvm_exits: Option<u64>,
-    /// KVM's count of HLT exits (binary stats `halt_exits`), when the host has them.
-    pub halt_exits: Option<u64>,
-}
+/// Exits of one vCPU over a test (vCPU 0 between READY and DONE, the APs over the whole
+/// run): the record the VMM makes of each vCPU.
+pub use exitlab_counts::VcpuExits;
 
 /// Adds the per-vCPU exits of another round of the same test.
 pub fn merge_vcpu_exits(into: &mut Vec<VcpuExits>, other: &[VcpuExits]) {
@@ -170,35 +159,62 @@ pub fn merge_vcpu_exits(into: &mut Vec<VcpuExits>, other: &[VcpuExits]) {
     }
 }
 
-/// Report lines: the exits of each vCPU of every test that ran on more than one.
-pub fn per_vcpu_lines(tests: &[crate::results::TestResult]) -> Vec<String> {
-    let mut out = Vec::new();
-    for t in tests {
-        let Some(irq) = &t.irq else { continue };
-        if irq.per_vcpu.len() < 2 {
-            continue;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exitlab_counts::ExitCounts;
+
+    fn exits(vcpu: u32, hlt: u64, kvm: Option<u64>) -> VcpuExits {
+        VcpuExits {
+            vcpu,
+            user: ExitCounts {
+                hlt,
+                ..ExitCounts::default()
+            },
+            kvm_exits: kvm,
+            halt_exits: kvm,
         }
-        let parts: Vec<String> = irq
-            .per_vcpu
-            .iter()
-            .map(|v| {
-                let opt = |x: Option<u64>| x.map_or("-".into(), |n| n.to_string());
-                format!(
-                    "vCPU {}: {} userspace, {} KVM exits, {} HLT exits",
-                    v.vcpu,
-                    v.user.total(),
-                    opt(v.kvm_exits),
-                    opt(v.halt_exits)
-                )
-            })
-            .collect();
-        out.push(format!(
-            "{} ({}, {} vCPUs) exits per vCPU: {}",
-            t.name,
-            irq.apic.name(),
-            irq.cpus,
-            parts.join("; ")
-        ));
     }
-    out
+
+    #[test]
+    fn modes_parse_their_names_and_refuse_others() {
+        for m in [ApicMode::Xapic, ApicMode::X2apic] {
+            assert_eq!(ApicMode::parse(m.name()), Ok(m));
+        }
+        for i in [Idle::Poll, Idle::Hlt, Idle::Mwait] {
+            assert_eq!(Idle::parse(&format!(" {} ", i.name())), Ok(i));
+        }
+        assert!(ApicMode::parse("x3apic")
+            .unwrap_err()
+            .contains("xapic or x2apic"));
+        assert!(Idle::parse("spin")
+            .unwrap_err()
+            .contains("poll, hlt or mwait"));
+    }
+
+    #[test]
+    fn merging_rounds_adds_per_vcpu_and_unknown_stays_unknown() {
+        let mut into = vec![exits(0, 1, Some(10)), exits(1, 2, Some(20))];
+        merge_vcpu_exits(&mut into, &[exits(0, 3, Some(30)), exits(1, 4, None)]);
+        assert_eq!(into[0].user.hlt, 4);
+        assert_eq!(into[0].kvm_exits, Some(40));
+        assert_eq!(into[1].user.hlt, 6);
+        assert_eq!(into[1].kvm_exits, None, "one round without stats");
+        // Rounds with different vCPU counts cannot be told apart: nothing is kept.
+        merge_vcpu_exits(&mut into, &[exits(0, 1, None)]);
+        assert!(into.is_empty());
+    }
+
+    #[test]
+    fn a_configuration_without_irqchip_reads_as_kernel_and_describes_itself() {
+        let json = r#"{"apic":"x2apic","cpus":0,"idle":"hlt","disable_exits":"hlt",
+            "halt_poll_ns":0,"pv_ipi":false,"pins":[null,3]}"#;
+        let c: IrqConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(c.irqchip, "kernel");
+        assert_eq!(
+            c.describe(),
+            "interrupts: apic x2apic (x2apic_* tests: x2apic), irqchip kernel, vCPUs as each \
+             test needs, idle hlt, disable-exits hlt, halt-poll-ns 0, pv-ipi off, vCPU pins -,3"
+        );
+    }
 }

@@ -8,6 +8,7 @@
 pub mod central;
 pub mod compare;
 pub mod figures;
+pub mod format;
 pub mod host_report;
 pub mod html;
 pub mod irq;
@@ -17,6 +18,7 @@ pub mod report;
 pub mod results;
 pub mod samples;
 pub mod stats;
+pub mod testing;
 pub mod trace_report;
 pub mod trials;
 pub mod verdict;

@@ -1,11 +1,15 @@
 //! Results as OpenMetrics text (`exitlab report --format openmetrics`), so that a fleet
 //! of hosts can hand their figures to Prometheus through the pushgateway or
-//! node_exporter's textfile collector. Labels: `test`, `ring`, `apic` (the run's APIC
-//! mode knob, `default` when the run did not set one), `host`, and for A/B runs `side`.
+//! node_exporter's textfile collector. Labels: `run` (the results file as named on the
+//! command line, with `#2`, `#3`... when one is named again: it keeps the series of
+//! several files apart), `test`, `ring`, `apic` (the run's APIC mode knob, `default` when
+//! the run did not set one), `host`, and for A/B runs `side`. Values are rounded to 9
+//! significant digits.
 
 use std::fmt::Write as _;
 
-use crate::report::host_str;
+use crate::format::host_str;
+use crate::report::plain_number;
 use crate::results::{Results, TestResult};
 
 /// Escapes a label value (backslash, double quote, line feed).
@@ -37,8 +41,15 @@ struct Series<'a> {
 /// Renders every file's tests (both sides of an A/B run) as one OpenMetrics exposition.
 pub fn render(files: &[(String, Results)]) -> String {
     let mut series = Vec::new();
-    for (_, r) in files {
+    let mut runs: Vec<&str> = Vec::new();
+    for (file, r) in files {
         let host = escape(&host_label(r));
+        let seen = runs.iter().filter(|f| *f == file).count();
+        runs.push(file);
+        let run = match seen {
+            0 => escape(file),
+            n => escape(&format!("{file}#{}", n + 1)),
+        };
         let mut sides: Vec<(Option<String>, Results)> = Vec::new();
         match r.ab_sides() {
             Some((a, b)) => {
@@ -58,7 +69,7 @@ pub fn render(files: &[(String, Results)]) -> String {
                 .unwrap_or_else(|| "default".into());
             for t in res.tests.iter().filter(|t| t.status.is_ok()) {
                 let mut labels = format!(
-                    "test=\"{}\",ring=\"{}\",apic=\"{}\",host=\"{host}\"",
+                    "run=\"{run}\",test=\"{}\",ring=\"{}\",apic=\"{}\",host=\"{host}\"",
                     escape(&t.name),
                     t.ring,
                     escape(&apic)
@@ -137,7 +148,12 @@ fn family(
     for s in series {
         for (stat, v) in values(s.test).unwrap_or_default() {
             if v.is_finite() {
-                let _ = writeln!(out, "{name}{{{},stat=\"{stat}\"}} {v}", s.labels);
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},stat=\"{stat}\"}} {}",
+                    s.labels,
+                    plain_number(v)
+                );
             }
         }
     }
@@ -160,7 +176,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "exitlab_exit_net_cycles{test=\"cpuid\",ring=\"3\",apic=\"x2apic\",host=\"rack1 \\\"a\\\"\",stat=\"median\"} 1240"
+                "exitlab_exit_net_cycles{run=\"r.json\",test=\"cpuid\",ring=\"3\",apic=\"x2apic\",host=\"rack1 \\\"a\\\"\",stat=\"median\"} 1240"
             ),
             "{text}"
         );
@@ -172,6 +188,34 @@ mod tests {
             value.parse::<f64>().unwrap();
             assert!(line.starts_with("exitlab_exit_"), "{line}");
         }
+    }
+
+    #[test]
+    fn several_files_get_distinct_run_labels_and_rounded_values() {
+        let mut a = sample_results();
+        if let Some(c) = a.tests[0].cycles.as_mut() {
+            c.mean = 26236.60000000001;
+        }
+        let b = sample_results();
+        let text = render(&[
+            ("a.json".into(), a.clone()),
+            ("b.json".into(), b),
+            ("a.json".into(), a),
+        ]);
+        assert!(
+            text.contains(" 26236.6\n") && !text.contains("26236.60000"),
+            "{text}"
+        );
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        for run in ["run=\"a.json\"", "run=\"b.json\"", "run=\"a.json#2\""] {
+            assert!(lines.iter().any(|l| l.contains(run)), "{run}: {text}");
+        }
+        // No two samples share a name and label set.
+        let keys: std::collections::HashSet<&str> = lines
+            .iter()
+            .map(|l| l.rsplit_once(' ').unwrap().0)
+            .collect();
+        assert_eq!(keys.len(), lines.len(), "{text}");
     }
 
     #[test]

@@ -5,131 +5,11 @@
 
 use std::fmt::Write as _;
 
+use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_str, layout, Align};
 use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
 use crate::stats::Summary;
 
-/// Column alignment in [`layout`].
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Align {
-    /// Padded on the right.
-    Left,
-    /// Padded on the left (numbers).
-    Right,
-}
-
-/// Lays out a fixed-width table: a header row, a rule, then the rows.
-/// Columns are separated by two spaces; trailing spaces are trimmed.
-pub fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut s = String::new();
-        for (i, cell) in cells.enumerate() {
-            let width = widths.get(i).copied().unwrap_or(0);
-            let pad = width.saturating_sub(cell.chars().count());
-            if i > 0 {
-                s.push_str("  ");
-            }
-            if aligns.get(i) == Some(&Align::Right) {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(cell);
-            } else {
-                s.push_str(cell);
-                s.push_str(&" ".repeat(pad));
-            }
-        }
-        s.truncate(s.trim_end().len());
-        s.push('\n');
-        s
-    };
-    let mut out = line(&mut headers.iter().copied());
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    out.push_str(&line(&mut rule.iter().map(String::as_str)));
-    for row in rows {
-        out.push_str(&line(&mut row.iter().map(String::as_str)));
-    }
-    out
-}
-
-/// A number of cycles as a whole number with thousands separators;
-/// `-` for NaN or infinite values.
-pub fn fmt_cycles(value: f64) -> String {
-    if !value.is_finite() {
-        return "-".to_string();
-    }
-    let rounded = value.round();
-    let negative = rounded < 0.0;
-    let digits = format!("{:.0}", rounded.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
-    if negative {
-        out.push('-');
-    }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A duration in nanoseconds: two decimals below 10, one below 1000,
-/// whole numbers with separators above; `-` for non-finite values.
-pub fn fmt_ns(value: f64) -> String {
-    if !value.is_finite() {
-        "-".to_string()
-    } else if value.abs() < 10.0 {
-        format!("{value:.2}")
-    } else if value.abs() < 1000.0 {
-        format!("{value:.1}")
-    } else {
-        fmt_cycles(value)
-    }
-}
-
-/// A signed percentage with one decimal, e.g. `+4.2%`.
-pub(crate) fn fmt_pct_signed(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:+.1}%")
-    } else {
-        "-".to_string()
-    }
-}
-
-/// A signed number of cycles with thousands separators, e.g. `+1,234` or `-52`.
-fn fmt_cycles_signed(value: f64) -> String {
-    if value.is_finite() && value >= 0.0 {
-        format!("+{}", fmt_cycles(value))
-    } else {
-        fmt_cycles(value)
-    }
-}
-
-/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (through the `time` crate); a time beyond
-/// what it represents (year 9999) is shown as seconds since the epoch.
-pub(crate) fn fmt_unix_utc(secs: u64) -> String {
-    const FORMAT: &[time::format_description::FormatItem<'static>] =
-        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
-    i64::try_from(secs)
-        .ok()
-        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
-        .and_then(|t| t.format(FORMAT).ok())
-        .unwrap_or_else(|| format!("{secs} s after 1970-01-01 UTC"))
-}
-
-/// A string from the host block at a JSON pointer, if present and non-empty.
-pub(crate) fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
-    host.pointer(pointer)
-        .and_then(serde_json::Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-}
-
-/// The "handled" cell: the observed handling (with `*` when it differs
+/// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
 fn handled_cell(t: &TestResult) -> String {
     match &t.status {
@@ -314,18 +194,96 @@ fn kvm_counter_lines(results: &Results) -> Vec<String> {
     lines
 }
 
+/// The first line of a test's reason, for the table's details: what follows it (a
+/// stuck vCPU's registers and stack) stays in the results file, and `bench -v` and
+/// `report -v` print it ([`reason_details`]).
+fn reason_line(reason: &str) -> String {
+    match reason.split_once('\n') {
+        Some((first, _)) => {
+            format!("{first} (registers and stack: in the results file, or with -v)")
+        }
+        None => reason.to_string(),
+    }
+}
+
+/// The multi-line parts of the tests' reasons (a stuck vCPU's registers and stack), each
+/// headed by its test; empty when no reason has any.
+pub fn reason_details(results: &Results) -> String {
+    let mut out = String::new();
+    for t in &results.tests {
+        if let Some((_, rest)) = t.status.reason().and_then(|r| r.split_once('\n')) {
+            let _ = writeln!(out, "{} {}:\n{}", t.name, t.status.word(), rest.trim_end());
+        }
+    }
+    out
+}
+
+/// The samples a test kept figures from: its sample count, or "-" when it has no
+/// figures (it did not complete, or was skipped).
+pub(crate) fn samples_cell(t: &TestResult) -> String {
+    match t.cycles {
+        Some(_) => fmt_cycles(t.samples as f64),
+        None => "-".to_string(),
+    }
+}
+
 /// The lines printed below the table (reasons, handling mismatches, phases,
 /// VMM-side timings, overhead, exit checks, notes).
 fn detail_lines(results: &Results) -> Vec<String> {
+    let tests = &results.tests;
     let mut lines = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let Some(reason) = t.status.reason() {
-            lines.push(format!("{} {}: {}", t.name, t.status.word(), reason));
+            lines.push(format!(
+                "{} {}: {}",
+                t.name,
+                t.status.word(),
+                reason_line(reason)
+            ));
         }
     }
-    lines.extend(crate::irq::per_vcpu_lines(&results.tests));
+    lines.extend(per_vcpu_lines(tests));
+    lines.extend(handling_lines(tests));
+    lines.extend(kvm_counter_lines(results));
+    lines.extend(round_spread_line(results));
+    lines.extend(crate::central::outliers_line(&results.tests));
+    if tests
+        .iter()
+        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
+    {
+        lines.push(
+            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
+        );
+    }
+    lines.extend(tests.iter().filter_map(phase_line));
+    lines.extend(tests.iter().filter_map(host_time_line));
+    if let Some(f) = &results.floor {
+        lines.extend(render_floor(f));
+    }
+    if let Some(o) = &results.vmm_overhead {
+        lines.extend(stamp_lines(o));
+    }
+    lines.extend(exit_check_lines(tests));
+    if let Some(p) = &results.process {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        lines.push(format!(
+            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
+            mib(p.vmm_rss_outside_guest_bytes),
+            mib(p.peak_rss_bytes)
+        ));
+    }
+    for note in &results.notes {
+        lines.push(format!("note: {note}"));
+    }
+    lines
+}
+
+/// Completed tests handled elsewhere than expected, one line each, and one line for
+/// those whose handling was not observed at all.
+fn handling_lines(tests: &[TestResult]) -> Vec<String> {
+    let mut lines = Vec::new();
     let mut not_observed = Vec::new();
-    for t in &results.tests {
+    for t in tests {
         if let (TestStatus::Ok, Some(h)) = (&t.status, t.handled) {
             if h == Handling::NotObserved && !h.agrees_with(t.expected_handling) {
                 not_observed.push(format!(
@@ -345,145 +303,208 @@ fn detail_lines(results: &Results) -> Vec<String> {
     }
     if !not_observed.is_empty() {
         lines.push(format!(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): {}",
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): {}",
             not_observed.join(", ")
         ));
     }
-    lines.extend(kvm_counter_lines(results));
-    lines.extend(round_spread_line(results));
-    lines.extend(crate::central::outliers_line(&results.tests));
-    if results
-        .tests
+    lines
+}
+
+/// A test's phase breakdown (median cycles and shares of the round trip), if it has one.
+fn phase_line(t: &TestResult) -> Option<String> {
+    let (shares, total) = phase_shares(t)?;
+    let parts: Vec<String> = shares
         .iter()
-        .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
-    {
-        lines.push(
-            "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
-        );
-    }
-    for t in &results.tests {
-        if let Some((shares, total)) = phase_shares(t) {
-            let parts: Vec<String> = shares
-                .iter()
-                .map(|(label, m, pct)| {
-                    if pct.is_finite() {
-                        format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
-                    } else {
-                        format!("{label} {}", fmt_cycles(*m))
-                    }
-                })
-                .collect();
-            lines.push(format!(
-                "{} phases (median cycles): {}; round trip {}",
-                t.name,
-                parts.join(", "),
-                fmt_cycles(total)
-            ));
-        }
-    }
-    for t in &results.tests {
-        let mut parts = Vec::new();
-        if let Some(s) = &t.kvm_run_cycles {
-            parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
-        }
-        if let Some(s) = &t.userspace_share {
-            parts.push(format!(
-                "VMM userspace per exit median {} cycles",
-                fmt_cycles(s.median)
-            ));
-        }
-        if !parts.is_empty() {
-            lines.push(format!("{}: {}", t.name, parts.join("; ")));
-        }
-    }
-    if let Some(o) = &results.vmm_overhead {
-        let bus = match o.bus_devices {
-            Some(n) => format!(
-                ", on the PC platform's bus ({n} devices, the measured port claimed by one)"
-            ),
-            None => ", on an unpopulated bus".to_string(),
-        };
-        lines.push(format!(
-            "VMM overhead ({}{bus}), userspace cycles per exit:",
-            o.test
-        ));
-        let rows = vec![
-            vec![
-                "full VMM".to_string(),
-                fmt_cycles(o.full.p10),
-                fmt_cycles(o.full.median),
-            ],
-            vec![
-                "bare loop".to_string(),
-                fmt_cycles(o.bare.p10),
-                fmt_cycles(o.bare.median),
-            ],
-            vec![
-                "ratio".to_string(),
-                fmt_ratio(o.ratio_p10),
-                fmt_ratio(o.ratio_median),
-            ],
-        ];
-        let table = layout(
-            &["", "p10", "median"],
-            &[Align::Left, Align::Right, Align::Right],
-            &rows,
-        );
-        lines.extend(table.lines().map(|l| format!("  {l}")));
-        lines.extend(overhead_resolution(o));
-    }
-    let checked: Vec<&TestResult> = results
-        .tests
-        .iter()
-        .filter(|t| t.exit_check.is_some())
+        .map(|(label, m, pct)| {
+            if pct.is_finite() {
+                format!("{label} {} ({pct:.1}%)", fmt_cycles(*m))
+            } else {
+                format!("{label} {}", fmt_cycles(*m))
+            }
+        })
         .collect();
+    Some(format!(
+        "{} phases (median cycles): {}; round trip {}",
+        t.name,
+        parts.join(", "),
+        fmt_cycles(total)
+    ))
+}
+
+/// A test's KVM_RUN and VMM userspace medians, if it has either.
+fn host_time_line(t: &TestResult) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = &t.kvm_run_cycles {
+        parts.push(format!("KVM_RUN median {} cycles", fmt_cycles(s.median)));
+    }
+    if let Some(s) = &t.userspace_share {
+        parts.push(format!(
+            "VMM userspace per exit median {} cycles",
+            fmt_cycles(s.median)
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("{}: {}", t.name, parts.join("; ")))
+}
+
+/// A bare share of fewer steps of the stamps' resolution than this is coarse (one step
+/// moves it by more than 5 %), and is said to be.
+pub const FINE_STEPS: f64 = 20.0;
+
+/// Whether a share of `steps` steps of the stamps' resolution is too coarse for a ratio
+/// (fewer than [`FINE_STEPS`], or not a number).
+fn coarse_steps(steps: f64) -> bool {
+    steps.is_nan() || steps < FINE_STEPS
+}
+
+/// The overhead experiment's headline: exitlab as users run it against the independent
+/// bare loop, from the kernel's side (or why that was not measured).
+pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
+    use crate::results::FloorView;
+    let c = match f {
+        FloorView::NotMeasured { reason } => {
+            return vec![format!(
+            "VMM overhead against the independent bare loop (exitlab-floor) not measured: {reason}"
+        )]
+        }
+        FloorView::Measured(c) => c,
+    };
+    let mut lines = vec![format!(
+        "VMM overhead, userspace cycles per exit, exitlab against the independent bare loop ({}; guest: {}; {} round{} interleaved):",
+        c.method,
+        c.guest,
+        c.rounds,
+        if c.rounds == 1 { "" } else { "s" }
+    )];
+    let row = |name: &str, s: &crate::results::FloorSide| {
+        vec![
+            name.to_string(),
+            fmt_cycles(s.user.p10),
+            fmt_cycles(s.user.median),
+            fmt_cycles(s.exits as f64),
+            s.command.clone(),
+        ]
+    };
+    let rows = vec![
+        row("exitlab", &c.exitlab),
+        row("bare loop", &c.floor),
+        vec![
+            "ratio".to_string(),
+            fmt_ratio(c.ratio_p10),
+            fmt_ratio(c.ratio_median),
+            String::new(),
+            String::new(),
+        ],
+    ];
+    let table = layout(
+        &["", "p10", "median", "exits", "command"],
+        &[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        &rows,
+    );
+    lines.extend(table.lines().map(|l| format!("  {}", l.trim_end())));
+    for s in [&c.exitlab, &c.floor] {
+        if s.exits != s.exits_expected {
+            lines.push(format!(
+                "  warning: the trace saw {} exits of {} where the guest makes {}: the figures are incomplete",
+                fmt_cycles(s.exits as f64),
+                s.command,
+                fmt_cycles(s.exits_expected as f64)
+            ));
+        }
+    }
+    if c.lost_events > 0 {
+        lines.push(format!(
+            "  warning: the kernel dropped {} trace events",
+            fmt_cycles(c.lost_events as f64)
+        ));
+    }
+    lines
+}
+
+/// The in-process stamps of the overhead experiment, a diagnostic: full and bare and
+/// their difference, never a ratio.
+fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
+    let bus = match o.bus_devices {
+        Some(n) => {
+            format!(", on the PC platform's bus ({n} devices, the measured port claimed by one)")
+        }
+        None => ", on an unpopulated bus".to_string(),
+    };
+    let mut lines = vec![format!(
+        "VMM overhead, in-process stamps ({}{bus}; a diagnostic: the full loop against the same loop with the bare handler, in this process), userspace cycles per exit:",
+        o.test
+    )];
+    // No ratio: the stamps see only the VMM's own share of the window between two
+    // KVM_RUN calls, which is no measure of the whole userspace share (the kernel view
+    // above is), and on a host whose TSC advances in steps a ratio of a few steps moves
+    // by whole steps.
+    let rows = vec![
+        vec![
+            "full VMM".to_string(),
+            fmt_cycles(o.full.p10),
+            fmt_cycles(o.full.median),
+        ],
+        vec![
+            "bare handler".to_string(),
+            fmt_cycles(o.bare.p10),
+            fmt_cycles(o.bare.median),
+        ],
+    ];
+    let table = layout(
+        &["", "p10", "median"],
+        &[Align::Left, Align::Right, Align::Right],
+        &rows,
+    );
+    lines.extend(table.lines().map(|l| format!("  {l}")));
+    lines.extend(overhead_resolution(o));
+    lines
+}
+
+/// The exit check: one line when every checked test passed, else one per failure.
+fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
+    let checked: Vec<&TestResult> = tests.iter().filter(|t| t.exit_check.is_some()).collect();
     let failed: Vec<&TestResult> = checked
         .iter()
         .copied()
         .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
         .collect();
     if failed.is_empty() {
-        if !checked.is_empty() {
-            lines.push(format!(
-                "exit check: all {} checked test{} passed",
-                checked.len(),
-                if checked.len() == 1 { "" } else { "s" }
-            ));
+        if checked.is_empty() {
+            return Vec::new();
         }
-    } else {
-        for t in failed {
-            if let Some(c) = &t.exit_check {
-                lines.push(format!(
-                    "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
-                    t.name,
-                    c.expected_user_exits,
-                    c.observed_user_exits,
-                    if c.detail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", c.detail)
-                    }
-                ));
-            }
-        }
+        return vec![format!(
+            "exit check: all {} checked test{} passed",
+            checked.len(),
+            if checked.len() == 1 { "" } else { "s" }
+        )];
     }
-    if let Some(p) = &results.process {
-        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        lines.push(format!(
-            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
-            mib(p.vmm_rss_outside_guest_bytes),
-            mib(p.peak_rss_bytes)
-        ));
-    }
-    for note in &results.notes {
-        lines.push(format!("note: {note}"));
-    }
-    lines
+    failed
+        .into_iter()
+        .filter_map(|t| {
+            let c = t.exit_check.as_ref()?;
+            Some(format!(
+                "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
+                t.name,
+                c.expected_user_exits,
+                c.observed_user_exits,
+                if c.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", c.detail)
+                }
+            ))
+        })
+        .collect()
 }
 
-/// What the overhead ratio rests on: the difference full − bare in cycles and in steps
-/// of the stamps' resolution, and a warning when the bare loop's share is so few steps
-/// that one step moves the ratio by more than 10 %.
+/// What the in-process difference rests on: full − bare in cycles and in steps of the
+/// stamps' resolution, and a warning when the bare loop's share is so few steps that
+/// one step moves it by more than 5 %.
 fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
     let Some(step) = o.stamp_step_cycles.filter(|s| *s > 0) else {
         return Vec::new();
@@ -503,9 +524,9 @@ fn overhead_resolution(o: &crate::results::Overhead) -> Vec<String> {
         fmt_cycles(step)
     )];
     let bare_steps = o.bare.p10 / step;
-    if bare_steps.is_finite() && bare_steps < 10.0 {
+    if coarse_steps(bare_steps) {
         lines.push(format!(
-            "  coarse: the bare loop's share is {bare_steps:.0} step(s) of the host's clock, so one step moves the ratio by {:.0}%; read the difference in cycles, and the kernel's view of the whole userspace share (a note from bench run as root with tracefs)",
+            "  coarse: the bare handler's share is {bare_steps:.0} step(s) of the host's clock, so one step moves it by {:.0}%; read the difference in cycles, and the kernel's view above",
             100.0 / bare_steps.max(1.0)
         ));
     }
@@ -530,7 +551,7 @@ fn apic_cell(t: &TestResult) -> String {
 }
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
-/// "test" and "handled".
+/// "test", "observed" and "apic".
 fn numeric_cells(t: &TestResult) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
@@ -541,7 +562,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.p99),
         pick(|s| s.mean),
         pick(|s| s.stddev),
-        fmt_cycles(t.samples as f64),
+        samples_cell(t),
         opt_cycles(crate::central::net_figure(t)),
         median_ns_cell(t),
     ]
@@ -549,7 +570,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
 
 const TABLE_HEADERS: [&str; 12] = [
     "test",
-    "handled",
+    "observed",
     "apic",
     "median",
     "p10",
@@ -621,8 +642,8 @@ pub fn render_markdown(results: &Results) -> String {
         let _ = writeln!(out, "- {}", md_cell(&line));
     }
     out.push('\n');
-    out.push_str("| test | handled | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
-    out.push_str("|:-----|:--------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
+    out.push_str("| test | observed | apic | median | p10 | p90 | p99 | mean | sd | samples | net median | median ns |\n");
+    out.push_str("|:-----|:---------|:-----|-------:|----:|----:|----:|-----:|---:|--------:|-----------:|----------:|\n");
     for t in &results.tests {
         let mut cells = vec![
             format!("`{}`", t.name.replace('`', "'")),
@@ -741,6 +762,15 @@ pub fn render_seed(results: &Results) -> Option<String> {
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break.
+/// A number for machine-readable output (CSV, OpenMetrics): rounded to 9 significant
+/// digits, then written in the shortest form that reads back as that value, so that
+/// sums like 26236.60000000001 appear as 26236.6.
+pub fn plain_number(v: f64) -> String {
+    let rounded: f64 = format!("{v:.8e}").parse().unwrap_or(v);
+    // -0 is written 0.
+    format!("{}", rounded + 0.0)
+}
+
 fn csv_field(v: &str) -> String {
     if v.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", v.replace('"', "\"\""))
@@ -753,11 +783,11 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns\n",
+        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
-            .map_or(String::new(), |x| format!("{x}"))
+            .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
         let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
@@ -789,11 +819,47 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.median_ci95[1])),
                     num(crate::central::net_figure(t)),
                     num(crate::central::figure_ns(t).map(|f| f.0)),
+                    // Why the file's run was cut short (the same on each of its rows):
+                    // its rows then cover only the rounds that completed.
+                    csv_field(r.incomplete.as_deref().unwrap_or("")),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
             }
         }
+    }
+    out
+}
+
+/// Report lines: the exits of each vCPU of every test that ran on more than one.
+fn per_vcpu_lines(tests: &[TestResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tests {
+        let Some(irq) = &t.irq else { continue };
+        if irq.per_vcpu.len() < 2 {
+            continue;
+        }
+        let parts: Vec<String> = irq
+            .per_vcpu
+            .iter()
+            .map(|v| {
+                let opt = |x: Option<u64>| x.map_or("-".into(), |n| n.to_string());
+                format!(
+                    "vCPU {}: {} userspace, {} KVM exits, {} HLT exits",
+                    v.vcpu,
+                    v.user.total(),
+                    opt(v.kvm_exits),
+                    opt(v.halt_exits)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} ({}, {} vCPUs) exits per vCPU: {}",
+            t.name,
+            irq.apic.name(),
+            irq.cpus,
+            parts.join("; ")
+        ));
     }
     out
 }
@@ -805,21 +871,12 @@ mod tests {
     use crate::results::{ExitCheck, Handling, Overhead};
 
     #[test]
-    fn number_formats() {
-        assert_eq!(fmt_cycles(0.0), "0");
-        assert_eq!(fmt_cycles(999.4), "999");
-        assert_eq!(fmt_cycles(999.5), "1,000");
-        assert_eq!(fmt_cycles(1234567.0), "1,234,567");
-        assert_eq!(fmt_cycles(-1234.0), "-1,234");
-        assert_eq!(fmt_cycles(-0.2), "0");
-        assert_eq!(fmt_cycles(f64::NAN), "-");
-        assert_eq!(fmt_cycles(1e20), "100,000,000,000,000,000,000");
-        assert_eq!(fmt_ns(1.23456), "1.23");
-        assert_eq!(fmt_ns(123.456), "123.5");
-        assert_eq!(fmt_ns(12345.6), "12,346");
-        assert_eq!(fmt_ns(f64::INFINITY), "-");
-        assert_eq!(fmt_pct_signed(4.25), "+4.2%");
-        assert_eq!(fmt_pct_signed(-0.04), "-0.0%");
+    fn plain_numbers_are_rounded_to_nine_digits() {
+        assert_eq!(plain_number(26236.60000000001), "26236.6");
+        assert_eq!(plain_number(1240.0), "1240");
+        assert_eq!(plain_number(1.2345678912e-5), "0.0000123456789");
+        assert_eq!(plain_number(-0.0), "0");
+        assert_eq!(plain_number(0.1 + 0.2), "0.3");
     }
 
     #[test]
@@ -849,29 +906,37 @@ mod tests {
     }
 
     #[test]
-    fn dates() {
-        assert_eq!(fmt_unix_utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(fmt_unix_utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
-        assert_eq!(fmt_unix_utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        // Must not panic on absurd values.
-        let _ = fmt_unix_utc(u64::MAX);
-    }
-
-    #[test]
-    fn layout_aligns_columns() {
-        let t = layout(
-            &["a", "num"],
-            &[Align::Left, Align::Right],
-            &[
-                vec!["long name".into(), "1".into()],
-                vec!["x".into(), "1,000".into()],
-            ],
+    fn a_stuck_test_gets_one_line_and_no_samples_in_the_table() {
+        let mut r = sample_results();
+        let ipi = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        assert!(ipi.samples > 0);
+        ipi.status = TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000".into(),
+        };
+        let text = render_table(&r);
+        assert!(
+            text.contains("ipi did-not-complete: no progress for 3.0 s (registers and stack: in the results file, or with -v)\n"),
+            "{text}"
         );
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0], "a            num");
-        assert_eq!(lines[1], "---------  -----");
-        assert_eq!(lines[2], "long name      1");
-        assert_eq!(lines[3], "x          1,000");
+        assert!(
+            !text.contains("rip=") && !text.contains("stack (rsp"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("ipi ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // test, observed (the status), apic, then median .. sd, samples: all "-".
+        assert!(cells[3..].iter().all(|c| *c == "-"), "{row}");
+        let details = reason_details(&r);
+        assert_eq!(
+            details,
+            "ipi did-not-complete:\nvCPU registers when stopped:\nrip=0x100883\nstack (rsp upwards):\n  0000\n"
+        );
+        // The header names what the column holds.
+        let header = text.lines().find(|l| l.starts_with("test ")).unwrap();
+        assert!(
+            header.contains(" observed ") && !header.contains("handled"),
+            "{header}"
+        );
     }
 
     #[test]
@@ -927,10 +992,78 @@ mod tests {
             "inl_from_qemu phases (median cycles): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(text.contains("inl_from_qemu: KVM_RUN median 4,050 cycles; VMM userspace per exit median 1,850 cycles"));
-        assert!(text.contains("VMM overhead (inl_from_qemu, on an unpopulated bus)"));
-        assert!(text.contains("1.95x"), "{text}");
+        assert!(
+            text.contains("VMM overhead, in-process stamps (inl_from_qemu, on an unpopulated bus; a diagnostic"),
+            "{text}"
+        );
+        assert!(!text.contains("1.95x"), "no in-process ratio: {text}");
         assert!(text.contains("exit check: all 1 checked test passed"));
         assert!(text.contains("note: this host is nested/paravirtual"));
+    }
+
+    #[test]
+    fn the_floor_comparison_heads_the_overhead_block_and_says_when_it_is_missing() {
+        use crate::results::{FloorComparison, FloorSide, FloorView};
+        let mut results = sample_results();
+        let base = results.vmm_overhead.as_ref().unwrap().full.clone();
+        let side = |cmd: &str, p10: f64, median: f64, exits: u64| FloorSide {
+            command: cmd.into(),
+            user: Summary {
+                p10,
+                median,
+                ..base.clone()
+            },
+            exits,
+            exits_expected: 100_000,
+            round_medians: vec![median; 5],
+        };
+        let c = FloorComparison::new(
+            "kernel view".into(),
+            "harness ins=20000".into(),
+            5,
+            20_000,
+            side("exitlab run x", 1_664.0, 1_690.0, 100_000),
+            side("exitlab-floor x", 1_600.0, 1_625.0, 100_000),
+            0,
+        );
+        assert!(c.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(c.clone())));
+        let text = render_table(&results);
+        let block = text
+            .split("VMM overhead, userspace cycles per exit, exitlab against the independent bare loop")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        for needle in [
+            "1,664",
+            "1,600",
+            "1.04x",
+            "100,000",
+            "exitlab-floor x",
+            "5 rounds",
+        ] {
+            assert!(block.contains(needle), "{needle}: {text}");
+        }
+        assert!(!text.contains("warning: the trace saw"), "{text}");
+        // An exit the trace did not see is said, not hidden.
+        let mut short = c;
+        short.exitlab.exits = 99_998;
+        assert!(!short.counts_agree());
+        results.floor = Some(FloorView::Measured(Box::new(short)));
+        let text = render_table(&results);
+        assert!(
+            text.contains("warning: the trace saw 99,998 exits of exitlab run x where the guest makes 100,000"),
+            "{text}"
+        );
+        results.floor = Some(FloorView::NotMeasured {
+            reason: "the kernel view is not available: tracefs ...".into(),
+        });
+        let text = render_table(&results);
+        assert!(text.contains("VMM overhead against the independent bare loop (exitlab-floor) not measured: the kernel view is not available"), "{text}");
+        // The view survives the results file.
+        let json = serde_json::to_string(&results).unwrap();
+        assert!(json.contains("\"status\":\"not_measured\""), "{json}");
+        let back: Results = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.floor, results.floor);
     }
 
     #[test]
@@ -942,13 +1075,17 @@ mod tests {
             median,
             ..base.clone()
         };
-        // Stamps read in 26-cycle steps: 104 against 52 is a ratio of 2.00 that rests
-        // on a difference of two steps and a bare share of two steps.
+        // Stamps read in 26-cycle steps: 104 against 52 would be a ratio of 2.00 that
+        // rests on a difference of two steps and a bare share of two steps: no ratio is
+        // printed, the difference in cycles is.
         let mut o = Overhead::new("inl_from_user", summary(104.0, 130.0), summary(52.0, 78.0));
         o.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(o.clone());
         let text = render_table(&results);
-        assert!(text.contains("2.00x"), "{text}");
+        assert!(
+            !text.contains("2.00x") && !text.contains("\n  ratio"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "full - bare: +52 cycles at p10, +52 at the median (2 and 2 steps of 26 cycles"
@@ -956,7 +1093,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("coarse: the bare loop's share is 2 step(s) of the host's clock, so one step moves the ratio by 50%"),
+            text.contains("coarse: the bare handler's share is 2 step(s) of the host's clock, so one step moves it by 50%"),
             "{text}"
         );
         // A bare share of many steps is not called coarse; the difference is still shown.
@@ -968,6 +1105,10 @@ mod tests {
         fine.stamp_step_cycles = Some(26);
         results.vmm_overhead = Some(fine);
         let text = render_table(&results);
+        assert!(
+            !text.contains("1.04x"),
+            "84 steps: still no in-process ratio\n{text}"
+        );
         assert!(
             text.contains("full - bare: +78 cycles at p10, +26 at the median (3 and 1 steps"),
             "{text}"
@@ -1113,7 +1254,7 @@ mod tests {
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");
         assert!(text.contains(
-            "* where it was handled was not observed (no userspace exit, and KVM's exit counter counted none beyond the empty loop's): cpuid (expected kernel)"
+            "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): cpuid (expected kernel)"
         ), "{text}");
         assert!(
             text.contains(
@@ -1135,5 +1276,40 @@ mod tests {
         assert!(text.contains(
             "spread of the rounds' medians (max/min - 1, 2 tests): median 2.3%, worst 3.4% (inl_from_qemu)"
         ), "{text}");
+    }
+
+    #[test]
+    fn per_vcpu_lines_cover_only_tests_on_several_vcpus() {
+        use crate::irq::{ApicMode, IrqResult, VcpuExits};
+        let vcpu = |n: u32, hlt: u64, kvm: Option<u64>| VcpuExits {
+            vcpu: n,
+            user: exitlab_counts::ExitCounts {
+                hlt,
+                doorbell: 1,
+                ..Default::default()
+            },
+            kvm_exits: kvm,
+            halt_exits: kvm.map(|_| hlt),
+        };
+        let mut two = ok_test("ipi", 1000.0);
+        two.irq = Some(IrqResult {
+            apic: ApicMode::X2apic,
+            cpus: 2,
+            per_vcpu: vec![vcpu(0, 3, Some(40)), vcpu(1, 5, None)],
+        });
+        let mut one = ok_test("cpuid", 1000.0);
+        one.irq = Some(IrqResult {
+            apic: ApicMode::Xapic,
+            cpus: 1,
+            per_vcpu: vec![vcpu(0, 0, Some(1))],
+        });
+        let lines = per_vcpu_lines(&[one, two, ok_test("hlt", 1.0)]);
+        assert_eq!(
+            lines,
+            vec![
+                "ipi (x2apic, 2 vCPUs) exits per vCPU: vCPU 0: 4 userspace, 40 KVM exits, 3 HLT exits; vCPU 1: 6 userspace, - KVM exits, - HLT exits"
+                    .to_string()
+            ]
+        );
     }
 }

@@ -46,8 +46,17 @@ pub struct Results {
     pub config: BenchConfig,
     /// One entry per requested test, in the order they were run.
     pub tests: Vec<TestResult>,
-    /// Cost of the VMM's own userspace exit handling, when measured.
+    /// Cost of the VMM's own userspace exit handling as the in-process stamps see it
+    /// (the full loop against the same loop with the bare handler, in this process): a
+    /// diagnostic, coarse on hosts whose TSC advances in steps; see `floor` for the
+    /// overhead experiment's headline figures.
     pub vmm_overhead: Option<Overhead>,
+    /// exitlab as users run it (`exitlab run`, seccomp filters on) against the
+    /// independent bare loop (`exitlab-floor`, a C program), on the same guest, in
+    /// interleaved rounds, traced from the kernel's side; `None` when the overhead
+    /// experiment did not run.
+    #[serde(default)]
+    pub floor: Option<FloorView>,
     /// Remarks about the run, e.g. that the host is nested or paravirtual.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -512,6 +521,96 @@ impl Overhead {
             bus_devices: None,
             stamp_step_cycles: None,
         }
+    }
+}
+
+/// The overhead experiment's kernel-side comparison, or why it has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum FloorView {
+    /// Both sides were traced.
+    Measured(Box<FloorComparison>),
+    /// The kernel view was not available (no tracefs, not root, ...) or a side failed.
+    NotMeasured {
+        /// Why, and what to do about it.
+        reason: String,
+    },
+}
+
+/// exitlab's userspace share per exit against the independent bare loop, each traced
+/// from the kernel's side: from `kvm_userspace_exit` to the same thread's next
+/// `ioctl(KVM_RUN)` entry, in cycles of the x86-tsc trace clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorComparison {
+    /// What was measured and how, in words.
+    pub method: String,
+    /// The guest both sides ran (kernel and command line).
+    pub guest: String,
+    /// Rounds; each ran both sides once, alternating which went first.
+    pub rounds: u32,
+    /// Userspace exits (`in` from the measured port) the guest makes per run.
+    pub exits_per_run: u64,
+    /// exitlab (`exitlab run ...`).
+    pub exitlab: FloorSide,
+    /// The bare loop (`exitlab-floor`).
+    pub floor: FloorSide,
+    /// `exitlab.user.p10 / floor.user.p10`.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub ratio_p10: f64,
+    /// `exitlab.user.median / floor.user.median`.
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub ratio_median: f64,
+    /// Events the kernel dropped over all runs (0 when the figures are complete).
+    pub lost_events: u64,
+}
+
+/// One side of a [`FloorComparison`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorSide {
+    /// The command line run (the guest's path shortened to its file name).
+    pub command: String,
+    /// Userspace cycles per exit, pooled over all rounds.
+    pub user: Summary,
+    /// Exits of the measured kind the trace saw, over all rounds.
+    pub exits: u64,
+    /// Exits the guest made by construction, over all rounds.
+    pub exits_expected: u64,
+    /// The median of each round, in the order they ran.
+    pub round_medians: Vec<f64>,
+}
+
+impl FloorComparison {
+    /// Builds the comparison, computing both ratios (NaN over a non-positive floor).
+    pub fn new(
+        method: String,
+        guest: String,
+        rounds: u32,
+        exits_per_run: u64,
+        exitlab: FloorSide,
+        floor: FloorSide,
+        lost_events: u64,
+    ) -> Self {
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        FloorComparison {
+            method,
+            guest,
+            rounds,
+            exits_per_run,
+            ratio_p10: ratio(exitlab.user.p10, floor.user.p10),
+            ratio_median: ratio(exitlab.user.median, floor.user.median),
+            exitlab,
+            floor,
+            lost_events,
+        }
+    }
+
+    /// Whether every run made exactly the exits the guest makes by construction, and
+    /// the kernel dropped nothing.
+    pub fn counts_agree(&self) -> bool {
+        self.lost_events == 0
+            && [&self.exitlab, &self.floor]
+                .iter()
+                .all(|s| s.exits == s.exits_expected)
     }
 }
 
@@ -1008,6 +1107,7 @@ pub(crate) mod tests {
                 summary(1800.0),
                 summary(900.0),
             )),
+            floor: None,
             notes: vec!["this host is nested/paravirtual".to_string()],
             process: Some(ProcessStats {
                 vmm_rss_outside_guest_bytes: 6 << 20,

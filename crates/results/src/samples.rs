@@ -184,30 +184,7 @@ pub fn host_values(samples: &[Sample]) -> (Vec<f64>, Vec<f64>) {
 mod tests {
     //! Synthetic samples with known answers.
     use super::*;
-
-    /// A sample of `total` guest cycles starting at `g_start` (guest TSC), with the empty
-    /// loop at `g_loop`, and host stamps that put the exit `exit` cycles after the start
-    /// and the re-entry `handle` cycles later, for a vCPU whose guest TSC is the host's
-    /// plus `offset`.
-    fn sample(
-        g_start: u64,
-        total: u64,
-        g_loop: u64,
-        exit: u64,
-        handle: u64,
-        offset: i64,
-    ) -> Sample {
-        let host_start = g_start.wrapping_sub(offset as u64);
-        Sample {
-            g_start,
-            g_end: g_start + total,
-            h_prev_reenter: host_start.saturating_sub(5_000),
-            h_return: host_start + exit,
-            h_reenter: host_start + exit + handle,
-            seq_delta: 1,
-            g_loop,
-        }
-    }
+    use crate::testing::sample;
 
     #[test]
     fn per_iteration_divides_by_the_batch_and_rejects_backward_samples() {

@@ -23,10 +23,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use exitlab_trace::{Capture, Event, MmioKind, Record, Session, SessionConfig};
+use exitlab_trace::{Capture, Event, MmioKind, Record};
 use serde::Serialize;
 
-use crate::report::{fmt_cycles, layout, Align};
+use crate::format::{fmt_cycles, layout, Align};
 use crate::stats::{summarize, Summary};
 
 /// The KVM_RUN ioctl request number.
@@ -218,27 +218,33 @@ struct Paired {
     sys_enter_seen: bool,
 }
 
-/// Pairs the events of `records` into exits, per thread. `tgids`, when given, keeps
-/// only those processes.
-fn pair(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> Paired {
-    let mut threads: BTreeMap<u32, ThreadState> = BTreeMap::new();
-    let t0 = records.first().map_or(0, |r| r.ts);
-    let mut phase = 0usize;
-    let mut phase_starts = vec![0u64];
-    let mut kvm_exit_seen = false;
-    let mut sys_enter_seen = false;
-    for r in records {
-        if let (Some(keep), Some(tg)) = (tgids, r.tgid) {
-            if !keep.contains(&tg) {
-                continue;
-            }
+/// Which phase each event falls in: a new one every `Every` cycles, or after each write
+/// to the marker port.
+struct PhaseClock {
+    split: PhaseSplit,
+    t0: u64,
+    current: usize,
+    starts: Vec<u64>,
+}
+
+impl PhaseClock {
+    fn new(split: PhaseSplit, t0: u64) -> Self {
+        PhaseClock {
+            split,
+            t0,
+            current: 0,
+            starts: vec![0],
         }
-        match split {
+    }
+
+    /// Moves on to the phase of `r`.
+    fn advance(&mut self, r: &Record) {
+        match self.split {
             PhaseSplit::Every(c) if c > 0 => {
-                let p = (r.ts.saturating_sub(t0) / c) as usize;
-                while phase < p {
-                    phase += 1;
-                    phase_starts.push(phase as u64 * c);
+                let p = (r.ts.saturating_sub(self.t0) / c) as usize;
+                while self.current < p {
+                    self.current += 1;
+                    self.starts.push(self.current as u64 * c);
                 }
             }
             PhaseSplit::MarkerPort(m) => {
@@ -247,139 +253,177 @@ fn pair(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> Paired 
                 } = r.event
                 {
                     if port == m {
-                        phase += 1;
-                        phase_starts.push(r.ts.saturating_sub(t0));
+                        self.current += 1;
+                        self.starts.push(r.ts.saturating_sub(self.t0));
                     }
                 }
             }
             _ => {}
         }
-        let kvm_related = match &r.event {
-            Event::SysEnter { nr, args } => *nr == SYS_IOCTL && args[1] == KVM_RUN,
-            Event::Other { .. } => false,
-            _ => true,
+    }
+}
+
+/// Whether an event takes part in the exits: KVM's events and the KVM_RUN ioctl.
+fn kvm_related(event: &Event) -> bool {
+    match event {
+        Event::SysEnter { nr, args } => *nr == SYS_IOCTL && args[1] == KVM_RUN,
+        Event::Other { .. } => false,
+        _ => true,
+    }
+}
+
+impl ThreadState {
+    /// Takes one KVM-related event of this thread, at `ts` in phase `phase`.
+    fn take(&mut self, ts: u64, event: &Event, phase: usize) {
+        match event {
+            Event::SysEnter { .. } => {
+                if let Some(i) = self.gap_open.take() {
+                    let e = &mut self.exits[i];
+                    e.user = Some(ts.saturating_sub(e.ts));
+                }
+                self.run_start = Some(ts);
+            }
+            Event::KvmExit { reason, .. } => {
+                self.pending = None;
+                self.kvm_exit = Some((ts, reason.clone()));
+            }
+            Event::KvmEntry { .. } => self.kernel_exit_done(ts, phase),
+            Event::Pio { write, port, .. } => {
+                let what = if *write { "out" } else { "in" };
+                self.access(ts, phase, !write, what, Target::Port(*port));
+            }
+            Event::Mmio { kind, gpa, .. } => {
+                let what = match kind {
+                    MmioKind::Write => "mmio write",
+                    _ => "mmio read",
+                };
+                let read = *kind == MmioKind::Read;
+                self.access(ts, phase, read, what, Target::Page(gpa & !0xfff));
+            }
+            Event::Msr { write, index, .. } => {
+                let what = if *write { "wrmsr" } else { "rdmsr" };
+                self.access(ts, phase, false, what, Target::Msr(*index));
+            }
+            Event::UserspaceExit { reason, code } => self.userspace_exit(ts, phase, reason, *code),
+            Event::Other { .. } => {}
+        }
+    }
+
+    /// KVM re-entered the guest after an exit it handled itself.
+    fn kernel_exit_done(&mut self, ts: u64, phase: usize) {
+        if let Some((t, reason)) = self.kvm_exit.take() {
+            let target = self.pending.take().map_or(Target::None, |p| p.1);
+            self.exits.push(ExitRec {
+                ts,
+                phase,
+                key: ExitKey {
+                    handled: Handled::Kernel,
+                    what: reason,
+                    target,
+                },
+                user: None,
+                run: None,
+                exit_leg: None,
+                kernel: Some(ts.saturating_sub(t)),
+            });
+        }
+    }
+
+    /// A port, MMIO or MSR access event. A read's completion (`completes_read`) names
+    /// the target of the userspace exit waiting for one; any other access is pending
+    /// until an exit claims it.
+    fn access(
+        &mut self,
+        ts: u64,
+        phase: usize,
+        completes_read: bool,
+        what: &'static str,
+        target: Target,
+    ) {
+        if completes_read {
+            if let Some(i) = self.await_target.take() {
+                self.exits[i].key.target = target;
+                return;
+            }
+        }
+        if self.kvm_exit.is_none() {
+            self.flush_pending(ts, phase);
+        }
+        self.pending = Some((what, target));
+    }
+
+    /// KVM_RUN returned to the VMM.
+    fn userspace_exit(&mut self, ts: u64, phase: usize, reason: &str, code: i64) {
+        self.await_target = None;
+        // An OUT (or unsatisfied MMIO read, or MMIO write) is traced before its
+        // exit; anything else pending was handled in the kernel.
+        let claims = match (reason, &self.pending) {
+            ("IO", Some((w, Target::Port(_)))) => *w == "out",
+            ("MMIO", Some((_, Target::Page(_)))) => true,
+            _ => false,
         };
-        if !kvm_related {
+        let claimed = if claims { self.pending.take() } else { None };
+        if self.kvm_exit.is_none() {
+            self.flush_pending(ts, phase);
+        }
+        let what = user_what(reason, code, claimed.as_ref());
+        let target = claimed.map_or(Target::None, |p| p.1);
+        let exit_leg = self.kvm_exit.take().map(|(t, _)| ts.saturating_sub(t));
+        self.pending = None;
+        self.exits.push(ExitRec {
+            ts,
+            phase,
+            key: ExitKey {
+                handled: Handled::User,
+                what,
+                target,
+            },
+            user: None,
+            run: self.run_start.take().map(|s| ts.saturating_sub(s)),
+            exit_leg,
+            kernel: None,
+        });
+        let i = self.exits.len() - 1;
+        self.gap_open = Some(i);
+        if target == Target::None && (reason == "IO" || reason == "MMIO") {
+            self.await_target = Some(i);
+        }
+    }
+}
+
+/// Pairs the events of `records` into exits, per thread. `tgids`, when given, keeps
+/// only those processes.
+fn pair(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> Paired {
+    let mut threads: BTreeMap<u32, ThreadState> = BTreeMap::new();
+    let mut phases = PhaseClock::new(split, records.first().map_or(0, |r| r.ts));
+    let mut kvm_exit_seen = false;
+    let mut sys_enter_seen = false;
+    for r in records {
+        if let (Some(keep), Some(tg)) = (tgids, r.tgid) {
+            if !keep.contains(&tg) {
+                continue;
+            }
+        }
+        phases.advance(r);
+        if !kvm_related(&r.event) {
             continue;
         }
+        kvm_exit_seen |= matches!(r.event, Event::KvmExit { .. });
+        sys_enter_seen |= matches!(r.event, Event::SysEnter { .. });
         let st = threads.entry(r.tid).or_default();
         if st.comm.is_empty() {
             st.comm = r.comm.clone();
         }
         st.tgid = st.tgid.or(r.tgid);
-        match &r.event {
-            Event::SysEnter { .. } => {
-                sys_enter_seen = true;
-                if let Some(i) = st.gap_open.take() {
-                    let e = &mut st.exits[i];
-                    e.user = Some(r.ts.saturating_sub(e.ts));
-                }
-                st.run_start = Some(r.ts);
-            }
-            Event::KvmExit { reason, .. } => {
-                kvm_exit_seen = true;
-                st.pending = None;
-                st.kvm_exit = Some((r.ts, reason.clone()));
-            }
-            Event::KvmEntry { .. } => {
-                if let Some((t, reason)) = st.kvm_exit.take() {
-                    let target = st.pending.take().map_or(Target::None, |p| p.1);
-                    st.exits.push(ExitRec {
-                        ts: r.ts,
-                        phase,
-                        key: ExitKey {
-                            handled: Handled::Kernel,
-                            what: reason,
-                            target,
-                        },
-                        user: None,
-                        run: None,
-                        exit_leg: None,
-                        kernel: Some(r.ts.saturating_sub(t)),
-                    });
-                }
-            }
-            Event::Pio { write, port, .. } => {
-                if !write {
-                    if let Some(i) = st.await_target.take() {
-                        st.exits[i].key.target = Target::Port(*port);
-                        continue;
-                    }
-                }
-                if st.kvm_exit.is_none() {
-                    st.flush_pending(r.ts, phase);
-                }
-                st.pending = Some((if *write { "out" } else { "in" }, Target::Port(*port)));
-            }
-            Event::Mmio { kind, gpa, .. } => {
-                let page = Target::Page(gpa & !0xfff);
-                if *kind == MmioKind::Read {
-                    if let Some(i) = st.await_target.take() {
-                        st.exits[i].key.target = page;
-                        continue;
-                    }
-                }
-                if st.kvm_exit.is_none() {
-                    st.flush_pending(r.ts, phase);
-                }
-                let what = match kind {
-                    MmioKind::Write => "mmio write",
-                    _ => "mmio read",
-                };
-                st.pending = Some((what, page));
-            }
-            Event::Msr { write, index, .. } => {
-                if st.kvm_exit.is_none() {
-                    st.flush_pending(r.ts, phase);
-                }
-                st.pending = Some((if *write { "wrmsr" } else { "rdmsr" }, Target::Msr(*index)));
-            }
-            Event::UserspaceExit { reason, code } => {
-                st.await_target = None;
-                // An OUT (or unsatisfied MMIO read, or MMIO write) is traced before its
-                // exit; anything else pending was handled in the kernel.
-                let claims = match (reason.as_str(), &st.pending) {
-                    ("IO", Some((w, Target::Port(_)))) => *w == "out",
-                    ("MMIO", Some((_, Target::Page(_)))) => true,
-                    _ => false,
-                };
-                let claimed = if claims { st.pending.take() } else { None };
-                if st.kvm_exit.is_none() {
-                    st.flush_pending(r.ts, phase);
-                }
-                let what = user_what(reason, *code, claimed.as_ref());
-                let target = claimed.map_or(Target::None, |p| p.1);
-                let exit_leg = st.kvm_exit.take().map(|(t, _)| r.ts.saturating_sub(t));
-                st.pending = None;
-                st.exits.push(ExitRec {
-                    ts: r.ts,
-                    phase,
-                    key: ExitKey {
-                        handled: Handled::User,
-                        what,
-                        target,
-                    },
-                    user: None,
-                    run: st.run_start.take().map(|s| r.ts.saturating_sub(s)),
-                    exit_leg,
-                    kernel: None,
-                });
-                let i = st.exits.len() - 1;
-                st.gap_open = Some(i);
-                if target == Target::None && (reason == "IO" || reason == "MMIO") {
-                    st.await_target = Some(i);
-                }
-            }
-            Event::Other { .. } => {}
-        }
+        st.take(r.ts, &r.event, phases.current);
     }
     let end_ts = records.last().map_or(0, |r| r.ts);
     for st in threads.values_mut() {
-        st.flush_pending(end_ts, phase);
+        st.flush_pending(end_ts, phases.current);
     }
     Paired {
         threads,
-        phase_starts,
+        phase_starts: phases.starts,
         kvm_exit_seen,
         sys_enter_seen,
     }
@@ -388,13 +432,23 @@ fn pair(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> Paired 
 /// Userspace times (cycles) of the userspace exits that did `what` to `target`, over
 /// every thread, in trace order.
 pub fn user_times(records: &[Record], what: &str, target: Target) -> Vec<u64> {
-    pair(records, PhaseSplit::None, None)
+    user_exits(records, what, target).1
+}
+
+/// How many userspace exits of `what` to `target` the records hold, and the userspace
+/// time of each that was followed by a KVM_RUN entry (see [`user_times`]).
+pub fn user_exits(records: &[Record], what: &str, target: Target) -> (u64, Vec<u64>) {
+    let paired = pair(records, PhaseSplit::None, None);
+    let exits: Vec<&ExitRec> = paired
         .threads
         .values()
         .flat_map(|t| &t.exits)
         .filter(|e| e.key.handled == Handled::User && e.key.what == what && e.key.target == target)
-        .filter_map(|e| e.user)
-        .collect()
+        .collect();
+    (
+        exits.len() as u64,
+        exits.iter().filter_map(|e| e.user).collect(),
+    )
 }
 
 /// Pairs the events of `records` into exits and summarises them. `tgids`, when given,
@@ -432,110 +486,6 @@ pub fn analyse(records: &[Record], split: PhaseSplit, tgids: Option<&[u32]>) -> 
         kvm_exit_seen,
         phase_starts,
         notes,
-    }
-}
-
-/// The VMM-overhead experiment seen from the kernel's side: each run of the bench's
-/// overhead experiment is traced on its own (this process and the threads it starts),
-/// and the userspace times of its exits to the measured port are pooled per loop.
-pub struct OverheadView {
-    unavailable: Option<String>,
-    full: Vec<f64>,
-    bare: Vec<f64>,
-    lost: u64,
-}
-
-impl Default for OverheadView {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl OverheadView {
-    /// A view that has traced nothing yet.
-    pub fn new() -> Self {
-        OverheadView {
-            unavailable: None,
-            full: Vec::new(),
-            bare: Vec::new(),
-            lost: 0,
-        }
-    }
-
-    /// Starts tracing this process for one run; `None` when tracing is unavailable
-    /// (not root, no tracefs, ...), which [`OverheadView::note`] then reports.
-    pub fn start(&mut self) -> Option<Session> {
-        if self.unavailable.is_some() {
-            return None;
-        }
-        let mut pids: Vec<u32> = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if pids.is_empty() {
-            pids.push(std::process::id());
-        }
-        let cfg = SessionConfig {
-            pids,
-            follow_forks: true,
-            buffer_kb: 8 << 10,
-            ..SessionConfig::default()
-        };
-        match Session::start(&cfg) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.unavailable = Some(e.to_string());
-                None
-            }
-        }
-    }
-
-    /// Ends one run's tracing and keeps the userspace times of its `in` exits to `port`.
-    pub fn finish(&mut self, session: Option<Session>, bare: bool, port: u16) {
-        let Some(s) = session else { return };
-        match s.finish() {
-            Ok(cap) => {
-                self.lost += cap.lost;
-                let v = user_times(&cap.records, "in", Target::Port(port));
-                let dst = if bare { &mut self.bare } else { &mut self.full };
-                dst.extend(v.into_iter().map(|c| c as f64));
-            }
-            Err(e) => self.unavailable = Some(e.to_string()),
-        }
-    }
-
-    /// The kernel-side figures (full, bare), when both loops were traced.
-    pub fn summaries(&self) -> Option<(Summary, Summary)> {
-        Some((summary_of(&self.full)?, summary_of(&self.bare)?))
-    }
-
-    /// One line for the bench's notes: the full/bare ratio at p10 and median, or why
-    /// there is none.
-    pub fn note(&self) -> String {
-        if let Some(why) = &self.unavailable {
-            return format!("VMM overhead from the kernel's side not measured: {why}");
-        }
-        let Some((f, b)) = self.summaries() else {
-            return "VMM overhead from the kernel's side not measured: the trace held no userspace exit of the measured port".into();
-        };
-        let mut s = format!(
-            "VMM overhead from the kernel's side (traced: kvm_userspace_exit -> next ioctl(KVM_RUN), the whole userspace share of an exit): full VMM p10 {} / median {} cycles ({} exits), bare loop p10 {} / median {} ({} exits), ratio {:.2}x / {:.2}x",
-            fmt_cycles(f.p10),
-            fmt_cycles(f.median),
-            group(f.n),
-            fmt_cycles(b.p10),
-            fmt_cycles(b.median),
-            group(b.n),
-            f.p10 / b.p10,
-            f.median / b.median
-        );
-        if self.lost > 0 {
-            s += &format!(" (the kernel dropped {} events)", self.lost);
-        }
-        s
     }
 }
 
@@ -697,63 +647,7 @@ impl TraceReport {
                     let start = self.phase_starts.get(p.index).copied().unwrap_or(0);
                     let _ = writeln!(s, "  phase {} (from +{} cycles)", p.index + 1, group(start));
                 }
-                let rows: Vec<Vec<String>> = p
-                    .classes
-                    .iter()
-                    .chain(p.all_user.iter())
-                    .map(|c| {
-                        let med = |x: &Option<Summary>| {
-                            x.as_ref().map_or("-".into(), |s| fmt_cycles(s.median))
-                        };
-                        let u = c.user.as_ref();
-                        vec![
-                            c.key.what.clone(),
-                            c.key.target.label(),
-                            match c.key.handled {
-                                Handled::User => "user".into(),
-                                Handled::Kernel => "kernel".into(),
-                            },
-                            group(c.count),
-                            med(&c.run),
-                            med(&c.exit_leg),
-                            med(&c.kernel),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p10)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.median)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p90)),
-                            u.map_or("-".into(), |s| fmt_cycles(s.p99)),
-                        ]
-                    })
-                    .collect();
-                let table = layout(
-                    &[
-                        "exit",
-                        "target",
-                        "handled",
-                        "count",
-                        "KVM_RUN med",
-                        "exit leg med",
-                        "kernel med",
-                        "user p10",
-                        "user med",
-                        "user p90",
-                        "user p99",
-                    ],
-                    &[
-                        Align::Left,
-                        Align::Left,
-                        Align::Left,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                        Align::Right,
-                    ],
-                    &rows,
-                );
-                for line in table.lines() {
+                for line in phase_table(p).lines() {
                     let _ = writeln!(s, "  {line}");
                 }
             }
@@ -763,6 +657,64 @@ impl TraceReport {
         }
         s
     }
+}
+
+/// The table of one phase: a row per exit class, then all userspace exits together.
+fn phase_table(p: &PhaseReport) -> String {
+    let rows: Vec<Vec<String>> = p
+        .classes
+        .iter()
+        .chain(p.all_user.iter())
+        .map(|c| {
+            let med = |x: &Option<Summary>| x.as_ref().map_or("-".into(), |s| fmt_cycles(s.median));
+            let u = c.user.as_ref();
+            vec![
+                c.key.what.clone(),
+                c.key.target.label(),
+                match c.key.handled {
+                    Handled::User => "user".into(),
+                    Handled::Kernel => "kernel".into(),
+                },
+                group(c.count),
+                med(&c.run),
+                med(&c.exit_leg),
+                med(&c.kernel),
+                u.map_or("-".into(), |s| fmt_cycles(s.p10)),
+                u.map_or("-".into(), |s| fmt_cycles(s.median)),
+                u.map_or("-".into(), |s| fmt_cycles(s.p90)),
+                u.map_or("-".into(), |s| fmt_cycles(s.p99)),
+            ]
+        })
+        .collect();
+    layout(
+        &[
+            "exit",
+            "target",
+            "handled",
+            "count",
+            "KVM_RUN med",
+            "exit leg med",
+            "kernel med",
+            "user p10",
+            "user med",
+            "user p90",
+            "user p99",
+        ],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+        ],
+        &rows,
+    )
 }
 
 fn group(n: u64) -> String {
@@ -958,5 +910,47 @@ mod tests {
             .phases
             .iter()
             .all(|p| p.classes.iter().map(|c| c.count).sum::<u64>() == 3));
+    }
+
+    #[test]
+    fn mmio_and_msr_accesses_are_paired_and_other_processes_left_out() {
+        let text = "\
+ vcpu0-7 (     5) [001] ..... 100: sys_enter: NR 16 (5, ae80, 0, 0, 0, 0)
+ vcpu0-7 (     5) [001] ..... 110: kvm_mmio: mmio write len 4 gpa 0xfee000b0 val 0x0
+ vcpu0-7 (     5) [001] ..... 120: kvm_mmio: mmio write len 4 gpa 0xd0000010 val 0x1
+ vcpu0-7 (     5) [001] ..... 130: kvm_userspace_exit: reason KVM_EXIT_MMIO (6)
+ other-8 (     6) [000] ..... 140: sys_enter: NR 16 (5, ae80, 0, 0, 0, 0)
+ other-8 (     6) [000] ..... 150: kvm_userspace_exit: reason KVM_EXIT_HLT (5)
+ vcpu0-7 (     5) [001] ..... 200: sys_enter: NR 16 (5, ae80, 0, 0, 0, 0)
+ vcpu0-7 (     5) [001] ..... 220: kvm_userspace_exit: reason KVM_EXIT_MMIO (6)
+ vcpu0-7 (     5) [001] ..... 300: sys_enter: NR 16 (5, ae80, 0, 0, 0, 0)
+ vcpu0-7 (     5) [001] ..... 310: kvm_mmio: mmio read len 4 gpa 0xd0000020 val 0x5
+ vcpu0-7 (     5) [001] ..... 400: kvm_msr: msr_write c0000080 = 0x100
+";
+        let r = analyse(&records(text), PhaseSplit::None, Some(&[5]));
+        assert_eq!(r.threads.len(), 1, "process 6 is left out");
+        // The write to the APIC page was followed by another access before any exit:
+        // the kernel handled it.
+        let apic = class(&r, 7, "mmio write", Target::Page(0xfee0_0000));
+        assert_eq!((apic.key.handled, apic.count), (Handled::Kernel, 1));
+        // The next write is claimed by the MMIO exit that follows it.
+        let w = class(&r, 7, "mmio write", Target::Page(0xd000_0000));
+        assert_eq!((w.key.handled, w.count), (Handled::User, 1));
+        assert_eq!(w.run.as_ref().map(|s| s.max), Some(30.0));
+        assert_eq!(w.user.as_ref().map(|s| s.max), Some(70.0));
+        // An MMIO exit with nothing traced before it is a read, and learns its page from
+        // the read that completes it after the next KVM_RUN.
+        let rd = class(&r, 7, "mmio read", Target::Page(0xd000_0000));
+        assert_eq!((rd.key.handled, rd.count), (Handled::User, 1));
+        assert_eq!(rd.user.as_ref().map(|s| s.max), Some(80.0));
+        // An MSR access no exit claims, at the end of the trace: the kernel's.
+        let m = class(&r, 7, "wrmsr", Target::Msr(0xc000_0080));
+        assert_eq!((m.key.handled, m.count), (Handled::Kernel, 1));
+        assert_eq!(
+            analyse(&records(text), PhaseSplit::None, None)
+                .threads
+                .len(),
+            2
+        );
     }
 }

@@ -139,10 +139,8 @@ fn write_file(path: &Path, text: &str) -> Result<(), TraceError> {
 
 /// Finds tracefs, mounting it at [`TRACEFS`] when it is nowhere.
 pub fn tracefs_root() -> Result<PathBuf, TraceError> {
-    for p in [TRACEFS, TRACEFS_DEBUGFS] {
-        if Path::new(p).join("instances").is_dir() {
-            return Ok(PathBuf::from(p));
-        }
+    if let Some(p) = mounted_tracefs() {
+        return Ok(p);
     }
     let out = Command::new("mount")
         .args(["-t", "tracefs", "nodev", TRACEFS])
@@ -171,29 +169,92 @@ pub fn probe_events(root: &Path) -> Vec<EventStatus> {
 
 static INSTANCE_SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// Removes the instances earlier exitlab processes left behind (killed before they
-/// could clean up: `exitlab-<pid>-<n>` of a process that no longer exists); returns
-/// how many were removed.
-pub fn remove_stale_instances(root: &Path) -> usize {
-    let Ok(dir) = fs::read_dir(root.join("instances")) else {
-        return 0;
-    };
-    let mut n = 0;
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|s| s.strip_prefix("exitlab-"))
-            .and_then(|s| s.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() && fs::remove_dir(e.path()).is_ok() {
-            n += 1;
+/// The prefix of every instance exitlab creates: `exitlab-<pid>-<start>-<n>`, where
+/// `<pid>` is the owning process, `<start>` its start time (clock ticks after boot, field
+/// 22 of `/proc/<pid>/stat`, so that a later process given the same PID is not taken for
+/// the owner) and `<n>` a sequence number within the process.
+pub const INSTANCE_PREFIX: &str = "exitlab-";
+
+/// The start time of process `pid` (clock ticks after boot), if it exists.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields after it are
+    // counted from its closing parenthesis.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The name of this process's next instance.
+fn instance_name() -> String {
+    let pid = std::process::id();
+    format!(
+        "{INSTANCE_PREFIX}{pid}-{}-{}",
+        start_time(pid).unwrap_or(0),
+        INSTANCE_SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Who owns an instance, read from its name: the PID and, in names written since the
+/// start time was added, the owner's start time. `None` for a name exitlab did not write.
+pub fn instance_owner(name: &str) -> Option<(u32, Option<u64>)> {
+    let mut parts = name.strip_prefix(INSTANCE_PREFIX)?.split('-');
+    let pid = parts.next()?.parse().ok()?;
+    let a: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        // exitlab-<pid>-<n> (older names): no start time.
+        None => Some((pid, None)),
+        Some(n) => {
+            n.parse::<u64>().ok()?;
+            parts.next().is_none().then_some((pid, Some(a)))
         }
     }
-    n
+}
+
+/// Whether an instance named `name` was left by a process that is gone: no process has
+/// its PID, or the process that has it started at another time (the PID was reused).
+/// `false` for names exitlab did not write, and for instances of running processes.
+pub fn is_stale(name: &str) -> bool {
+    match instance_owner(name) {
+        None => false,
+        Some((pid, start)) => match (start_time(pid), start) {
+            (None, _) => true,
+            (Some(now), Some(then)) => now != then,
+            (Some(_), None) => false,
+        },
+    }
+}
+
+/// exitlab's instances under tracefs root `root`, by name, stale or not.
+pub fn exitlab_instances(root: &Path) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(root.join("instances")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| instance_owner(n).is_some())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Removes the instances earlier exitlab processes left behind (killed before they
+/// could clean up, e.g. by `kill -9`: see [`is_stale`]); returns the names removed.
+/// An instance of a running exitlab is left alone.
+pub fn remove_stale_instances(root: &Path) -> Vec<String> {
+    exitlab_instances(root)
+        .into_iter()
+        .filter(|n| is_stale(n))
+        .filter(|n| fs::remove_dir(root.join("instances").join(n)).is_ok())
+        .collect()
+}
+
+/// Where tracefs is mounted now, without mounting it.
+pub fn mounted_tracefs() -> Option<PathBuf> {
+    [TRACEFS, TRACEFS_DEBUGFS]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("instances").is_dir())
 }
 
 impl Session {
@@ -205,12 +266,7 @@ impl Session {
         if let Some(e) = events.iter().find(|e| e.required && !e.available) {
             return Err(TraceError::MissingEvent(e.name.replace('/', ":")));
         }
-        let name = format!(
-            "exitlab-{}-{}",
-            std::process::id(),
-            INSTANCE_SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = root.join("instances").join(name);
+        let dir = root.join("instances").join(instance_name());
         fs::create_dir(&dir).map_err(|source| TraceError::Permission {
             path: dir.clone(),
             source,
@@ -386,4 +442,58 @@ fn read_pipe(mut pipe: fs::File, stop: &AtomicBool, events: Vec<EventStatus>) ->
     }
     take(&mut pending, &mut cap, true);
     cap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_names_its_owner_and_is_stale_only_when_the_owner_is_gone() {
+        let me = std::process::id();
+        let name = instance_name();
+        assert_eq!(instance_owner(&name).map(|o| o.0), Some(me));
+        assert!(!is_stale(&name), "this process is running: {name}");
+        // The same PID with another start time: a later process was given the PID.
+        let start = start_time(me).unwrap();
+        assert!(is_stale(&format!("exitlab-{me}-{}-0", start + 1)));
+        // No process can have a PID beyond pid_max (at most 2^22).
+        assert!(is_stale("exitlab-4294967295-5-0"));
+        assert!(
+            is_stale("exitlab-4294967295-0"),
+            "older names, no start time"
+        );
+        assert!(
+            !is_stale(&format!("exitlab-{me}-0")),
+            "older name of a live PID"
+        );
+        for other in [
+            "exitlab",
+            "exitlab-x-1",
+            "someone-else-1-2",
+            "exitlab-1-2-3-4",
+        ] {
+            assert_eq!(instance_owner(other), None, "{other}");
+            assert!(!is_stale(other));
+        }
+    }
+
+    #[test]
+    fn stale_instances_are_removed_and_live_ones_kept() {
+        // A directory laid out as tracefs's root, standing in for it.
+        let root = std::env::temp_dir().join(format!("exitlab-tracefs-{}", std::process::id()));
+        let inst = root.join("instances");
+        fs::create_dir_all(&inst).unwrap();
+        let live = instance_name();
+        for n in [live.as_str(), "exitlab-4294967295-7-0", "other-tool"] {
+            fs::create_dir_all(inst.join(n)).unwrap();
+        }
+        assert_eq!(
+            remove_stale_instances(&root),
+            vec!["exitlab-4294967295-7-0"]
+        );
+        assert_eq!(exitlab_instances(&root), vec![live.clone()]);
+        assert!(inst.join("other-tool").is_dir(), "not exitlab's: kept");
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum VmmError {
     /// /dev/kvm does not exist.
-    #[error("/dev/kvm does not exist: KVM is not available on this host; load the kvm_intel or kvm_amd module (and enable virtualization in the firmware), or run on a host that offers KVM; `exitlab host` says why it is missing here")]
+    #[error("/dev/kvm does not exist: KVM is not available here; `exitlab host` says why and what to do")]
     KvmMissing,
     /// /dev/kvm exists but cannot be opened.
     #[error("/dev/kvm cannot be opened ({0}): run as root or add your user to the group that owns /dev/kvm (usually `kvm`); `exitlab host` shows who owns it")]
@@ -51,6 +51,9 @@ pub enum VmmError {
         /// The VM's vCPUs.
         cpus: u32,
     },
+    /// The same vCPU index added twice to a machine.
+    #[error("vCPU {0} was added twice to the machine: give each vCPU its own index")]
+    VcpuTwice(u32),
     /// A vCPU's stamp page is not in guest RAM.
     #[error("vCPU {vcpu}: stamp page {gpa:#x} is not in guest RAM")]
     StampPageOutsideRam {

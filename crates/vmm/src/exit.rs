@@ -25,9 +25,9 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::bus::BusView;
 use crate::counts::ExitCounts;
+use crate::hook::{DoorbellCtx, ExitHook, HltPolicy, HookReply, VcpuStop};
 use crate::kvmstats::KvmStats;
 use crate::msr::{self, UserMsr};
-use crate::vcpu::{DoorbellCtx, ExitHook, HltPolicy, HookReply, VcpuStop};
 
 /// What the loop does after an exit.
 #[derive(Debug)]

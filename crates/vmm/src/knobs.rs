@@ -32,8 +32,6 @@ use kvm_bindings::{
 const KVM_FEATURE_PV_SEND_IPI: u32 = 1 << 11;
 /// MONITOR/MWAIT in CPUID 1 ECX.
 const CPUID_1_ECX_MONITOR: u32 = 1 << 3;
-/// TSC-deadline timer in CPUID 1 ECX.
-const CPUID_1_ECX_TSC_DEADLINE: u32 = 1 << 24;
 
 /// The knobs of one VM. `Default` changes nothing KVM would do by itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,19 +147,12 @@ pub fn tsc_deadline_offered(fd: &VmFd) -> bool {
 }
 
 /// Patches a vCPU's CPUID for the knobs: the PV send-IPI bit as asked, MONITOR/MWAIT
-/// offered when MWAIT exits are disabled (the guest may then idle in MWAIT), and the
-/// TSC-deadline timer when the host has it (`tsc_deadline`).
-pub fn patch_cpuid(c: &mut CpuId, disable_exits: u32, knobs: &VmKnobs, tsc_deadline: bool) {
+/// offered when MWAIT exits are disabled (the guest may then idle in MWAIT). (The
+/// TSC-deadline timer is offered by [`crate::cpuid::apply`], so that `-cpu` can hide it.)
+pub fn patch_cpuid(c: &mut CpuId, disable_exits: u32, knobs: &VmKnobs) {
     for e in c.as_mut_slice() {
         match e.function {
-            1 => {
-                if disable_exits & DISABLE_MWAIT != 0 {
-                    e.ecx |= CPUID_1_ECX_MONITOR;
-                }
-                if tsc_deadline {
-                    e.ecx |= CPUID_1_ECX_TSC_DEADLINE;
-                }
-            }
+            1 if disable_exits & DISABLE_MWAIT != 0 => e.ecx |= CPUID_1_ECX_MONITOR,
             0x4000_0001 => match knobs.pv_send_ipi {
                 Some(true) => e.eax |= KVM_FEATURE_PV_SEND_IPI,
                 Some(false) => e.eax &= !KVM_FEATURE_PV_SEND_IPI,
@@ -213,15 +204,11 @@ mod tests {
                 pv_send_ipi: Some(false),
                 ..Default::default()
             },
-            true,
         );
-        assert_eq!(
-            c.as_slice()[0].ecx,
-            CPUID_1_ECX_MONITOR | CPUID_1_ECX_TSC_DEADLINE
-        );
+        assert_eq!(c.as_slice()[0].ecx, CPUID_1_ECX_MONITOR);
         assert_eq!(c.as_slice()[1].eax, 1);
         let mut c = base.clone();
-        patch_cpuid(&mut c, 0, &VmKnobs::default(), false);
+        patch_cpuid(&mut c, 0, &VmKnobs::default());
         assert_eq!(c.as_slice(), base.as_slice());
     }
 

@@ -5,12 +5,14 @@
 // Raw `unsafe` is allowed in two modules only, each block with a `// SAFETY:` note.
 #![deny(unsafe_code)]
 
+pub mod builder;
 pub mod bus;
 pub mod caps;
 pub use exitlab_counts as counts;
 pub mod cpuid;
 mod error;
 pub mod exit;
+pub mod hook;
 pub mod irqchip;
 pub mod knobs;
 pub mod kvmstats;

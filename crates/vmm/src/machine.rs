@@ -32,11 +32,13 @@ use exitlab_devices::{BusDevice, IoEventSpec, IoSpace, IrqLine, OffsetDevice};
 use kvm_ioctls::VmFd;
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::builder::{Machine, MachineBuilder, VcpuSpec};
 use crate::bus::Bus;
+pub use crate::counts::VcpuExits;
 pub use crate::irqchip::IrqChip;
 use crate::suspend::{self, SleepEnd};
-use crate::thread::{self, VcpuThread};
-use crate::vcpu::{ExitCounts, Handler, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
+use crate::thread::Finished;
+use crate::vcpu::{ExitCounts, HltPolicy, NoHook, Vcpu, VcpuConfig, VcpuStop};
 use crate::vm::{self, Vm, VmConfig};
 use crate::VmmError;
 
@@ -105,8 +107,12 @@ pub struct PlatformOptions {
     pub pit: bool,
     /// Let the PIT re-inject missed ticks (KVM's default).
     pub pit_reinject: bool,
-    /// CPUID feature bits to clear.
-    pub cpuid_clear: Vec<crate::cpuid::CpuidBit>,
+    /// The guest CPU (QEMU's `-cpu`): the host's by default.
+    pub cpu: crate::cpuid::CpuTemplate,
+    /// Leave what PC firmware leaves for a multiboot kernel (QEMU boots those through
+    /// SeaBIOS): the real-mode IVT and BDA ([`exitlab_boot::firmware`]), the PICs
+    /// initialised with IRQ 0 unmasked and PIT channel 0 at 18.2 Hz (in-kernel irqchip).
+    pub firmware_state: bool,
 }
 
 impl Default for PlatformOptions {
@@ -115,7 +121,8 @@ impl Default for PlatformOptions {
             irqchip: IrqChip::Kernel,
             pit: true,
             pit_reinject: true,
-            cpuid_clear: Vec::new(),
+            cpu: crate::cpuid::CpuTemplate::default(),
+            firmware_state: true,
         }
     }
 }
@@ -181,17 +188,6 @@ pub struct RunReport {
     pub e820: Vec<exitlab_boot::E820Entry>,
     /// Resident memory of the process outside guest RAM when the guest stopped (bytes).
     pub vmm_rss_bytes: Option<u64>,
-}
-
-/// The exits of one vCPU of a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VcpuExits {
-    /// vCPU index.
-    pub vcpu: u32,
-    /// Userspace exits by reason.
-    pub exits: ExitCounts,
-    /// KVM's count of all its exits (when the host has binary stats).
-    pub kvm_exits: Option<u64>,
 }
 
 /// Errors that stop a run before the guest starts.
@@ -480,59 +476,72 @@ fn validate(cfg: &MachineConfig) -> Result<(), MachineError> {
     Ok(())
 }
 
-/// The VM: RAM around the PCI hole, the irqchip asked for, KVM's PIT with the in-kernel
-/// one.
-fn create_vm(kvm: Arc<kvm_ioctls::Kvm>, cfg: &MachineConfig) -> Result<Vm, MachineError> {
+/// The VM's configuration: RAM around the PCI hole, the irqchip asked for, KVM's PIT
+/// with the in-kernel one.
+fn vm_config(cfg: &MachineConfig) -> VmConfig {
     let ram: Vec<(u64, u64)> = layout::ram_regions(cfg.ram_bytes)
         .into_iter()
         .map(|(a, l)| (a.0, l as u64))
         .collect();
-    Ok(Vm::new(
-        kvm,
-        VmConfig {
-            ram,
-            irqchip: cfg.platform.irqchip,
-            pit: cfg.platform.pit && cfg.platform.irqchip == IrqChip::Kernel,
-            user_msrs: Vec::new(),
-            disable_exits: 0,
-            cpus: cfg.cpus,
-            pit_reinject: cfg.platform.pit_reinject,
-            cpuid_clear: cfg.platform.cpuid_clear.clone(),
-            knobs: Default::default(),
-        },
-    )?)
+    VmConfig {
+        ram,
+        irqchip: cfg.platform.irqchip,
+        pit: cfg.platform.pit && cfg.platform.irqchip == IrqChip::Kernel,
+        user_msrs: Vec::new(),
+        disable_exits: 0,
+        cpus: cfg.cpus,
+        pit_reinject: cfg.platform.pit_reinject,
+        cpu: cfg.platform.cpu.clone(),
+        knobs: Default::default(),
+    }
 }
 
 /// The vCPUs: the boot vCPU starts at the loader's entry; the others wait for
-/// INIT/SIPI in the in-kernel LAPIC.
-fn create_vcpus(
-    vm: &Vm,
+/// INIT/SIPI in the in-kernel LAPIC. Every LAPIC's LINT pins are wired as on a PC.
+fn add_vcpus(
+    b: &mut MachineBuilder<NoHook>,
     cpus: u32,
     entry: &exitlab_boot::EntryState,
-) -> Result<Vec<Vcpu>, MachineError> {
-    let mut vcpus = Vec::new();
+) -> Result<(), MachineError> {
     for id in 0..cpus {
-        let vcpu = vm.create_vcpu(VcpuConfig {
-            id,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: None,
-            hlt: HltPolicy::Stop,
-        })?;
-        vcpu.setup_lapic_lint()?;
-        if id == 0 {
-            vcpu.set_entry(entry)?;
-        }
-        vcpus.push(vcpu);
+        let spec = VcpuSpec {
+            entry: (id == 0).then_some(entry),
+            pc_lint: true,
+            ..VcpuSpec::new(VcpuConfig {
+                id,
+                stamp_gpa: None,
+                run_log: 0,
+                doorbell_port: None,
+                hlt: HltPolicy::Stop,
+            })
+        };
+        b.add_vcpu(spec, NoHook)?;
     }
-    Ok(vcpus)
+    Ok(())
+}
+
+/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]); the PICs
+/// and the PIT only where they are KVM's (a split irqchip has no PIT; `pit=off` none).
+fn firmware_state(vm: &Vm, p: &PlatformOptions) -> Result<(), MachineError> {
+    use exitlab_boot::firmware as fw;
+    fw::write_bios_state(vm.memory().as_ref())?;
+    if p.irqchip == IrqChip::Kernel {
+        crate::sys::firmware_pic_pit(
+            vm.fd(),
+            (fw::PIC_MASTER_BASE, fw::PIC_SLAVE_BASE),
+            (fw::PIC_MASTER_IMR, fw::PIC_SLAVE_IMR),
+            p.pit,
+        )
+        .map_err(|(what, e)| VmmError::Kvm(what, e))?;
+    }
+    Ok(())
 }
 
 /// Boots `cfg.kernel` and runs it until the guest ends the run, fails, or times out.
 pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, MachineError> {
     let t0 = Instant::now();
     validate(&cfg)?;
-    let vm = create_vm(kvm, &cfg)?;
+    let mut b = MachineBuilder::new(kvm, vm_config(&cfg))?;
     let opts = BootOptions {
         kernel_path: cfg.kernel_path.clone(),
         cmdline: cfg.cmdline.clone(),
@@ -543,9 +552,12 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         pm_timer_32bit: true,
         prefer_pvh: cfg.prefer_pvh,
     };
-    let loaded = exitlab_boot::load(vm.memory().as_ref(), &cfg.kernel, &opts)?;
+    let loaded = exitlab_boot::load(b.vm().memory().as_ref(), &cfg.kernel, &opts)?;
+    if cfg.platform.firmware_state && loaded.format == ImageFormat::Multiboot {
+        firmware_state(b.vm(), &cfg.platform)?;
+    }
     let platform = build_pc_platform(
-        &vm,
+        b.vm(),
         PlatformConfig {
             ram_bytes: cfg.ram_bytes,
             cpus: cfg.cpus,
@@ -556,28 +568,10 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
     if cfg.serial_input {
         forward_stdin(platform.serial().clone());
     }
-    let vcpus = create_vcpus(&vm, cfg.cpus, &loaded.entry)?;
+    add_vcpus(&mut b, cfg.cpus, &loaded.entry)?;
     let setup_time = t0.elapsed();
     let started = Instant::now();
-    let mut threads = Vec::new();
-    for vcpu in vcpus {
-        let id = vcpu.id();
-        threads.push((id, thread::spawn(vcpu, NoHook, None, Handler::Devices)?));
-    }
-    let mut sup = Supervisor {
-        threads,
-        exits: ExitCounts::default(),
-        kvm_exits: Some(0),
-        kvm_mmio_exits: Some(0),
-        per_vcpu: Vec::new(),
-        last_stop: String::new(),
-        sleep: SleepContext {
-            cmos: platform.cmos.clone(),
-            mem: vm.memory().clone(),
-            facs: loaded.facs,
-        },
-        suspended: None,
-    };
+    let mut sup = Supervisor::new(b.start()?, platform.cmos.clone(), loaded.facs);
     let end = sup.wait_for_end(cfg.timeout.map(|t| started + t), cfg.cancel.as_deref());
     // The guest ended the run: stop the other vCPUs.
     sup.stop_all();
@@ -589,18 +583,18 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         exits: sup.exits,
         per_vcpu: sup.per_vcpu,
         kvm_exits: sup.kvm_exits,
-        ioapic: vm.ioapic().map(|io| io.accesses()),
+        ioapic: sup.machine.vm().ioapic().map(|io| io.accesses()),
         kvm_mmio_exits: sup.kvm_mmio_exits,
         setup_time,
         run_time: started.elapsed(),
         e820: loaded.e820,
-        vmm_rss_bytes: crate::sys::rss_outside_guest(vm.memory()),
+        vmm_rss_bytes: crate::sys::rss_outside_guest(sup.machine.memory()),
     })
 }
 
-/// Watches the vCPU threads of a run and adds up what they hand back.
+/// Watches the vCPUs of a run and adds up what they hand back.
 struct Supervisor {
-    threads: Vec<(u32, VcpuThread<NoHook>)>,
+    machine: Machine<NoHook>,
     exits: ExitCounts,
     kvm_exits: Option<u64>,
     kvm_mmio_exits: Option<u64>,
@@ -609,7 +603,7 @@ struct Supervisor {
     /// What an ACPI S3 sleep needs.
     sleep: SleepContext,
     /// The vCPU that entered S3, until the supervisor puts the machine to sleep.
-    suspended: Option<(u32, Vcpu)>,
+    suspended: Option<Vcpu>,
 }
 
 /// The CMOS whose alarm wakes the machine, and where the FACS waking vector is.
@@ -620,23 +614,36 @@ struct SleepContext {
 }
 
 impl Supervisor {
-    /// Adds a finished vCPU's counts.
-    fn collect(&mut self, f: &thread::Finished<NoHook>) {
-        self.collect_vcpu(&f.vcpu);
+    /// Watches `machine`, whose `cmos` alarm wakes it from S3 at the waking vector of
+    /// the FACS at `facs`.
+    fn new(machine: Machine<NoHook>, cmos: Arc<Cmos>, facs: Option<u64>) -> Supervisor {
+        Supervisor {
+            sleep: SleepContext {
+                cmos,
+                mem: machine.memory().clone(),
+                facs,
+            },
+            machine,
+            exits: ExitCounts::default(),
+            kvm_exits: Some(0),
+            kvm_mmio_exits: Some(0),
+            per_vcpu: Vec::new(),
+            last_stop: String::new(),
+            suspended: None,
+        }
     }
 
-    fn collect_vcpu(&mut self, vcpu: &Vcpu) {
-        let kvm = vcpu.kvm_stats().and_then(|s| s.read("exits"));
-        let mmio = vcpu.kvm_stats().and_then(|s| s.read("mmio_exits"));
+    /// Adds a stopped vCPU's counts.
+    fn collect(&mut self, vcpu: &Vcpu) {
+        let v = vcpu.exits();
         let add = |a: Option<u64>, b: Option<u64>| Some(a? + b?);
-        self.exits = self.exits.plus(vcpu.counts());
-        self.kvm_exits = add(self.kvm_exits, kvm);
-        self.kvm_mmio_exits = add(self.kvm_mmio_exits, mmio);
-        self.per_vcpu.push(VcpuExits {
-            vcpu: vcpu.id(),
-            exits: *vcpu.counts(),
-            kvm_exits: kvm,
-        });
+        self.exits = self.exits.plus(&v.user);
+        self.kvm_exits = add(self.kvm_exits, v.kvm_exits);
+        self.kvm_mmio_exits = add(
+            self.kvm_mmio_exits,
+            vcpu.kvm_stats().and_then(|s| s.read("mmio_exits")),
+        );
+        self.per_vcpu.push(v);
     }
 
     /// ACPI S3: stops every vCPU, sleeps until the RTC alarm (crate::suspend), then
@@ -644,13 +651,14 @@ impl Supervisor {
     /// the deadline or a cancel came first, or the resume is impossible.
     fn suspend(
         &mut self,
-        (id, vcpu): (u32, Vcpu),
+        vcpu: Vcpu,
         deadline: Option<Instant>,
         cancel: Option<&AtomicBool>,
     ) -> Option<RunEnd> {
+        let id = vcpu.id();
         let mut asleep = vec![(id, vcpu)];
-        for (id, th) in std::mem::take(&mut self.threads) {
-            asleep.extend(th.stop(Duration::from_secs(1)).map(|f| (id, f.vcpu)));
+        for (id, f) in self.machine.stop_all(Duration::from_secs(1)) {
+            asleep.extend(f.map(|f| (id, f.vcpu)));
         }
         let mut end = match suspend::sleep(&self.sleep.cmos, deadline, cancel) {
             SleepEnd::Alarm => suspend::resume(&self.sleep.mem, self.sleep.facs, &asleep)
@@ -667,18 +675,15 @@ impl Supervisor {
         };
         for (id, vcpu) in asleep {
             if end.is_some() {
-                self.collect_vcpu(&vcpu);
+                self.collect(&vcpu);
                 continue;
             }
-            match thread::spawn(vcpu, NoHook, None, Handler::Devices) {
-                Ok(th) => self.threads.push((id, th)),
-                Err(e) => {
-                    end = Some(RunEnd::Failure {
-                        vcpu: id,
-                        what: format!("cannot restart the vCPU after the S3 resume: {e}"),
-                        registers: String::new(),
-                    })
-                }
+            if let Err(e) = self.machine.restart(vcpu, NoHook) {
+                end = Some(RunEnd::Failure {
+                    vcpu: id,
+                    what: format!("cannot restart the vCPU after the S3 resume: {e}"),
+                    registers: String::new(),
+                })
             }
         }
         end
@@ -691,7 +696,7 @@ impl Supervisor {
         deadline: Option<Instant>,
         cancel: Option<&AtomicBool>,
     ) -> Option<RunEnd> {
-        while !self.threads.is_empty() || self.suspended.is_some() {
+        while self.machine.running() > 0 || self.suspended.is_some() {
             if let Some(end) = self.poll_threads() {
                 return Some(end);
             }
@@ -711,77 +716,73 @@ impl Supervisor {
         None
     }
 
-    /// Waits briefly on each thread; the end of the run if a vCPU decided it.
+    /// Waits briefly on each vCPU; the end of the run if a vCPU decided it.
     fn poll_threads(&mut self) -> Option<RunEnd> {
-        let mut i = 0;
-        while i < self.threads.len() {
-            let wait = Duration::from_millis(if self.threads.len() > 1 { 2 } else { 20 });
-            let Some(f) = self.threads[i].1.wait(wait) else {
-                i += 1;
-                continue;
-            };
-            let (id, _) = self.threads.swap_remove(i);
-            if matches!(f.stop, VcpuStop::Suspend) {
-                self.suspended = Some((id, f.vcpu));
-                return None;
+        let wait = Duration::from_millis(if self.machine.running() > 1 { 2 } else { 20 });
+        while let Some(f) = self.machine.wait_any(wait) {
+            if let Some(end) = self.on_stop(f) {
+                return Some(end);
             }
-            self.collect(&f);
-            self.last_stop = format!("vCPU {id}: {}", f.stop.describe());
-            let end = match f.stop {
-                VcpuStop::DebugExit(v) => Some(RunEnd::DebugExit(v)),
-                VcpuStop::Reset => Some(RunEnd::Reset),
-                VcpuStop::Shutdown => Some(RunEnd::TripleFault {
-                    vcpu: id,
-                    registers: f.vcpu.dump_registers(),
-                }),
-                VcpuStop::Halted | VcpuStop::Kicked | VcpuStop::Hook(_) => None,
-                other => Some(RunEnd::Failure {
-                    vcpu: id,
-                    what: describe_failure(&other, &f.vcpu),
-                    registers: f.vcpu.dump_registers(),
-                }),
-            };
-            if end.is_some() {
-                return end;
+            if self.suspended.is_some() {
+                return None;
             }
         }
         None
     }
 
+    /// What a vCPU that stopped on its own means for the run.
+    fn on_stop(&mut self, f: Finished<NoHook>) -> Option<RunEnd> {
+        if matches!(f.stop, VcpuStop::Suspend) {
+            self.suspended = Some(f.vcpu);
+            return None;
+        }
+        self.collect(&f.vcpu);
+        let id = f.vcpu.id();
+        self.last_stop = format!("vCPU {id}: {}", f.stop.describe());
+        run_end(&f)
+    }
+
     /// Stops every vCPU at the deadline and keeps their registers.
     fn time_out(&mut self) -> RunEnd {
         let mut registers = Vec::new();
-        for (id, th) in std::mem::take(&mut self.threads) {
-            if let Some(f) = th.stop(Duration::from_secs(1)) {
-                self.collect(&f);
+        for (id, f) in self.machine.stop_all(Duration::from_secs(1)) {
+            if let Some(f) = f {
+                self.collect(&f.vcpu);
                 registers.push((id, f.vcpu.dump_registers()));
             }
         }
-        registers.sort_by_key(|r| r.0);
         RunEnd::Timeout { registers }
     }
 
     /// Stops the vCPUs still running.
     fn stop_all(&mut self) {
-        for (_, th) in std::mem::take(&mut self.threads) {
-            if let Some(f) = th.stop(Duration::from_secs(1)) {
-                self.collect(&f);
+        for (_, f) in self.machine.stop_all(Duration::from_secs(1)) {
+            if let Some(f) = f {
+                self.collect(&f.vcpu);
             }
         }
     }
 }
 
-fn describe_failure(stop: &VcpuStop, vcpu: &Vcpu) -> String {
-    let mut s = stop.describe();
-    if let VcpuStop::InternalError { insn, .. } = stop {
-        if insn.is_empty() {
-            if let Some(b) = vcpu.bytes_at_rip() {
-                let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                s += &format!("; bytes at rip: {}", hex.join(" "));
-            }
-        }
+/// How a vCPU that stopped on its own ends the run, if it does: the guest's own ending
+/// (debug-exit, reset, triple fault) or a failure; a halt, a kick or a hook's stop do
+/// not end it.
+fn run_end(f: &Finished<NoHook>) -> Option<RunEnd> {
+    let vcpu = f.vcpu.id();
+    match f.stop {
+        VcpuStop::DebugExit(v) => Some(RunEnd::DebugExit(v)),
+        VcpuStop::Reset => Some(RunEnd::Reset),
+        VcpuStop::Shutdown => Some(RunEnd::TripleFault {
+            vcpu,
+            registers: f.vcpu.dump_registers(),
+        }),
+        VcpuStop::Halted | VcpuStop::Kicked | VcpuStop::Hook(_) | VcpuStop::Suspend => None,
+        _ => Some(RunEnd::Failure {
+            vcpu,
+            what: f.describe(),
+            registers: f.vcpu.dump_registers(),
+        }),
     }
-    s
 }
 
 /// Forwards standard input to the serial port when it is a terminal.
@@ -812,4 +813,191 @@ fn forward_stdin(serial: Arc<Serial>) {
                 }
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kvm_or_fail, reset_vector_ram, write_at_reset_vector};
+
+    fn config(cpus: u32, ram_bytes: u64, kernel: Vec<u8>) -> MachineConfig {
+        MachineConfig {
+            kernel,
+            kernel_path: "k".into(),
+            cmdline: String::new(),
+            initrd: None,
+            cpus,
+            ram_bytes,
+            timeout: None,
+            serial: SerialOut::None,
+            serial_input: false,
+            prefer_pvh: false,
+            cancel: None,
+            platform: PlatformOptions::default(),
+        }
+    }
+
+    #[test]
+    fn a_machine_that_cannot_be_built_is_refused_before_anything_is_created() {
+        for cpus in [0, MAX_CPUS + 1] {
+            let e = validate(&config(cpus, 64 << 20, Vec::new())).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("--cpus {cpus} is out of range: use 1..=255")
+            );
+        }
+        let e = validate(&config(1, 64 << 20, vec![0; 4096])).unwrap_err();
+        assert!(matches!(e, MachineError::Boot(_)), "{e}");
+        assert!(e.to_string().starts_with("cannot boot the kernel: "), "{e}");
+        let e = validate(&config(1, 4096, vec![0; 4096])).unwrap_err();
+        assert!(matches!(e, MachineError::Boot(_)), "too little RAM: {e}");
+    }
+
+    #[test]
+    fn the_vm_has_ram_around_the_pci_hole_and_a_pit_only_beside_the_kernel_irqchip() {
+        let mut cfg = config(3, 4 << 30, Vec::new());
+        let vm = vm_config(&cfg);
+        assert_eq!(vm.cpus, 3);
+        assert!(vm.pit, "KVM's PIT with the in-kernel irqchip");
+        assert!(
+            vm.ram.len() >= 2,
+            "RAM is split by the PCI hole: {:?}",
+            vm.ram
+        );
+        let total: u64 = vm.ram.iter().map(|r| r.1).sum();
+        assert_eq!(total, layout::effective_ram(4 << 30));
+        assert!(vm
+            .ram
+            .iter()
+            .all(|&(a, l)| a + l <= 0xC000_0000 || a >= 1 << 32));
+        cfg.platform.irqchip = IrqChip::Split;
+        assert!(!vm_config(&cfg).pit, "a split irqchip has no PIT");
+        cfg.platform.irqchip = IrqChip::Kernel;
+        cfg.platform.pit = false;
+        assert!(!vm_config(&cfg).pit);
+    }
+
+    #[test]
+    fn serial_output_to_a_path_that_cannot_be_created_says_what_to_do() {
+        let e = serial_sink(SerialOut::File("/nonexistent-dir/serial.txt".into()))
+            .err()
+            .unwrap();
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent-dir/serial.txt"), "{msg}");
+        assert!(msg.contains("choose a writable path"), "{msg}");
+    }
+
+    /// Runs `code` from the reset vector on a machine of `cpus` vCPUs with the PC
+    /// platform (vCPU 0 runs it, the others wait for a SIPI) under the supervisor, until
+    /// the run ends; the supervisor is returned with every vCPU stopped and counted.
+    fn supervise(
+        code: &[u8],
+        irqchip: IrqChip,
+        cpus: u32,
+        deadline: Option<Duration>,
+        cancel: Option<&AtomicBool>,
+    ) -> (Option<RunEnd>, Supervisor) {
+        let kvm = Arc::new(kvm_or_fail());
+        let mut b = MachineBuilder::new(
+            kvm,
+            VmConfig {
+                ram: reset_vector_ram(),
+                irqchip,
+                pit: false,
+                cpus,
+                ..VmConfig::default()
+            },
+        )
+        .unwrap();
+        write_at_reset_vector(b.vm().memory(), code);
+        // The PC platform's serial port needs an irqchip to interrupt through.
+        let cmos = if irqchip == IrqChip::None {
+            Arc::new(Cmos::new(1 << 20, 0, cpus))
+        } else {
+            let platform = PlatformConfig {
+                ram_bytes: 1 << 20,
+                cpus,
+                cmdline: String::new(),
+                serial: SerialOut::None,
+            };
+            build_pc_platform(b.vm(), platform).unwrap().cmos
+        };
+        for id in 0..cpus {
+            let spec = VcpuSpec::new(VcpuConfig {
+                id,
+                stamp_gpa: None,
+                run_log: 0,
+                doorbell_port: None,
+                hlt: HltPolicy::Stop,
+            });
+            b.add_vcpu(spec, NoHook).unwrap();
+        }
+        let mut sup = Supervisor::new(b.start().unwrap(), cmos, None);
+        let end = sup.wait_for_end(deadline.map(|d| Instant::now() + d), cancel);
+        sup.stop_all();
+        sup.per_vcpu.sort_by_key(|v| v.vcpu);
+        (end, sup)
+    }
+
+    #[test]
+    fn the_guest_ends_the_run_through_the_debug_exit_port_and_every_vcpu_is_counted() {
+        // mov al, 0x2a; out 0xf4, al; jmp $
+        let (end, sup) = supervise(
+            &[0xB0, 0x2A, 0xE6, 0xF4, 0xEB, 0xFE],
+            IrqChip::Kernel,
+            2,
+            None,
+            None,
+        );
+        assert!(matches!(end, Some(RunEnd::DebugExit(0x2A))), "{end:?}");
+        assert_eq!(sup.exits.io_out, 1, "{:?}", sup.exits);
+        let ids: Vec<u32> = sup.per_vcpu.iter().map(|v| v.vcpu).collect();
+        assert_eq!(ids, vec![0, 1], "the AP that never started is counted too");
+        assert_eq!(sup.per_vcpu[0].user.io_out, 1);
+        assert_eq!(sup.per_vcpu[1].user.io_out, 0);
+        assert_eq!(sup.machine.running(), 0);
+    }
+
+    #[test]
+    fn a_run_past_its_deadline_times_out_with_each_vcpus_registers() {
+        let (end, sup) = supervise(
+            &[0xEB, 0xFE],
+            IrqChip::Kernel,
+            2,
+            Some(Duration::from_millis(50)),
+            None,
+        );
+        match end {
+            Some(RunEnd::Timeout { registers }) => {
+                let ids: Vec<u32> = registers.iter().map(|r| r.0).collect();
+                assert_eq!(ids, vec![0, 1]);
+                assert!(
+                    registers.iter().all(|r| r.1.contains("rip")),
+                    "{registers:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sup.per_vcpu.len(), 2);
+    }
+
+    #[test]
+    fn a_cancelled_run_ends_as_cancelled() {
+        let cancel = AtomicBool::new(true);
+        let (end, sup) = supervise(&[0xEB, 0xFE], IrqChip::Kernel, 1, None, Some(&cancel));
+        assert!(matches!(end, Some(RunEnd::Cancelled)), "{end:?}");
+        assert_eq!(sup.per_vcpu.len(), 1);
+    }
+
+    #[test]
+    fn a_guest_halted_with_nothing_to_wake_it_stops_the_run_with_the_reason() {
+        // cli; hlt, with no in-kernel irqchip: the HLT reaches userspace.
+        let (end, sup) = supervise(&[0xFA, 0xF4], IrqChip::None, 1, None, None);
+        assert!(end.is_none(), "{end:?}");
+        assert_eq!(
+            sup.last_stop,
+            "vCPU 0: the guest halted with nothing to wake it"
+        );
+        assert_eq!(sup.exits.hlt, 1);
+    }
 }

@@ -183,6 +183,52 @@ pub fn pit_reinject(vm: &kvm_ioctls::VmFd, on: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Puts the in-kernel PICs and PIT in the state PC firmware leaves them in: master at
+/// vector `bases.0`, slave at `bases.1`, masks `imrs`, both initialised (edge-triggered,
+/// normal EOI); with `pit`, PIT channel 0 in mode 3 (square wave), LSB-then-MSB, count 0
+/// (65536: 18.2 Hz), counting. Needs KVM_CREATE_IRQCHIP (and KVM_CREATE_PIT2) done.
+pub fn firmware_pic_pit(
+    vm: &kvm_ioctls::VmFd,
+    bases: (u8, u8),
+    imrs: (u8, u8),
+    pit: bool,
+) -> Result<(), (&'static str, kvm_ioctls::Error)> {
+    for (chip_id, base, imr) in [(0u32, bases.0, imrs.0), (1, bases.1, imrs.1)] {
+        let mut chip = kvm_bindings::kvm_irqchip {
+            chip_id,
+            ..Default::default()
+        };
+        vm.get_irqchip(&mut chip)
+            .map_err(|e| ("KVM_GET_IRQCHIP", e))?;
+        // SAFETY: chip ids 0 and 1 are the master and slave PIC, for which KVM fills and
+        // reads the union's `pic` member; every bit pattern is a valid kvm_pic_state.
+        let pic = unsafe { &mut chip.chip.pic };
+        pic.irq_base = base;
+        pic.imr = imr;
+        pic.irr = 0;
+        pic.isr = 0;
+        pic.last_irr = 0;
+        pic.init_state = 0;
+        pic.init4 = 1;
+        pic.auto_eoi = 0;
+        pic.read_reg_select = 0;
+        vm.set_irqchip(&chip).map_err(|e| ("KVM_SET_IRQCHIP", e))?;
+    }
+    if !pit {
+        return Ok(());
+    }
+    let mut pit = vm.get_pit2().map_err(|e| ("KVM_GET_PIT2", e))?;
+    let c = &mut pit.channels[0];
+    c.count = 0x1_0000;
+    c.mode = 3;
+    c.rw_mode = 3;
+    c.read_state = 3;
+    c.write_state = 3;
+    c.gate = 1;
+    c.bcd = 0;
+    vm.set_pit2(&pit).map_err(|e| ("KVM_SET_PIT2", e))
+}
+
 /// Positional read that fills `buf` completely.
 pub fn pread_exact(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;

@@ -26,3 +26,20 @@ pub fn fail_without_kvm(why: &dyn std::fmt::Display) -> ! {
     eprintln!("{}", missing_kvm_line(why));
     std::panic::resume_unwind(Box::new(()))
 }
+
+/// Guest RAM for a guest that runs from the x86 reset vector: the low 1 MiB and the top
+/// 64 KiB below 4 GiB.
+pub fn reset_vector_ram() -> Vec<(u64, u64)> {
+    vec![(0, 1 << 20), (0xFFFF_0000, 0x1_0000)]
+}
+
+/// The first guest-physical address a vCPU runs from after reset (real mode).
+pub const RESET_VECTOR: u64 = 0xFFFF_FFF0;
+
+/// Writes real-mode code (at most 16 bytes) at the reset vector.
+pub fn write_at_reset_vector(mem: &vm_memory::GuestMemoryMmap, code: &[u8]) {
+    use vm_memory::Bytes;
+    assert!(code.len() <= 16, "16 bytes fit below 4 GiB");
+    mem.write_slice(code, vm_memory::GuestAddress(RESET_VECTOR))
+        .expect("the reset vector is in reset_vector_ram()");
+}

@@ -27,6 +27,23 @@ pub struct Finished<H> {
     pub pin_error: Option<std::io::Error>,
 }
 
+impl<H> Finished<H> {
+    /// Why the vCPU stopped, in one line, with the bytes at RIP when KVM could not
+    /// emulate an instruction and did not say which.
+    pub fn describe(&self) -> String {
+        let mut s = self.stop.describe();
+        if let VcpuStop::InternalError { insn, .. } = &self.stop {
+            if insn.is_empty() {
+                if let Some(b) = self.vcpu.bytes_at_rip() {
+                    let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+                    s += &format!("; bytes at rip: {}", hex.join(" "));
+                }
+            }
+        }
+        s
+    }
+}
+
 /// A running vCPU thread.
 pub struct VcpuThread<H> {
     handle: JoinHandle<()>,
@@ -34,9 +51,10 @@ pub struct VcpuThread<H> {
     done: mpsc::Receiver<Finished<H>>,
 }
 
-/// Starts `vcpu` on a new thread named `vcpu<N>`, pinned to host CPU `pin` if given,
+/// Starts `vcpu` on a new thread (machines start theirs through
+/// [`crate::builder::MachineBuilder::start`]) named `vcpu<N>`, pinned to host CPU `pin` if given,
 /// running the exit handler `handler`.
-pub fn spawn<H: ExitHook + Send + 'static>(
+pub(crate) fn spawn<H: ExitHook + Send + 'static>(
     mut vcpu: Vcpu,
     mut hook: H,
     pin: Option<usize>,
@@ -98,6 +116,12 @@ impl<H> VcpuThread<H> {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }
+    }
+
+    /// Joins the thread of a vCPU whose [`Finished`] was already taken with
+    /// [`VcpuThread::wait`] (it ends right after handing it over).
+    pub fn reap(self) {
+        let _ = self.handle.join();
     }
 
     /// Waits for the vCPU to stop, then joins its thread.

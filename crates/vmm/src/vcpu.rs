@@ -15,8 +15,9 @@ use kvm_ioctls::VcpuFd;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::BusView;
-pub use crate::counts::ExitCounts;
+pub use crate::counts::{ExitCounts, VcpuExits};
 use crate::exit::{self, Bare, Devices, DoorbellRoute, ExitHandler, Next};
+pub use crate::hook::{DoorbellCtx, ExitHook, HltPolicy, HookReply, NoHook, VcpuStop};
 use crate::kvmstats::KvmStats;
 use crate::msr::UserMsr;
 use crate::regs;
@@ -48,143 +49,6 @@ const STACK_DUMP_WORDS: usize = 64;
 
 /// Marks a [`Vcpu::run_log`] entry whose exit was a doorbell.
 pub const RUN_LOG_DOORBELL: u64 = 1 << 63;
-
-/// What a userspace HLT exit does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HltPolicy {
-    /// Re-enter the guest at the next instruction (measuring HLT exits).
-    Resume,
-    /// Stop the vCPU (a guest that halted with nothing to wake it).
-    Stop,
-}
-
-/// What the hook tells the run loop after a doorbell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookReply {
-    /// Re-enter the guest.
-    Resume,
-    /// Stop the vCPU; the run ends with [`VcpuStop::Hook`] carrying this code.
-    Stop(u32),
-}
-
-/// What a doorbell handler sees.
-pub struct DoorbellCtx<'a> {
-    /// vCPU index.
-    pub vcpu_id: u32,
-    /// The 32-bit value written.
-    pub value: u32,
-    /// Guest memory.
-    pub mem: &'a GuestMemoryMmap,
-    /// Userspace exits so far (the doorbell being handled is already counted).
-    pub counts: &'a ExitCounts,
-    pub(crate) stats: Option<&'a KvmStats>,
-}
-
-impl DoorbellCtx<'_> {
-    /// KVM's in-kernel count of all exits of this vCPU, when the host has binary stats.
-    pub fn kvm_exits(&self) -> Option<u64> {
-        self.stats.and_then(|s| s.read("exits"))
-    }
-
-    /// Every cumulative event count of KVM's binary statistics of this vCPU ("exits",
-    /// "io_exits", "mmio_exits", "halt_exits", ...), when the host has them.
-    pub fn kvm_counters(&self) -> Option<std::collections::BTreeMap<String, u64>> {
-        self.stats.map(KvmStats::read_counters)
-    }
-}
-
-/// Receives doorbell writes (the guest → host channel of the lab kernel and of tests).
-pub trait ExitHook {
-    /// Handles one doorbell write.
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply;
-}
-
-/// A hook for guests that have no doorbell: every doorbell write stops the vCPU.
-#[derive(Debug, Default)]
-pub struct NoHook;
-
-impl ExitHook for NoHook {
-    fn doorbell(&mut self, ctx: &DoorbellCtx<'_>) -> HookReply {
-        HookReply::Stop(ctx.value)
-    }
-}
-
-/// Why a vCPU stopped running.
-#[derive(Debug)]
-pub enum VcpuStop {
-    /// The exit hook asked to stop.
-    Hook(u32),
-    /// A device asked to end the run (debug-exit port).
-    DebugExit(u32),
-    /// The guest asked for a reset.
-    Reset,
-    /// The guest entered ACPI S3 through PM1a_CNT.
-    Suspend,
-    /// The guest shut down (triple fault, or a shutdown system event).
-    Shutdown,
-    /// The guest halted with no in-kernel irqchip to wake it, under [`HltPolicy::Stop`].
-    Halted,
-    /// Another thread kicked the vCPU out of KVM_RUN and asked it to stop.
-    Kicked,
-    /// KVM_EXIT_FAIL_ENTRY.
-    FailEntry {
-        /// hardware_entry_failure_reason.
-        reason: u64,
-        /// Host CPU.
-        cpu: u32,
-    },
-    /// KVM_EXIT_INTERNAL_ERROR.
-    InternalError {
-        /// Sub-error (1 = emulation failure).
-        suberror: u32,
-        /// The data words KVM attached.
-        data: Vec<u64>,
-        /// Bytes of the instruction that failed, when known.
-        insn: Vec<u8>,
-    },
-    /// An exit reason this VMM does not handle.
-    Unexpected(String),
-    /// KVM_RUN itself failed.
-    RunError(std::io::Error),
-}
-
-impl VcpuStop {
-    /// A one-line description.
-    pub fn describe(&self) -> String {
-        match self {
-            VcpuStop::Hook(c) => format!("stopped by the exit hook (code {c})"),
-            VcpuStop::DebugExit(v) => format!("the guest wrote {v:#x} to the debug-exit port"),
-            VcpuStop::Reset => "the guest requested a reset".into(),
-            VcpuStop::Suspend => "the guest entered ACPI S3 (suspend to RAM)".into(),
-            VcpuStop::Shutdown => "the guest shut down (triple fault or shutdown request)".into(),
-            VcpuStop::Halted => "the guest halted with nothing to wake it".into(),
-            VcpuStop::Kicked => "stopped from outside (timeout or end of run)".into(),
-            VcpuStop::FailEntry { reason, cpu } => format!(
-                "KVM could not enter the guest (KVM_EXIT_FAIL_ENTRY, hardware reason {reason:#x}, host CPU {cpu})"
-            ),
-            VcpuStop::InternalError { suberror, data, insn } => {
-                let what = match *suberror {
-                    1 => "emulation failure: the host's instruction emulator cannot run this instruction",
-                    2 => "simultaneous exceptions",
-                    3 => "delivery event failure",
-                    _ => "internal error",
-                };
-                let mut s = format!("KVM internal error, sub-error {suberror} ({what})");
-                if !insn.is_empty() {
-                    let hex: Vec<String> = insn.iter().map(|b| format!("{b:02x}")).collect();
-                    s += &format!("; instruction bytes: {}", hex.join(" "));
-                }
-                if !data.is_empty() {
-                    let hex: Vec<String> = data.iter().map(|d| format!("{d:#x}")).collect();
-                    s += &format!("; data: {}", hex.join(" "));
-                }
-                s
-            }
-            VcpuStop::Unexpected(r) => format!("unexpected exit: {r}"),
-            VcpuStop::RunError(e) => format!("KVM_RUN failed: {e}"),
-        }
-    }
-}
 
 /// A vCPU, owned by the thread that runs it.
 // Laid out by hand: what a device exit touches comes first and together (the kvm_run
@@ -300,6 +164,18 @@ impl Vcpu {
     /// Userspace exits so far.
     pub fn counts(&self) -> &ExitCounts {
         &self.counts
+    }
+
+    /// Its exits so far: userspace exits by reason, and KVM's counts of all exits and
+    /// HLT exits when the host has binary stats.
+    pub fn exits(&self) -> VcpuExits {
+        let stats = self.kvm_stats();
+        VcpuExits {
+            vcpu: self.id(),
+            user: self.counts,
+            kvm_exits: stats.and_then(|s| s.read("exits")),
+            halt_exits: stats.and_then(|s| s.read("halt_exits")),
+        }
     }
 
     /// KVM's binary statistics of this vCPU, if the host has them.
@@ -516,8 +392,10 @@ impl Loop<'_> {
         // The first entry has no exit before it: nothing is published for it.
         let mut prev_return: Option<u64> = None;
         let mut t_enter = 0;
-        // Decided once, so that a loop without a log reads nothing of it per exit.
+        // Decided once, so that a loop without a log reads nothing of it per exit, and a
+        // loop with neither stamps nor a log reads no clock (rdtscp costs ~40 cycles).
         let logging = self.run_log.capacity() > 0;
+        let timing = logging || self.stamps.is_some();
         loop {
             if let (Some(st), Some(t)) = (self.stamps, prev_return) {
                 *self.seq += 1;
@@ -525,7 +403,7 @@ impl Loop<'_> {
                 st.publish(*self.seq, t, t_enter);
             }
             let result = self.fd.run();
-            let t_return = sys::rdtscp();
+            let t_return = if timing { sys::rdtscp() } else { 0 };
             prev_return = Some(t_return);
             if logging && t_enter != 0 && self.run_log.len() < self.run_log.capacity() {
                 self.run_log

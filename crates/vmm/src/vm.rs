@@ -39,8 +39,8 @@ pub struct VmConfig {
     /// Whether the in-kernel PIT re-injects missed ticks (KVM's default; off is QEMU's
     /// `kvm-pit.lost_tick_policy=discard`).
     pub pit_reinject: bool,
-    /// CPUID feature bits to clear for every vCPU (QEMU's `-cpu host,-feature`).
-    pub cpuid_clear: Vec<cpuid::CpuidBit>,
+    /// The guest CPU (QEMU's `-cpu`): the host's by default.
+    pub cpu: cpuid::CpuTemplate,
     /// Halt polling and CPUID knobs ([`crate::knobs`]).
     pub knobs: crate::knobs::VmKnobs,
 }
@@ -55,7 +55,7 @@ impl Default for VmConfig {
             disable_exits: 0,
             cpus: 1,
             pit_reinject: true,
-            cpuid_clear: Vec::new(),
+            cpu: cpuid::CpuTemplate::default(),
             knobs: crate::knobs::VmKnobs::default(),
         }
     }
@@ -107,8 +107,10 @@ impl std::fmt::Debug for Vm {
 }
 
 impl Vm {
-    /// Creates a VM as `config` says.
-    pub fn new(kvm: Arc<Kvm>, config: VmConfig) -> Result<Vm, VmmError> {
+    /// KVM_CREATE_VM with the VM-wide settings of `config` (disabled exits, halt polling,
+    /// MSRs routed to userspace); no irqchip and no memory yet. The machine builder
+    /// ([`crate::builder`]) adds them, in its order, and then assembles the [`Vm`].
+    pub(crate) fn create_fd(kvm: &Kvm, config: &VmConfig) -> Result<VmFd, VmmError> {
         if config.cpus == 0 {
             return Err(VmmError::NoVcpus);
         }
@@ -140,11 +142,20 @@ impl Vm {
                 .map_err(|e| VmmError::Kvm("KVM_ENABLE_CAP(X86_DISABLE_EXITS)", e))?;
         }
         crate::knobs::apply_vm(&fd, &config.knobs)?;
+        if !config.user_msrs.is_empty() {
+            msr::route_to_userspace(&fd, &config.user_msrs)?;
+        }
+        Ok(fd)
+    }
+
+    /// The interrupt controllers `config` asks for, and KVM's PIT with the in-kernel
+    /// ones (both must exist before the first vCPU).
+    pub(crate) fn create_irqchip(fd: &VmFd, config: &VmConfig) -> Result<(), VmmError> {
         match config.irqchip {
             IrqChip::Kernel => fd
                 .create_irq_chip()
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_IRQCHIP", e))?,
-            IrqChip::Split => crate::irqchip::enable_split(&fd)?,
+            IrqChip::Split => crate::irqchip::enable_split(fd)?,
             IrqChip::None => {}
         }
         if config.pit {
@@ -155,14 +166,29 @@ impl Vm {
             fd.create_pit2(pit)
                 .map_err(|e| VmmError::Kvm("KVM_CREATE_PIT2", e))?;
             if !config.pit_reinject {
-                crate::sys::pit_reinject(&fd, false)
+                crate::sys::pit_reinject(fd, false)
                     .map_err(|e| VmmError::Os("KVM_REINJECT_CONTROL", e))?;
             }
         }
-        if !config.user_msrs.is_empty() {
-            msr::route_to_userspace(&fd, &config.user_msrs)?;
-        }
-        let mem = memory::create(&fd, &config.ram)?;
+        Ok(())
+    }
+
+    /// Guest RAM as `config.ram` says, registered with KVM.
+    pub(crate) fn create_memory(
+        fd: &VmFd,
+        config: &VmConfig,
+    ) -> Result<Arc<GuestMemoryMmap>, VmmError> {
+        memory::create(fd, &config.ram)
+    }
+
+    /// The VM around an fd that has its irqchip and memory: the buses, the userspace
+    /// interrupt controllers of a split irqchip, and the interrupt lines devices drive.
+    pub(crate) fn assemble(
+        kvm: Arc<Kvm>,
+        fd: VmFd,
+        mem: Arc<GuestMemoryMmap>,
+        config: VmConfig,
+    ) -> Result<Vm, VmmError> {
         let fd = Arc::new(fd);
         let (pio, mmio) = (Bus::new(), Bus::new());
         let split = match config.irqchip {
@@ -264,8 +290,9 @@ impl Vm {
         )
     }
 
-    /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id.
-    pub fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
+    /// Creates vCPU `config.id` with the process-wide cached CPUID, patched for its APIC id
+    /// (the machine builder's step: [`crate::builder::MachineBuilder::add_vcpu`]).
+    pub(crate) fn create_vcpu(&self, config: VcpuConfig) -> Result<Vcpu, VmmError> {
         if config.id >= self.config.cpus {
             return Err(VmmError::VcpuOutOfRange {
                 id: config.id,
@@ -276,14 +303,16 @@ impl Vm {
             .fd
             .create_vcpu(config.id.into())
             .map_err(|e| VmmError::Kvm("KVM_CREATE_VCPU", e))?;
-        let mut table = cpuid::for_vcpu(cpuid::supported(&self.kvm)?, config.id, self.config.cpus);
-        cpuid::clear_bits(&mut table, &self.config.cpuid_clear);
-        crate::knobs::patch_cpuid(
-            &mut table,
-            self.config.disable_exits,
-            &self.config.knobs,
-            self.config.irqchip.in_kernel_lapic() && crate::knobs::tsc_deadline_offered(&self.fd),
-        );
+        let tsc_deadline =
+            self.config.irqchip.in_kernel_lapic() && crate::knobs::tsc_deadline_offered(&self.fd);
+        let extra: &[cpuid::CpuidBit] = if tsc_deadline {
+            &[cpuid::TSC_DEADLINE]
+        } else {
+            &[]
+        };
+        let (base, _) = cpuid::apply(cpuid::supported(&self.kvm)?, &self.config.cpu, extra);
+        let mut table = cpuid::for_vcpu(&base, config.id, self.config.cpus);
+        crate::knobs::patch_cpuid(&mut table, self.config.disable_exits, &self.config.knobs);
         fd.set_cpuid2(&table)
             .map_err(|e| VmmError::Kvm("KVM_SET_CPUID2", e))?;
         crate::mce::setup(&self.kvm, &fd)?;
@@ -339,12 +368,18 @@ pub fn unregister_ioeventfd(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::MachineBuilder;
+    use crate::hook::NoHook;
+
+    fn new_vm(kvm: Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<NoHook>, VmmError> {
+        MachineBuilder::new(kvm, config)
+    }
 
     #[test]
     fn open_errors_say_what_to_do() {
         let missing = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
         assert!(missing.contains("/dev/kvm does not exist"), "{missing}");
-        assert!(missing.contains("kvm_intel or kvm_amd"), "{missing}");
+        assert!(missing.contains("`exitlab host` says why"), "{missing}");
         let denied = open_error(std::io::Error::from_raw_os_error(libc::EACCES)).to_string();
         assert!(
             denied.contains("run as root or add your user to the group"),
@@ -357,16 +392,17 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 cpus: 0,
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("at least one vCPU"), "{e}");
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::None,
@@ -374,13 +410,14 @@ mod tests {
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(
             e.to_string()
                 .contains("PIT needs the full in-kernel irqchip"),
             "{e}"
         );
-        let e = Vm::new(
+        let e = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::Split,
@@ -388,15 +425,18 @@ mod tests {
                 ..VmConfig::default()
             },
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("--irqchip kernel"), "{e}");
-        let mut vm = Vm::new(kvm, VmConfig::default()).unwrap();
+        let mut b = new_vm(kvm, VmConfig::default()).unwrap();
+        let vm = b.vm_mut();
         assert!(vm.ioapic().is_none(), "KVM's own I/O APIC answers");
-        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).unwrap_err();
+        let e = vm.add_ioeventfd(IoSpace::Pio, 0x10, 0, None).err().unwrap();
         assert!(e.to_string().contains("MMIO without datamatch only"), "{e}");
         let e = vm
             .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 3, Some(1))
-            .unwrap_err();
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("is not 1, 2, 4 or 8"), "{e}");
         assert!(vm
             .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 4, Some(1))
@@ -415,9 +455,62 @@ mod tests {
     }
 
     #[test]
+    fn the_vcpu_gets_the_cpu_template_s_cpuid() {
+        let kvm = Arc::new(crate::testing::kvm_or_fail());
+        let x2apic = cpuid::feature("x2apic").unwrap();
+        let b = new_vm(
+            kvm,
+            VmConfig {
+                cpu: cpuid::CpuTemplate {
+                    model: cpuid::model("qemu64"),
+                    vendor: Some(*b"AuthenticAMD"),
+                    remove: vec![x2apic, cpuid::TSC_DEADLINE],
+                    phys_bits: cpuid::PhysBits::Exact(36),
+                    ..Default::default()
+                },
+                ..VmConfig::default()
+            },
+        )
+        .unwrap();
+        let vm = b.vm();
+        let vcpu = vm
+            .create_vcpu(VcpuConfig {
+                id: 0,
+                stamp_gpa: None,
+                run_log: 0,
+                doorbell_port: None,
+                hlt: crate::vcpu::HltPolicy::Stop,
+            })
+            .unwrap();
+        let c = vcpu
+            .fd()
+            .get_cpuid2(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+            .unwrap();
+        let (eax0, ebx, ecx, edx) = cpuid::lookup(&c, 0, 0).unwrap();
+        let v: Vec<u8> = [ebx, edx, ecx]
+            .into_iter()
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        assert_eq!(&v, b"AuthenticAMD");
+        assert_eq!(eax0, 0xd, "qemu64's level");
+        let (eax1, _, ecx1, _) = cpuid::lookup(&c, 1, 0).unwrap();
+        assert_eq!(
+            cpuid::split_version(eax1),
+            (15, 107, 1),
+            "qemu64's family/model/stepping"
+        );
+        assert_eq!(
+            ecx1 & (1 << 21 | 1 << 24),
+            0,
+            "x2apic and tsc-deadline hidden"
+        );
+        assert_eq!(cpuid::lookup(&c, 0x8000_0008, 0).unwrap().0 & 0xff, 36);
+    }
+
+    #[test]
     fn a_split_irqchip_puts_the_ioapic_and_pic_on_the_buses_or_names_the_capability() {
         let kvm = Arc::new(crate::testing::kvm_or_fail());
-        let r = Vm::new(
+        let r = new_vm(
             kvm.clone(),
             VmConfig {
                 irqchip: IrqChip::Split,
@@ -426,10 +519,11 @@ mod tests {
             },
         );
         if kvm.check_extension_raw(kvm_bindings::KVM_CAP_SPLIT_IRQCHIP.into()) <= 0 {
-            let e = r.unwrap_err().to_string();
+            let e = r.err().unwrap().to_string();
             panic!("this host's KVM lacks KVM_CAP_SPLIT_IRQCHIP: {e}");
         }
-        let vm = r.unwrap();
+        let b = r.unwrap();
+        let vm = b.vm();
         let io = vm.ioapic().expect("a userspace I/O APIC").clone();
         let mut d = [0u8; 4];
         assert!(vm

@@ -15,7 +15,7 @@ use exitlab_results::irq::ApicMode;
 use exitlab_results::results::TestStatus;
 use exitlab_vmm::knobs;
 
-fn kvm() -> Arc<kvm_ioctls::Kvm> {
+fn kvm() -> Arc<exitlab_vmm::Kvm> {
     match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
         Err(e) => panic!("these tests need a usable /dev/kvm: {e}"),
@@ -323,4 +323,29 @@ fn a_split_irqchip_keeps_the_local_apics_in_the_kernel() {
         Outcome::Skipped(why) => assert!(why.contains("--irqchip split"), "{why}"),
         o => panic!("inl_from_kernel ran against the userspace PIC: {o:?}"),
     }
+}
+
+#[test]
+fn split_irqchip_is_refused_naming_the_capability_where_the_host_lacks_it() {
+    let kvm = kvm();
+    let split = IrqKnobs {
+        irqchip: exitlab_vmm::vm::IrqChip::Split,
+        ..IrqKnobs::default()
+    };
+    // A host that lacks the capability, everything else as this one.
+    let lacking = |cap: u32| {
+        if cap == exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP {
+            0
+        } else {
+            kvm.check_extension_raw(cap.into())
+        }
+    };
+    let e = split.probe_with(&kvm, &lacking).unwrap_err();
+    assert!(e.contains("KVM_CAP_SPLIT_IRQCHIP"), "{e}");
+    assert!(e.contains("--irqchip kernel"), "says what to do: {e}");
+    // The kernel irqchip does not need it.
+    assert!(IrqKnobs::default().probe_with(&kvm, &lacking).is_ok());
+    // On this host the answer follows the capability.
+    let has = kvm.check_extension_raw(exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP.into()) > 0;
+    assert_eq!(split.probe(&kvm).is_ok(), has);
 }

@@ -4,8 +4,9 @@
 //! irqchips. With a split irqchip every I/O APIC register access the guest made reaches
 //! exitlab (counted by the guest, by exitlab's I/O APIC, by the run loop's MMIO exits and
 //! by KVM's `mmio_exits`), and each EOI of the level vector comes back as
-//! KVM_EXIT_IOAPIC_EOI; with KVM's irqchip none does. The knob is refused, naming
-//! KVM_CAP_SPLIT_IRQCHIP, where the host lacks it.
+//! KVM_EXIT_IOAPIC_EOI; with KVM's irqchip none does. (That the lab's knob is refused,
+//! naming KVM_CAP_SPLIT_IRQCHIP, where the host lacks it is the lab's test, in
+//! crates/lab/tests/irq_vm.rs.)
 //!
 //! They need a usable /dev/kvm; the split tests need KVM_CAP_SPLIT_IRQCHIP and fail with
 //! one line naming it where the host lacks it. On kvm_pvm (this project's paravirtual
@@ -18,7 +19,6 @@ mod common;
 use std::time::Duration;
 
 use exitlab_devices::serial::SharedBuffer;
-use exitlab_lab::smp::IrqKnobs;
 use exitlab_vmm::machine::SerialOut;
 use exitlab_vmm::machine::{self, IrqChip, MachineConfig, PlatformOptions, RunEnd, RunReport};
 
@@ -201,29 +201,4 @@ fn both_irqchips_see_the_same_guest_accesses() {
         split, kernel,
         "the guest's program does not depend on the irqchip"
     );
-}
-
-#[test]
-fn split_irqchip_is_refused_naming_the_capability_where_the_host_lacks_it() {
-    let kvm = common::kvm();
-    let split = IrqKnobs {
-        irqchip: IrqChip::Split,
-        ..IrqKnobs::default()
-    };
-    // A host that lacks the capability, everything else as this one.
-    let lacking = |cap: u32| {
-        if cap == exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP {
-            0
-        } else {
-            kvm.check_extension_raw(cap.into())
-        }
-    };
-    let e = split.probe_with(&kvm, &lacking).unwrap_err();
-    assert!(e.contains("KVM_CAP_SPLIT_IRQCHIP"), "{e}");
-    assert!(e.contains("--irqchip kernel"), "says what to do: {e}");
-    // The kernel irqchip does not need it.
-    assert!(IrqKnobs::default().probe_with(&kvm, &lacking).is_ok());
-    // On this host the answer follows the capability.
-    let has = kvm.check_extension_raw(exitlab_vmm::irqchip::KVM_CAP_SPLIT_IRQCHIP.into()) > 0;
-    assert_eq!(split.probe(&kvm).is_ok(), has);
 }

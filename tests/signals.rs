@@ -1,0 +1,53 @@
+//! SIGINT and SIGTERM during `exitlab run` stop the vCPUs, tear the VM down and end with
+//! the interrupted exit code (130). `cargo test --test signals -- --nocapture` prints how
+//! long each teardown took.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+/// `exitlab run` of the conformance kernel spinning until stopped.
+fn spinning_run() -> std::process::Child {
+    common::require_kvm();
+    let dir = common::tempdir("soak-signal");
+    let kernel = dir.join("pvh.elf");
+    std::fs::write(&kernel, exitlab_guest::CONFORMANCE_PVH).unwrap();
+    Command::new(common::EXITLAB)
+        .arg("run")
+        .arg(&kernel)
+        .args(["--cmdline", "timeout", "--cpus", "2", "--serial", "none"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigint_and_sigterm_stop_the_vm_with_the_interrupted_code() {
+    for sig in ["-INT", "-TERM"] {
+        let child = spinning_run();
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = child.id().to_string();
+        let t = Instant::now();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+        let out = child.wait_with_output().unwrap();
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{sig}: {err}");
+        assert!(err.contains("interrupted"), "{sig}: {err}");
+        assert!(
+            // A guard against a teardown that hangs, not a speed target.
+            took < Duration::from_secs(60),
+            "{sig}: teardown took {took:?}"
+        );
+        eprintln!(
+            "{sig}: stopped and torn down in {:.0} ms",
+            took.as_secs_f64() * 1e3
+        );
+    }
+}
