@@ -430,15 +430,16 @@ mod tests {
         );
         let om = crate::openmetrics::render(&[("f.json".into(), r.clone())]);
         assert!(
-            om.lines()
-                .any(|l| l.starts_with("exitlab_exit_net_cycles{test=\"cpuid\"")
-                    && l.ends_with(" 12345")),
+            om.lines().any(|l| l.starts_with("exitlab_exit_net_cycles{")
+                && l.contains("test=\"cpuid\"")
+                && l.ends_with(" 12345")),
             "{om}"
         );
         // The nanoseconds follow the figure (3 GHz: 4,115 ns).
         assert!(
             om.lines()
-                .any(|l| l.starts_with("exitlab_exit_net_seconds{test=\"cpuid\"")
+                .any(|l| l.starts_with("exitlab_exit_net_seconds{")
+                    && l.contains("test=\"cpuid\"")
                     && l.ends_with(" 0.000004115")),
             "{om}"
         );
