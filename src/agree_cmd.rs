@@ -70,6 +70,7 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
             pin: None,
             bare: false,
             irq: Default::default(),
+            inject_cycles: 0,
         },
         harness_timeout_s: 120,
     };

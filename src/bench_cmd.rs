@@ -71,10 +71,15 @@ pub struct BenchArgs {
     /// a fresh VM every round), so that host drift affects all tests alike.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: u32,
+    /// Known-answer control: the VMM busy-waits this many host TSC cycles in its handling
+    /// of every userspace exit (0: off). `--ab inject-cycles=0,N` shows whether exitlab
+    /// sees a change of N cycles on this host.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    inject_cycles: u64,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
     /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
-    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip.
+    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip, inject-cycles.
     #[arg(long, value_name = "KNOB=A,B")]
     ab: Option<String>,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
@@ -267,6 +272,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             pin: a.pin.first().copied(),
             bare: false,
             irq: a.irq.knobs(&a.pin)?,
+            inject_cycles: a.inject_cycles,
         },
         raw: a.raw,
         overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),

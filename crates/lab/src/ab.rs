@@ -14,8 +14,9 @@ use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
+use exitlab_results::central;
 use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
-use exitlab_results::stats::{percentile, summarize};
+use exitlab_results::stats::summarize;
 
 /// Why an A/B run produced no results.
 #[derive(Debug, thiserror::Error)]
@@ -201,15 +202,14 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
                 .collect();
             t.cycles = summarize(&per_iter).ok().or(t.cycles);
             t.raw_samples = keep_raw.then_some(raw);
-            let nets: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
-            if !nets.is_empty() {
-                let mut sorted = nets;
-                sorted.sort_unstable_by(f64::total_cmp);
-                t.net_median_cycles = Some(percentile(&sorted, 50.0));
-            }
+            // Each side-run holds one round of the test: the CDF averages the rounds the
+            // central figure keeps.
+            let kept = central::central(&t).map(|c| c.kept).unwrap_or_default();
             let pcts: Vec<&Vec<f64>> = same
                 .iter()
-                .filter_map(|t| t.net_percentiles.as_ref())
+                .enumerate()
+                .filter(|(i, _)| kept.get(*i).copied().unwrap_or(true))
+                .filter_map(|(_, t)| t.net_percentiles.as_ref())
                 .collect();
             if let Some(p0) = pcts.first() {
                 t.net_percentiles = Some(
@@ -229,6 +229,7 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
                 .filter_map(|s| s.exit_check.clone())
                 .find(|c: &ExitCheck| !c.passed)
                 .or(t.exit_check);
+            central::store(&mut t, first.config.tsc_khz);
             t
         })
         .collect()

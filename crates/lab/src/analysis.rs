@@ -274,6 +274,7 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         rounds: m.rounds.len() as u32,
         dropped_samples: (m.samples.len() - samples.len()) as u64,
         spread: round_spread(&samples, &rounds, m.params.batch),
+        outlier_rounds: 0,
     });
     let values = per_iteration(&samples, m.params.batch).unwrap_or_default();
     r.cycles = summary_of(&values);
@@ -424,6 +425,7 @@ mod tests {
             pin: None,
             bare: false,
             irq: Default::default(),
+            inject_cycles: 0,
         }
     }
 

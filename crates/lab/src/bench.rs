@@ -13,6 +13,8 @@ use exitlab_vmm::Kvm;
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
+use exitlab_guest::abi::Sample;
+use exitlab_results::central;
 use exitlab_results::figures;
 use exitlab_results::packed::PackedSamples;
 use exitlab_results::results::RoundFigure;
@@ -134,11 +136,7 @@ pub fn run(
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
         // The baseline has no net figure: it is the empty loop itself.
         let net = !def.baseline;
-        let figures: Vec<RoundFigure> = rounds
-            .iter()
-            .take_while(|m| m.outcome == Outcome::Completed)
-            .filter_map(|m| figures::round_figure(&m.samples, m.params.batch, net))
-            .collect();
+        let (figures, kept_samples) = round_figures(&rounds, net);
         let Some(m) = Measurement::merge(rounds) else {
             continue;
         };
@@ -161,9 +159,15 @@ pub fn run(
         }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
+        // The CDF is drawn from the rounds the central figure rests on.
         r.net_percentiles = (m.outcome == Outcome::Completed)
-            .then(|| figures::net_percentiles(&m.samples, m.params.batch, net))
+            .then(|| figures::net_percentiles(&kept_samples, m.params.batch, net))
             .flatten();
+        central::store(&mut r, khz);
+        let outliers = central::central(&r).map_or(0, |c| c.outliers() as u32);
+        if let Some(spread) = r.round_spread.as_mut() {
+            spread.outlier_rounds = outliers;
+        }
         if opts.phases_off.is_some() {
             r.phases = None;
         }
@@ -261,6 +265,35 @@ pub fn run(
         incomplete,
         ab: None,
     })
+}
+
+/// The figure of each completed round of a test (in order, up to the first round that
+/// did not complete), and the samples of the rounds the central figure keeps (every
+/// round but the outliers, see [`central::outlier_rounds`]).
+fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sample>) {
+    let done: Vec<(RoundFigure, &Measurement)> = rounds
+        .iter()
+        .take_while(|m| m.outcome == Outcome::Completed)
+        .filter_map(|m| Some((figures::round_figure(&m.samples, m.params.batch, net)?, m)))
+        .collect();
+    let values: Vec<f64> = done
+        .iter()
+        .map(|(f, _)| {
+            if net {
+                f.net_median.unwrap_or(f64::NAN)
+            } else {
+                f.median
+            }
+        })
+        .collect();
+    let kept = central::CHOSEN.kept(&values);
+    let samples = done
+        .iter()
+        .zip(&kept)
+        .filter(|(_, k)| **k)
+        .flat_map(|((_, m), _)| m.samples.iter().copied())
+        .collect();
+    (done.into_iter().map(|(f, _)| f).collect(), samples)
 }
 
 /// The tests in the order they run: the baseline (the empty loop) first, added if
@@ -391,8 +424,46 @@ fn short_of_quiet_samples(per_test: &[Vec<Stored>], limit: f64, wanted: u64) -> 
         .collect()
 }
 
+/// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
+/// round whose figure lies far from the test's other rounds (host interference on the
+/// exit path, which the empty loop before each sample does not see) is set aside
+/// ([`central::outlier_rounds`]) and replaced by an extra round. A test with a round
+/// that did not complete is not run again.
+fn short_of_clean_rounds(
+    tests: &[&'static TestDef],
+    per_test: &[Vec<Stored>],
+    planned: u64,
+) -> Vec<usize> {
+    per_test
+        .iter()
+        .zip(tests)
+        .enumerate()
+        .filter(|(_, (done, _))| done.iter().all(|r| r.m.outcome == Outcome::Completed))
+        .filter(|(_, (done, def))| {
+            let values = stored_round_figures(done, !def.baseline);
+            let kept = central::CHOSEN.kept(&values).iter().filter(|k| **k).count();
+            (kept as u64) < planned
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The figure of each stored round (net median, raw for the empty loop; NaN for a round
+/// without plausible samples).
+fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
+    done.iter()
+        .map(|r| {
+            let samples = r.samples.unpack();
+            figures::round_figure(&samples, r.m.params.batch, net)
+                .and_then(|f| if net { f.net_median } else { Some(f.median) })
+                .unwrap_or(f64::NAN)
+        })
+        .collect()
+}
+
 /// After the planned rounds, runs extra rounds of the tests that have fewer than
-/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, one
+/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, or
+/// fewer than the planned rounds once outlier rounds are set aside, one
 /// extra round at a time, each with one round's share of samples, at most as many extra
 /// rounds as planned ones. A quiet host needs none, so the default run is not longer
 /// there; a busy host spends more time instead of reporting its busy moments. Returns
@@ -414,7 +485,13 @@ fn top_up_quiet_samples(
         let Some(limit) = quiet_loop_limit(per_test) else {
             break;
         };
-        let lacking = short_of_quiet_samples(per_test, limit, wanted);
+        let mut lacking = short_of_quiet_samples(per_test, limit, wanted);
+        for i in short_of_clean_rounds(tests, per_test, rounds) {
+            if !lacking.contains(&i) {
+                lacking.push(i);
+            }
+        }
+        lacking.sort_unstable();
         if lacking.is_empty() {
             break;
         }
@@ -493,7 +570,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         };
         let _ = write!(
             note,
-            "; extra rounds for tests short of quiet samples: {list}"
+            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {list}"
         );
     }
     Some(note)
@@ -599,6 +676,7 @@ mod tests {
                 pin: None,
                 bare: false,
                 irq: Default::default(),
+                inject_cycles: 0,
             },
         );
         m.samples = loops
@@ -623,6 +701,7 @@ mod tests {
             rounds: 2,
             dropped_samples: 1,
             spread: 0.0,
+            outlier_rounds: 0,
         });
         let mut other = r.clone();
         other.name = "hlt".into();
@@ -630,14 +709,14 @@ mod tests {
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
         assert!(
             note.ends_with(
-                "extra rounds for tests short of quiet samples: 6 for each of the 2 tests"
+                "extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: 6 for each of the 2 tests"
             ),
             "{note}"
         );
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
-        assert!(note.ends_with("samples: cpuid 6, hlt 2"), "{note}");
+        assert!(note.ends_with("set aside: cpuid 6, hlt 2"), "{note}");
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
-        assert!(note.ends_with("samples: cpuid 6"), "{note}");
+        assert!(note.ends_with("set aside: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {
@@ -670,6 +749,39 @@ mod tests {
             Some(1030.0),
             "a round that did not complete says nothing about the host"
         );
+    }
+
+    /// A completed round of `cpuid` whose 30 samples all have the net figure `net`.
+    fn round_of_net(net: u64) -> Stored {
+        let mut m = round(&[100; 30]);
+        for s in &mut m.samples {
+            s.g_end = s.g_start + 100 + net;
+        }
+        Stored::new(m)
+    }
+
+    #[test]
+    fn a_test_with_an_outlier_round_gets_an_extra_round() {
+        let cpuid = catalogue::find("cpuid").unwrap();
+        let clean: Vec<Stored> = [1000, 1010, 990, 1005, 995, 1000]
+            .iter()
+            .map(|&n| round_of_net(n))
+            .collect();
+        let mut disturbed = clean.clone();
+        disturbed[3] = round_of_net(1250);
+        let per_test = vec![clean.clone(), disturbed.clone()];
+        assert_eq!(
+            stored_round_figures(&per_test[1], true),
+            vec![1000.0, 1010.0, 990.0, 1250.0, 995.0, 1000.0]
+        );
+        assert_eq!(
+            short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6),
+            vec![1]
+        );
+        // Once replaced, six rounds are kept again.
+        disturbed.push(round_of_net(1002));
+        let per_test = vec![clean, disturbed];
+        assert!(short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6).is_empty());
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub enum Setting {
     PvIpi(Option<bool>),
     /// Where the I/O APIC and PIC are emulated.
     Irqchip(IrqChip),
+    /// Known-answer control: host cycles the VMM busy-waits per userspace exit (0: off).
+    InjectCycles(u64),
 }
 
 impl Setting {
@@ -60,6 +62,7 @@ impl Setting {
             Setting::HaltPollNs(_) => "halt-poll-ns",
             Setting::PvIpi(_) => "pv-ipi",
             Setting::Irqchip(_) => "irqchip",
+            Setting::InjectCycles(_) => "inject-cycles",
         }
     }
 
@@ -69,7 +72,7 @@ impl Setting {
         let default = || "default".to_string();
         match *self {
             Setting::Ring(r) => r.to_string(),
-            Setting::Batch(n) | Setting::Warmup(n) => n.to_string(),
+            Setting::Batch(n) | Setting::Warmup(n) | Setting::InjectCycles(n) => n.to_string(),
             Setting::Pin(p) => p.map_or("none".into(), |p| p.to_string()),
             Setting::Apic(a) => a.name().into(),
             Setting::Cpus(n) => n.to_string(),
@@ -204,6 +207,11 @@ pub const KNOBS: &[Knob] = &[
         help: "where the I/O APIC and PIC are emulated: kernel or split (KVM_CAP_SPLIT_IRQCHIP)",
         parse: |v| IrqChip::parse(v).map(Setting::Irqchip),
     },
+    Knob {
+        name: "inject-cycles",
+        help: "known-answer control: host cycles the VMM busy-waits per userspace exit: 0 (off) to 100000000",
+        parse: |v| parse_u64("inject-cycles", v, 0, 100_000_000).map(Setting::InjectCycles),
+    },
 ];
 
 /// The knob called `name`.
@@ -237,6 +245,7 @@ impl RunParams {
             Setting::Batch(n) => self.batch = n,
             Setting::Warmup(n) => self.warmup = n,
             Setting::Pin(p) => self.pin = p,
+            Setting::InjectCycles(n) => self.inject_cycles = n,
             irq => self.irq.apply(irq)?,
         }
         Ok(())
@@ -251,6 +260,7 @@ impl RunParams {
             Setting::Pin(self.pin),
         ];
         s.extend(self.irq.settings());
+        s.push(Setting::InjectCycles(self.inject_cycles));
         s
     }
 }
@@ -378,6 +388,7 @@ mod tests {
                 pin: None,
                 bare: false,
                 irq: Default::default(),
+                inject_cycles: 0,
             },
             raw: false,
             overhead: false,

@@ -49,6 +49,9 @@ pub struct RunParams {
     pub bare: bool,
     /// Interrupt knobs: APIC mode, vCPUs, idle, disabled exits, halt polling, PV IPI.
     pub irq: crate::smp::IrqKnobs,
+    /// Known-answer control: host TSC cycles of busy-waiting the VMM adds to its
+    /// handling of every userspace exit but the doorbells (0: off).
+    pub inject_cycles: u64,
 }
 
 /// How a test run ended.
@@ -105,6 +108,9 @@ pub struct Measurement {
     pub apic: exitlab_results::irq::ApicMode,
     /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
     pub per_vcpu: Vec<exitlab_results::irq::VcpuExits>,
+    /// Busy-waits the VMM added ([`RunParams::inject_cycles`]) over the whole run, boot
+    /// and warm-up included: one per userspace exit but the doorbells.
+    pub injected_waits: u64,
 }
 
 impl Measurement {
@@ -137,6 +143,7 @@ impl Measurement {
             vmm_rss_bytes: None,
             apic: params.irq.apic_for(def),
             per_vcpu: Vec::new(),
+            injected_waits: 0,
         }
     }
 
@@ -168,6 +175,7 @@ impl Measurement {
             m.params.warmup += r.params.warmup;
             m.samples.extend(r.samples);
             m.counts = m.counts.plus(&r.counts);
+            m.injected_waits += r.injected_waits;
             m.kvm_counters = match (m.kvm_counters.take(), r.kvm_counters) {
                 (Some(a), Some(b)) => Some(
                     a.into_iter()
@@ -662,6 +670,7 @@ impl LabVm {
             } else {
                 Handler::Devices
             },
+            inject_cycles: params.inject_cycles,
             ..VcpuSpec::new(VcpuConfig {
                 run_log: if def.kvm_run_log && !params.bare {
                     (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
@@ -910,6 +919,7 @@ fn collect(
     started: Instant,
 ) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
+    m.injected_waits = f.vcpu.injected_waits();
     m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(machine.memory());
     m.kvm_run_log = f
         .vcpu

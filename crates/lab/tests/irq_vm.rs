@@ -32,6 +32,7 @@ fn params(samples: u64, irq: IrqKnobs) -> RunParams {
         pin: None,
         bare: false,
         irq,
+        inject_cycles: 0,
     }
 }
 

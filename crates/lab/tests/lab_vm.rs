@@ -24,6 +24,7 @@ fn params(samples: u64, batch: u64) -> RunParams {
         pin: None,
         bare: false,
         irq: Default::default(),
+        inject_cycles: 0,
     }
 }
 
@@ -293,4 +294,58 @@ fn many_exits_per_sample_are_progress_for_the_watchdog() {
     let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
     assert_eq!(m.outcome, Outcome::Completed, "after {:?}", t.elapsed());
     assert_eq!(m.counts.io_in, 10 + 2 * p.batch);
+}
+
+#[test]
+fn injected_cycles_add_to_every_userspace_exit_and_to_no_kernel_one() {
+    // The known-answer control: the VMM busy-waits N host cycles per userspace exit. Its
+    // count of waits must equal the test's userspace exits (warm-up included), and the
+    // net figure must grow by about N (a wide tolerance: the host is shared), while a
+    // kernel-handled test is not touched (no wait at all).
+    const N: u64 = 20_000;
+    let kvm = kvm();
+    let user = catalogue::find("inl_from_user").unwrap();
+    let kernel = catalogue::find("inl_from_kernel").unwrap();
+    let net_median = |m: &runner::Measurement| {
+        let r = analysis::analyse(m, &Baseline::default(), 0, false);
+        r.net_median_cycles.unwrap()
+    };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        for cycles in [0, N] {
+            let p = RunParams {
+                inject_cycles: cycles,
+                ..params(300, 1)
+            };
+            let m = runner::run_test(&kvm, exitlab_guest::IMAGE, user, p).unwrap();
+            assert_eq!(m.outcome, Outcome::Completed);
+            let expected = if cycles == 0 { 0 } else { m.counts.io_in };
+            assert_eq!(m.counts.io_in, 10 + 300);
+            assert_eq!(m.injected_waits, expected, "one wait per userspace exit");
+            if cycles == 0 {
+                off.push(net_median(&m));
+            } else {
+                on.push(net_median(&m));
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let added = median(&mut on) - median(&mut off);
+    assert!(
+        (0.5 * N as f64..1.5 * N as f64).contains(&added),
+        "injecting {N} cycles added {added:.0} to the net median"
+    );
+    let p = RunParams {
+        inject_cycles: N,
+        ..params(100, 1)
+    };
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, kernel, p).unwrap();
+    assert_eq!(m.outcome, Outcome::Completed);
+    assert_eq!(
+        m.injected_waits, 0,
+        "a kernel-handled test has no userspace exit"
+    );
 }

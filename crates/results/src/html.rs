@@ -265,8 +265,8 @@ fn summary_table(page: &mut String, s: &Series) {
             "<tr><td>{}</td><td>{}</td><td>{median}</td><td>{ci}</td><td>{p10}</td><td>{p90}</td><td>{p99}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&t.name),
             esc(&handled),
-            t.net_median_cycles.map_or("-".into(), cell),
-            t.median_ns.map_or("-".into(), fmt_ns),
+            crate::central::net_figure(t).map_or("-".into(), cell),
+            crate::central::figure_ns(t).map_or("-".into(), |n| fmt_ns(n.0)),
             t.rounds.len(),
             samples_cell(t)
         );
@@ -316,7 +316,8 @@ fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
     }
     let _ = writeln!(
         page,
-        "</table><p>Median over rounds of each round's net median; change with a 95% bootstrap interval over rounds; slower/faster when the whole interval lies beyond ±{:.1}%.</p>",
+        "</table><p>Cycles per iteration: {}; change with a 95% bootstrap interval over rounds; slower/faster when the whole interval lies beyond ±{:.1}%.</p>",
+        crate::central::DESCRIPTION,
         cmp.threshold_pct
     );
 }

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod central;
 pub mod compare;
 pub mod figures;
 pub mod format;
@@ -19,4 +20,5 @@ pub mod samples;
 pub mod stats;
 pub mod testing;
 pub mod trace_report;
+pub mod trials;
 pub mod verdict;

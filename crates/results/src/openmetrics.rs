@@ -113,9 +113,9 @@ pub fn render(files: &[(String, Results)]) -> String {
         &mut out,
         "exitlab_exit_net_cycles",
         "cycles",
-        "Median over samples of the sample minus the empty loop measured just before it in the same VM",
+        "The central figure: the median over rounds (fresh VMs) of each round's median of the sample minus the empty loop measured just before it, outlier rounds set aside",
         &series,
-        |t| Some(vec![("median", t.net_median_cycles?)]),
+        |t| Some(vec![("median", crate::central::net_figure(t)?)]),
     );
     family(
         &mut out,
@@ -124,10 +124,9 @@ pub fn render(files: &[(String, Results)]) -> String {
         "The net median converted with the TSC frequency",
         &series,
         |t| {
-            t.median_ns_is_net
-                .then_some(())
-                .and(t.median_ns)
-                .map(|ns| vec![("median", ns * 1e-9)])
+            crate::central::figure_ns(t)
+                .filter(|f| f.1)
+                .map(|f| vec![("median", f.0 * 1e-9)])
         },
     );
     out.push_str("# EOF\n");

@@ -27,9 +27,9 @@ fn opt_cycles(v: Option<f64>) -> String {
 }
 
 fn median_ns_cell(t: &TestResult) -> String {
-    match t.median_ns {
-        Some(ns) if t.median_ns_is_net => fmt_ns(ns),
-        Some(ns) => format!("{} (raw)", fmt_ns(ns)),
+    match crate::central::figure_ns(t) {
+        Some((ns, true)) => fmt_ns(ns),
+        Some((ns, false)) => format!("{} (raw)", fmt_ns(ns)),
         None => "-".to_string(),
     }
 }
@@ -246,6 +246,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
     lines.extend(handling_lines(tests));
     lines.extend(kvm_counter_lines(results));
     lines.extend(round_spread_line(results));
+    lines.extend(crate::central::outliers_line(&results.tests));
     if tests
         .iter()
         .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
@@ -562,7 +563,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.mean),
         pick(|s| s.stddev),
         samples_cell(t),
-        opt_cycles(t.net_median_cycles),
+        opt_cycles(crate::central::net_figure(t)),
         median_ns_cell(t),
     ]
 }
@@ -592,7 +593,11 @@ pub fn render_table(results: &Results) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out.push_str("cycles per iteration; \"net median\": median over samples of (sample - the empty loop measured just before it in the same VM)\n\n");
+    let _ = writeln!(
+        out,
+        "cycles per iteration; \"net median\": {}\n",
+        crate::central::DESCRIPTION
+    );
     let rows: Vec<Vec<String>> = results
         .tests
         .iter()
@@ -649,7 +654,11 @@ pub fn render_markdown(results: &Results) -> String {
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
-    out.push_str("\nCycles per iteration; *net median*: median over samples of (sample − the empty loop measured just before it in the same VM).\n");
+    let _ = writeln!(
+        out,
+        "\nCycles per iteration; *net median*: {}.",
+        crate::central::DESCRIPTION
+    );
     let details = detail_lines(results);
     if !details.is_empty() {
         out.push_str("\n```\n");
@@ -808,8 +817,8 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.stddev)),
                     num(c.map(|c| c.median_ci95[0])),
                     num(c.map(|c| c.median_ci95[1])),
-                    num(t.net_median_cycles),
-                    num(t.median_ns),
+                    num(crate::central::net_figure(t)),
+                    num(crate::central::figure_ns(t).map(|f| f.0)),
                     // Why the file's run was cut short (the same on each of its rows):
                     // its rows then cover only the rounds that completed.
                     csv_field(r.incomplete.as_deref().unwrap_or("")),
@@ -1234,11 +1243,13 @@ mod tests {
             rounds: 8,
             dropped_samples: 10,
             spread: 0.012,
+            outlier_rounds: 0,
         });
         results.tests[2].round_spread = Some(RoundSpread {
             rounds: 8,
             dropped_samples: 0,
             spread: 0.034,
+            outlier_rounds: 0,
         });
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");

@@ -302,6 +302,11 @@ pub struct RoundSpread {
     /// with enough of them); NaN with fewer than two such rounds.
     #[serde(deserialize_with = "f64_or_nan")]
     pub spread: f64,
+    /// Rounds set aside as outliers by the central figure's rule
+    /// ([`crate::central::outlier_rounds`]); bench replaces each with an extra round
+    /// while its budget lasts.
+    #[serde(default)]
+    pub outlier_rounds: u32,
 }
 
 /// One KVM counter against exitlab's count of the same exits.

@@ -37,6 +37,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::central::{Interval, Method, CHOSEN};
 use crate::stats::percentile;
 
 /// Bootstrap resamples per comparison.
@@ -91,10 +92,16 @@ pub struct Change {
     pub rounds_before: usize,
     /// Rounds after (side B).
     pub rounds_after: usize,
-    /// Median of the round figures before.
+    /// Central figure before ([`crate::central`]: the estimator over the kept rounds).
     pub median_before: f64,
-    /// Median of the round figures after.
+    /// Central figure after.
     pub median_after: f64,
+    /// Rounds before set aside as outliers ([`crate::central::outlier_rounds`]).
+    #[serde(default)]
+    pub outliers_before: usize,
+    /// Rounds after set aside as outliers.
+    #[serde(default)]
+    pub outliers_after: usize,
     /// Change in percent (positive: slower); `None` without a conclusion.
     pub pct: Option<f64>,
     /// 95 % bootstrap interval of the change in percent.
@@ -114,11 +121,13 @@ impl Change {
     }
 }
 
+#[cfg(test)]
 fn median(values: &[f64]) -> f64 {
     median_in_place(&mut values.to_vec())
 }
 
 /// Type 7 median of `v` (non-empty), reordering it: one selection, no sort.
+#[cfg(test)]
 fn median_in_place(v: &mut [f64]) -> f64 {
     let n = v.len();
     let (left, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
@@ -227,6 +236,19 @@ pub fn change_seeded(
     threshold_pct: f64,
     seed: u64,
 ) -> Change {
+    change_with(before, after, pairing, threshold_pct, CHOSEN, seed)
+}
+
+/// [`change`] with another estimator and outlier rule, and an explicit seed (for the
+/// trials that compare methods).
+pub fn change_with(
+    before: &[f64],
+    after: &[f64],
+    pairing: Pairing,
+    threshold_pct: f64,
+    method: Method,
+    seed: u64,
+) -> Change {
     let finite = |v: &[f64]| {
         v.iter()
             .copied()
@@ -235,19 +257,15 @@ pub fn change_seeded(
     };
     let (before, after) = (finite(before), finite(after));
     let threshold_pct = threshold_pct.max(0.0);
+    let (kept_before, kept_after) = (method.kept(&before), method.kept(&after));
+    let outliers = |k: &[bool]| k.iter().filter(|k| !**k).count();
     let mut out = Change {
         rounds_before: before.len(),
         rounds_after: after.len(),
-        median_before: if before.is_empty() {
-            f64::NAN
-        } else {
-            median(&before)
-        },
-        median_after: if after.is_empty() {
-            f64::NAN
-        } else {
-            median(&after)
-        },
+        median_before: method.estimate(&before),
+        median_after: method.estimate(&after),
+        outliers_before: outliers(&kept_before),
+        outliers_after: outliers(&kept_after),
         pct: None,
         ci95_pct: None,
         min_detectable_pct: None,
@@ -258,12 +276,110 @@ pub fn change_seeded(
         out.verdict = Verdict::NoConclusion(reason);
         return out;
     }
-    let (estimate, mut boot) = bootstrap(&before, &after, pairing, seed);
-    boot.sort_unstable_by(f64::total_cmp);
-    let tail = 100.0 * expanded_tail(before.len().min(after.len()));
+    let est = method.estimator;
+    let keep = |v: &[f64], k: &[bool]| -> Vec<f64> {
+        v.iter()
+            .zip(k)
+            .filter_map(|(x, k)| k.then_some(*x))
+            .collect()
+    };
+    let (estimate, [lo_ratio, hi_ratio]) = match pairing {
+        Pairing::Paired => {
+            // Each round's ratio after/before; host states the two sides of a round
+            // shared cancel, and a round disturbed on one side only is an outlier among
+            // the ratios.
+            let ratios: Vec<f64> = before.iter().zip(&after).map(|(b, a)| a / b).collect();
+            let kept = method.kept(&ratios);
+            let set_aside = kept.iter().filter(|k| !**k).count();
+            out.outliers_before = set_aside;
+            out.outliers_after = set_aside;
+            let ratios = keep(&ratios, &kept);
+            if ratios.len() < 2 {
+                out.verdict = Verdict::NoConclusion(
+                    "fewer than two rounds left once outlier rounds were set aside".into(),
+                );
+                return out;
+            }
+            match method.interval {
+                Interval::Bootstrap => {
+                    let n = ratios.len();
+                    let mut draw = vec![0.0; n];
+                    let mut rng = SmallRng::seed_from_u64(seed);
+                    let boot: Vec<f64> = (0..RESAMPLES)
+                        .map(|_| {
+                            draw.iter_mut()
+                                .for_each(|d| *d = ratios[rng.random_range(0..n)]);
+                            est.of(&mut draw)
+                        })
+                        .collect();
+                    (
+                        est.of(&mut ratios.clone()),
+                        percentile_interval(boot, n - set_aside),
+                    )
+                }
+                Interval::SignTest => {
+                    let mut sorted = ratios.clone();
+                    (est.of(&mut sorted), sign_test_interval(&sorted))
+                }
+                Interval::StudentT => {
+                    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+                    let (m, var) = mean_var(&logs);
+                    let n = logs.len();
+                    let half = t_975(n - 1) * (var / n as f64).sqrt();
+                    (m.exp(), [(m - half).exp(), (m + half).exp()])
+                }
+            }
+        }
+        Pairing::Independent => {
+            let (before, after) = (keep(&before, &kept_before), keep(&after, &kept_after));
+            let (nb, na) = (before.len(), after.len());
+            match method.interval {
+                Interval::Bootstrap | Interval::SignTest => {
+                    let mut db = vec![0.0; nb];
+                    let mut da = vec![0.0; na];
+                    let mut rng = SmallRng::seed_from_u64(seed);
+                    let boot: Vec<f64> = (0..RESAMPLES)
+                        .map(|_| {
+                            db.iter_mut()
+                                .for_each(|d| *d = before[rng.random_range(0..nb)]);
+                            da.iter_mut()
+                                .for_each(|d| *d = after[rng.random_range(0..na)]);
+                            est.of(&mut da) / est.of(&mut db)
+                        })
+                        .collect();
+                    (
+                        out.median_after / out.median_before,
+                        percentile_interval(
+                            boot,
+                            (nb - out.outliers_before).min(na - out.outliers_after),
+                        ),
+                    )
+                }
+                Interval::StudentT => {
+                    // Welch's interval of the difference of the mean logarithms.
+                    let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
+                    let ((mb, vb), (ma, va)) = (mean_var(&ln(&before)), mean_var(&ln(&after)));
+                    let (sb, sa) = (vb / nb as f64, va / na as f64);
+                    let se = (sb + sa).sqrt();
+                    let df = if se > 0.0 {
+                        (sb + sa).powi(2)
+                            / (sb * sb / (nb as f64 - 1.0) + sa * sa / (na as f64 - 1.0))
+                    } else {
+                        (nb + na - 2) as f64
+                    };
+                    let half = t_975(df.floor().max(1.0) as usize) * se;
+                    let d = ma - mb;
+                    (
+                        out.median_after / out.median_before,
+                        [(d - half).exp(), (d + half).exp()],
+                    )
+                }
+            }
+        }
+    };
     let to_pct = |r: f64| (r - 1.0) * 100.0;
-    let lo = to_pct(percentile(&boot, tail));
-    let hi = to_pct(percentile(&boot, 100.0 - tail));
+    let lo = to_pct(lo_ratio);
+    let hi = to_pct(hi_ratio);
     if !(lo.is_finite() && hi.is_finite()) {
         out.verdict = Verdict::NoConclusion(
             "a resampled round figure was not positive, so the change has no percentage".into(),
@@ -283,41 +399,43 @@ pub fn change_seeded(
     out
 }
 
-/// The estimate of after / before (the median of the per-round ratios when paired, the
-/// ratio of the medians otherwise) and [`RESAMPLES`] bootstrap replicates of it, drawn
-/// with `seed`.
-fn bootstrap(before: &[f64], after: &[f64], pairing: Pairing, seed: u64) -> (f64, Vec<f64>) {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    match pairing {
-        Pairing::Paired => {
-            let ratios: Vec<f64> = before.iter().zip(after).map(|(b, a)| a / b).collect();
-            let n = ratios.len();
-            let mut draw = vec![0.0; n];
-            let boot: Vec<f64> = (0..RESAMPLES)
-                .map(|_| {
-                    draw.iter_mut()
-                        .for_each(|d| *d = ratios[rng.random_range(0..n)]);
-                    median_in_place(&mut draw)
-                })
-                .collect();
-            (median(&ratios), boot)
+/// The expanded percentile interval (see [`expanded_tail`]) of bootstrap statistics
+/// drawn from `units` independent units.
+fn percentile_interval(mut boot: Vec<f64>, units: usize) -> [f64; 2] {
+    boot.sort_unstable_by(f64::total_cmp);
+    let tail = 100.0 * expanded_tail(units);
+    [percentile(&boot, tail), percentile(&boot, 100.0 - tail)]
+}
+
+/// The distribution-free interval of a median from ascending `sorted` values (at least
+/// two): `[x(j), x(n+1-j)]` (1-based) with the largest `j` whose coverage under
+/// Binomial(n, 1/2), `1 - 2 P(B < j)`, is at least 95 % (`j = 1`, the range, when no
+/// `j` reaches it: 94 % with 5 values, 97 % with 6).
+fn sign_test_interval(sorted: &[f64]) -> [f64; 2] {
+    let n = sorted.len();
+    // P(B < j) for B ~ Binomial(n, 1/2), by adding the terms C(n, i) / 2^n.
+    let mut term = 0.5f64.powi(n as i32); // C(n, 0) / 2^n
+    let mut below = term; // P(B < 1)
+    let mut j = 1;
+    while j < n / 2 {
+        term *= (n - (j - 1)) as f64 / j as f64; // C(n, j) / 2^n
+        if 1.0 - 2.0 * (below + term) < 0.95 {
+            break;
         }
-        Pairing::Independent => {
-            let (nb, na) = (before.len(), after.len());
-            let mut db = vec![0.0; nb];
-            let mut da = vec![0.0; na];
-            let boot: Vec<f64> = (0..RESAMPLES)
-                .map(|_| {
-                    db.iter_mut()
-                        .for_each(|d| *d = before[rng.random_range(0..nb)]);
-                    da.iter_mut()
-                        .for_each(|d| *d = after[rng.random_range(0..na)]);
-                    median_in_place(&mut da) / median_in_place(&mut db)
-                })
-                .collect();
-            (median(after) / median(before), boot)
-        }
+        below += term;
+        j += 1;
     }
+    [sorted[j - 1], sorted[n - j]]
+}
+
+/// Mean and sample variance (divisor `n - 1`) of at least two values.
+fn mean_var(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    (
+        m,
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0),
+    )
 }
 
 /// Why no conclusion can be drawn from these rounds, if so.
@@ -426,7 +544,7 @@ mod tests {
     #[test]
     fn no_shift_gives_no_detectable_change_in_at_least_95_percent_of_trials() {
         for pairing in [Pairing::Independent, Pairing::Paired] {
-            let trials = 200;
+            let trials = 400;
             let mut quiet = 0;
             for seed in 0..trials {
                 let mut rng = SmallRng::seed_from_u64(1000 + seed);

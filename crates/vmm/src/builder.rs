@@ -48,6 +48,9 @@ pub struct VcpuSpec<'a> {
     pub pin: Option<usize>,
     /// The exit handler it runs with.
     pub handler: Handler,
+    /// Known-answer control: host cycles busy-waited per userspace exit
+    /// ([`Vcpu::set_inject_cycles`]; 0: off).
+    pub inject_cycles: u64,
 }
 
 impl VcpuSpec<'_> {
@@ -59,6 +62,7 @@ impl VcpuSpec<'_> {
             pc_lint: false,
             pin: None,
             handler: Handler::Devices,
+            inject_cycles: 0,
         }
     }
 }
@@ -116,7 +120,8 @@ impl<H: ExitHook + Send + 'static> MachineBuilder<H> {
         if self.pending.iter().any(|p| p.vcpu.id() == spec.config.id) {
             return Err(VmmError::VcpuTwice(spec.config.id));
         }
-        let vcpu = self.vm.create_vcpu(spec.config)?;
+        let mut vcpu = self.vm.create_vcpu(spec.config)?;
+        vcpu.set_inject_cycles(spec.inject_cycles);
         if spec.pc_lint {
             vcpu.setup_lapic_lint()?;
         }

@@ -70,6 +70,27 @@ pub struct Vcpu {
     stats: Option<KvmStats>,
     stop: Arc<AtomicBool>,
     ioapic: Option<Arc<Ioapic>>,
+    inject: Inject,
+}
+
+/// The known-answer control of the exit path: host TSC cycles of busy-waiting added to
+/// the handling of every userspace exit but the doorbells (0: off, the default), and how
+/// many waits were made.
+#[derive(Debug, Clone, Copy, Default)]
+struct Inject {
+    cycles: u64,
+    waits: u64,
+}
+
+/// Busy-waits `cycles` host TSC cycles (a known-answer control: a change of exactly this
+/// size in every userspace exit).
+#[cold]
+#[inline(never)]
+fn busy_wait(cycles: u64) {
+    let start = sys::rdtscp();
+    while sys::rdtscp().wrapping_sub(start) < cycles {
+        std::hint::spin_loop();
+    }
 }
 
 impl Vcpu {
@@ -108,7 +129,21 @@ impl Vcpu {
             stats,
             stop: Arc::new(AtomicBool::new(false)),
             ioapic,
+            inject: Inject::default(),
         })
+    }
+
+    /// Adds `cycles` host TSC cycles of busy-waiting to the handling of every userspace
+    /// exit but the doorbells, from the next run on (0 turns it off): a change of known
+    /// size for checking that a measurement sees it. Off, the loop only tests one value.
+    pub fn set_inject_cycles(&mut self, cycles: u64) {
+        self.inject.cycles = cycles;
+    }
+
+    /// Busy-waits made by [`Vcpu::set_inject_cycles`] so far: one per userspace exit
+    /// handled while it was on.
+    pub fn injected_waits(&self) -> u64 {
+        self.inject.waits
     }
 
     /// The vCPU index.
@@ -292,6 +327,7 @@ impl Vcpu {
             stats,
             stop,
             ioapic,
+            inject,
         } = self;
         let mut lp = Loop {
             fd,
@@ -301,6 +337,7 @@ impl Vcpu {
             run_log,
             doorbell: config.doorbell_port,
             stop,
+            inject,
         };
         let doorbell = DoorbellRoute {
             hook,
@@ -345,6 +382,7 @@ struct Loop<'a> {
     run_log: &'a mut Vec<u64>,
     doorbell: Option<u16>,
     stop: &'a AtomicBool,
+    inject: &'a mut Inject,
 }
 
 impl Loop<'_> {
@@ -372,7 +410,12 @@ impl Loop<'_> {
                     .push(t_return.wrapping_sub(t_enter) & !RUN_LOG_DOORBELL);
             }
             match exit::dispatch(h, result, self.run_page.io_size(), self.doorbell) {
-                Next::Resume => {}
+                Next::Resume => {
+                    if self.inject.cycles != 0 {
+                        busy_wait(self.inject.cycles);
+                        self.inject.waits += 1;
+                    }
+                }
                 Next::Doorbell(reply) => {
                     if let Some(last) = self.run_log.last_mut() {
                         *last |= RUN_LOG_DOORBELL;

@@ -1,0 +1,468 @@
+//! The central figure of a test: the one number that bench's table, `report` (text,
+//! Markdown, CSV, HTML, OpenMetrics), `compare`, `--ab` and the CDF plots all show as
+//! "the" cycles of a test, and the rounds it rests on.
+//!
+//! The unit is the **round** (one fresh VM): each round has one figure, the median of its
+//! paired net cycles per iteration (the raw median for `loop_overhead`, the empty loop
+//! itself). The central figure is [`CHOSEN`] applied to those round figures: rounds whose
+//! figure lies far from the others are set aside ([`outlier_rounds`]), and the rest are
+//! summarised by the estimator. Why this estimator and this rule, with the trials that
+//! chose them, is written down in `docs/statistics.md`.
+//!
+//! Every renderer calls [`central`]; nothing reads a stored "net median" on its own, so
+//! one file gives one figure everywhere.
+
+use crate::results::TestResult;
+use crate::stats::percentile;
+
+/// How a set of round figures is summarised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Estimator {
+    /// The median of the round figures.
+    Median,
+    /// The Hodges–Lehmann estimate: the median of all pairwise means (Walsh averages).
+    HodgesLehmann,
+    /// The mean of the middle 60 % (20 % trimmed from each end).
+    TrimmedMean,
+    /// The mean of the round figures.
+    Mean,
+    /// The 25th percentile: host interference only ever slows a round down.
+    LowQuartile,
+}
+
+impl Estimator {
+    /// Every estimator, for the trials that compare them.
+    pub const ALL: [Estimator; 5] = [
+        Estimator::Median,
+        Estimator::HodgesLehmann,
+        Estimator::TrimmedMean,
+        Estimator::Mean,
+        Estimator::LowQuartile,
+    ];
+
+    /// A short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Estimator::Median => "median",
+            Estimator::HodgesLehmann => "Hodges-Lehmann",
+            Estimator::TrimmedMean => "20% trimmed mean",
+            Estimator::Mean => "mean",
+            Estimator::LowQuartile => "25th percentile",
+        }
+    }
+
+    /// The estimate of `values` (finite, non-empty); reorders them.
+    pub fn of(self, values: &mut [f64]) -> f64 {
+        values.sort_unstable_by(f64::total_cmp);
+        let n = values.len();
+        match self {
+            Estimator::Median => percentile(values, 50.0),
+            Estimator::LowQuartile => percentile(values, 25.0),
+            Estimator::Mean => values.iter().sum::<f64>() / n as f64,
+            Estimator::TrimmedMean => {
+                let cut = (n as f64 * 0.2).floor() as usize;
+                let middle = &values[cut..n - cut];
+                middle.iter().sum::<f64>() / middle.len() as f64
+            }
+            Estimator::HodgesLehmann => {
+                let mut walsh = Vec::with_capacity(n * (n + 1) / 2);
+                for i in 0..n {
+                    for j in i..n {
+                        walsh.push((values[i] + values[j]) / 2.0);
+                    }
+                }
+                walsh.sort_unstable_by(f64::total_cmp);
+                percentile(&walsh, 50.0)
+            }
+        }
+    }
+}
+
+/// How the 95 % interval of a change is drawn from the kept rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    /// The expanded percentile bootstrap of the estimator (rounds resampled).
+    Bootstrap,
+    /// For A/B rounds, the distribution-free interval of the median of the rounds'
+    /// ratios (order statistics, sign test), whose coverage holds for any distribution;
+    /// for two runs, the bootstrap.
+    SignTest,
+    /// Student's t on the logarithms of the rounds (Welch's for two runs, the paired
+    /// interval for A/B rounds): an interval for the mean, whatever the estimator.
+    StudentT,
+}
+
+/// An estimator, whether outlier rounds are set aside first, and the interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Method {
+    /// How the kept rounds are summarised.
+    pub estimator: Estimator,
+    /// Whether [`outlier_rounds`] are set aside before.
+    pub reject_outliers: bool,
+    /// How the interval of a change is drawn.
+    pub interval: Interval,
+}
+
+impl Method {
+    /// A short name for tables.
+    pub fn name(self) -> String {
+        let mut s = self.estimator.name().to_string();
+        if self.reject_outliers {
+            s.push_str(", outliers set aside");
+        }
+        match self.interval {
+            Interval::Bootstrap => {}
+            Interval::StudentT => s.push_str(", t interval"),
+            Interval::SignTest => s.push_str(", sign-test interval (A/B)"),
+        }
+        s
+    }
+
+    /// Which of `values` this method keeps (all, or all but the outliers).
+    pub fn kept(self, values: &[f64]) -> Vec<bool> {
+        if self.reject_outliers {
+            outlier_rounds(values).iter().map(|o| !o).collect()
+        } else {
+            vec![true; values.len()]
+        }
+    }
+
+    /// The estimate of `values` after setting aside what this method sets aside; NaN for
+    /// no values.
+    pub fn estimate(self, values: &[f64]) -> f64 {
+        let mut kept: Vec<f64> = values
+            .iter()
+            .zip(self.kept(values))
+            .filter_map(|(v, k)| k.then_some(*v))
+            .collect();
+        if kept.is_empty() {
+            f64::NAN
+        } else {
+            self.estimator.of(&mut kept)
+        }
+    }
+}
+
+/// What the central figure is, in words, for every rendering's legend.
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds far from the others (host interference) set aside";
+
+/// The method every figure and verdict uses (chosen in `docs/statistics.md`).
+pub const CHOSEN: Method = Method {
+    estimator: Estimator::Median,
+    reject_outliers: true,
+    interval: Interval::Bootstrap,
+};
+
+/// A round is an outlier when its figure lies more than this many robust standard
+/// deviations (1.4826 × the median absolute deviation) from the median of the rounds.
+pub const OUTLIER_K: f64 = 5.0;
+
+/// The robust standard deviation used by [`outlier_rounds`] is at least this share of
+/// the median, so that rounds that agree to a fraction of a percent do not make a
+/// round 1 % away an outlier.
+pub const SPREAD_FLOOR: f64 = 0.01;
+
+/// Fewest rounds for the outlier rule to apply: with fewer, the median and its spread
+/// say too little about which round is odd.
+pub const OUTLIER_MIN_ROUNDS: usize = 5;
+
+/// Which rounds are outliers (see [`OUTLIER_K`]); never more than a third of them (a
+/// test whose rounds fall in two groups keeps both), none with fewer than
+/// [`OUTLIER_MIN_ROUNDS`].
+pub fn outlier_rounds(values: &[f64]) -> Vec<bool> {
+    let n = values.len();
+    let mut out = vec![false; n];
+    if n < OUTLIER_MIN_ROUNDS || values.iter().any(|v| !v.is_finite()) {
+        return out;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable_by(f64::total_cmp);
+    let med = percentile(&sorted, 50.0);
+    let mut dev: Vec<f64> = values.iter().map(|v| (v - med).abs()).collect();
+    dev.sort_unstable_by(f64::total_cmp);
+    let sd = (1.4826 * percentile(&dev, 50.0)).max(SPREAD_FLOOR * med.abs());
+    let far: Vec<usize> = (0..n)
+        .filter(|&i| (values[i] - med).abs() > OUTLIER_K * sd)
+        .collect();
+    if far.len() * 3 <= n {
+        for i in far {
+            out[i] = true;
+        }
+    }
+    out
+}
+
+/// Which figure of a test's rounds is its central figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figure {
+    /// The paired net cycles per iteration (sample minus the empty loop before it).
+    Net,
+    /// The raw cycles per iteration (`loop_overhead`, or a test without a net figure).
+    Raw,
+}
+
+impl Figure {
+    /// `net` or `raw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Figure::Net => "net",
+            Figure::Raw => "raw",
+        }
+    }
+}
+
+/// The central figure of one test and the rounds it rests on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Central {
+    /// Net or raw.
+    pub figure: Figure,
+    /// The figure of each round, in the order they ran (empty for a file without
+    /// per-round figures).
+    pub rounds: Vec<f64>,
+    /// Which rounds the figure rests on (`false`: set aside as outliers).
+    pub kept: Vec<bool>,
+    /// The central figure, cycles per iteration.
+    pub value: f64,
+}
+
+impl Central {
+    /// Rounds set aside as outliers.
+    pub fn outliers(&self) -> usize {
+        self.kept.iter().filter(|k| !**k).count()
+    }
+
+    /// The kept rounds' figures.
+    pub fn kept_rounds(&self) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .zip(&self.kept)
+            .filter_map(|(v, k)| k.then_some(*v))
+            .collect()
+    }
+}
+
+/// The round figures of a test that completed: net, or raw for a test without a net
+/// figure. `None` when the test did not complete or has no cycles.
+pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
+    if !t.status.is_ok() || t.cycles.is_none() {
+        return None;
+    }
+    let net: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
+    if t.name == "loop_overhead" || (net.is_empty() && t.net_median_cycles.is_none()) {
+        Some((t.rounds.iter().map(|r| r.median).collect(), Figure::Raw))
+    } else {
+        Some((net, Figure::Net))
+    }
+}
+
+/// The central figure of `t` with [`CHOSEN`]: from its rounds, or, in a file without
+/// per-round figures (results schema 1), the stored net median (raw median without one).
+/// `None` when the test did not complete.
+pub fn central(t: &TestResult) -> Option<Central> {
+    central_with(t, CHOSEN)
+}
+
+/// [`central`] with another method (for the trials that compare methods).
+pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
+    let (rounds, figure) = round_figures(t)?;
+    let rounds: Vec<f64> = rounds.into_iter().filter(|v| v.is_finite()).collect();
+    if rounds.is_empty() {
+        let value = match figure {
+            Figure::Net => t.net_median_cycles?,
+            Figure::Raw => t.cycles.as_ref()?.median,
+        };
+        return Some(Central {
+            figure,
+            rounds,
+            kept: Vec::new(),
+            value,
+        });
+    }
+    let kept = method.kept(&rounds);
+    let value = method.estimate(&rounds);
+    Some(Central {
+        figure,
+        rounds,
+        kept,
+        value,
+    })
+}
+
+/// The net central figure of `t` (`None` for a test without a net figure): what the
+/// tables' "net" column shows.
+pub fn net_figure(t: &TestResult) -> Option<f64> {
+    central(t)
+        .filter(|c| c.figure == Figure::Net)
+        .map(|c| c.value)
+}
+
+/// The report's line on outlier rounds: which tests had rounds set aside, how many of
+/// how many, and why; `None` when no test had one.
+pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
+    let list: Vec<String> = tests
+        .iter()
+        .filter_map(|t| {
+            let c = central(t)?;
+            (c.outliers() > 0).then(|| format!("{} {} of {}", t.name, c.outliers(), c.rounds.len()))
+        })
+        .collect();
+    (!list.is_empty()).then(|| {
+        format!(
+            "outlier rounds set aside (figure more than {OUTLIER_K} robust SDs from the test's other rounds: host interference on the exit path), each replaced by an extra round while the budget lasted: {}",
+            list.join(", ")
+        )
+    })
+}
+
+/// Writes `t`'s central figure into its stored fields, so that a reader of the JSON
+/// finds the same figure as every renderer: `net_median_cycles` (tests with a net
+/// figure) and `median_ns` (converted at `tsc_khz`; left alone when it is 0).
+pub fn store(t: &mut TestResult, tsc_khz: u64) {
+    let Some(c) = central(t).filter(|c| !c.rounds.is_empty()) else {
+        return;
+    };
+    if c.figure == Figure::Net {
+        t.net_median_cycles = Some(c.value);
+    }
+    if tsc_khz > 0 {
+        t.median_ns = Some(c.value * 1e6 / tsc_khz as f64);
+        t.median_ns_is_net = c.figure == Figure::Net;
+    }
+}
+
+/// The central figure of `t` in nanoseconds, and whether it is the net one: the stored
+/// nanoseconds scaled from the figure they were converted from to the central figure
+/// (so the TSC frequency the run used is kept). `None` without a stored conversion.
+pub fn figure_ns(t: &TestResult) -> Option<(f64, bool)> {
+    let ns = t.median_ns?;
+    let c = central(t)?;
+    let basis = if t.median_ns_is_net {
+        t.net_median_cycles?
+    } else {
+        t.cycles.as_ref()?.median
+    };
+    let is_net = c.figure == Figure::Net;
+    if is_net != t.median_ns_is_net || basis.is_nan() || basis <= 0.0 {
+        return None;
+    }
+    Some((c.value * ns / basis, is_net))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimators_on_known_values() {
+        let v = [1.0, 2.0, 3.0, 4.0, 100.0];
+        assert_eq!(Estimator::Median.of(&mut v.clone()), 3.0);
+        assert_eq!(Estimator::Mean.of(&mut v.clone()), 22.0);
+        // 20 % of 5 is one value from each end: mean of 2, 3, 4.
+        assert_eq!(Estimator::TrimmedMean.of(&mut v.clone()), 3.0);
+        assert_eq!(Estimator::LowQuartile.of(&mut v.clone()), 2.0);
+        // Walsh averages of 1, 2, 3: 1, 1.5, 2, 2, 2.5, 3: median 2.
+        assert_eq!(Estimator::HodgesLehmann.of(&mut [3.0, 1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn a_round_far_out_is_an_outlier_but_a_second_group_is_not() {
+        // Five rounds within 1 %, one 25 % high.
+        let v = [20_000.0, 20_100.0, 19_950.0, 25_000.0, 20_050.0, 19_980.0];
+        assert_eq!(
+            outlier_rounds(&v),
+            vec![false, false, false, true, false, false]
+        );
+        assert_eq!(CHOSEN.estimate(&v), 20_000.0);
+        // Rounds 1 % apart are not outliers (the floor of the spread).
+        let tight = [1000.0, 1000.1, 999.9, 1000.0, 1010.0, 1000.05];
+        assert!(outlier_rounds(&tight).iter().all(|o| !o));
+        // Two groups of three: neither is set aside.
+        let two = [100.0, 100.0, 100.0, 130.0, 130.0, 130.0];
+        assert!(outlier_rounds(&two).iter().all(|o| !o));
+        // Too few rounds to tell.
+        assert!(outlier_rounds(&[1.0, 1.0, 1.0, 9.0]).iter().all(|o| !o));
+    }
+
+    #[test]
+    fn one_file_gives_one_central_figure_in_every_rendering() {
+        use crate::format::fmt_cycles;
+        use crate::results::tests::sample_results;
+        let mut r = sample_results();
+        // cpuid: the stored net median (as the noise filter's kept samples gave it) is
+        // 1,111, while its rounds say 12,345, one of them far out (a disturbed host).
+        let t = &mut r.tests[1];
+        assert_eq!(t.name, "cpuid");
+        t.net_median_cycles = Some(1111.0);
+        t.median_ns = Some(1111.0 / 3.0);
+        for (round, v) in t
+            .rounds
+            .iter_mut()
+            .zip([12_345.0, 12_340.0, 12_350.0, 16_000.0, 12_345.0, 12_348.0])
+        {
+            round.net_median = Some(v);
+        }
+        let c = central(&r.tests[1]).unwrap();
+        assert_eq!((c.value, c.outliers()), (12_345.0, 1));
+        let shown = fmt_cycles(c.value);
+        assert_eq!(shown, "12,345");
+        let row = |text: &str| -> String {
+            text.lines()
+                .find(|l| l.contains("cpuid"))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let table = crate::report::render_table(&r);
+        assert!(row(&table).contains(&shown), "{table}");
+        assert!(!table.contains("1,111"), "{table}");
+        assert!(
+            table.contains("host interference on the exit path), each replaced by an extra round while the budget lasted: cpuid 1 of 6"),
+            "{table}"
+        );
+        let md = crate::report::render_markdown(&r);
+        assert!(row(&md).contains(&shown), "{md}");
+        let csv = crate::report::render_csv(&[("f.json".into(), r.clone())]);
+        assert!(row(&csv).contains(",12345,"), "{csv}");
+        let html = crate::html::render(&[("f.json".into(), r.clone())]);
+        assert!(
+            html.lines()
+                .any(|l| l.contains("<td>cpuid</td>") && l.contains(&format!("<td>{shown}</td>"))),
+            "{html}"
+        );
+        let om = crate::openmetrics::render(&[("f.json".into(), r.clone())]);
+        assert!(
+            om.lines().any(|l| l.starts_with("exitlab_exit_net_cycles{")
+                && l.contains("test=\"cpuid\"")
+                && l.ends_with(" 12345")),
+            "{om}"
+        );
+        // The nanoseconds follow the figure (3 GHz: 4,115 ns).
+        assert!(
+            om.lines()
+                .any(|l| l.starts_with("exitlab_exit_net_seconds{")
+                    && l.contains("test=\"cpuid\"")
+                    && l.ends_with(" 0.000004115")),
+            "{om}"
+        );
+        let cmp = crate::compare::compare(&r, &r, 0.0);
+        let cc = &cmp.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!((cc.median_before, cc.outliers_before), (12_345.0, 1));
+        let text = crate::compare::render_comparison(&cmp, ["before", "after"]);
+        assert!(row(&text).contains(&shown), "{text}");
+        // The A/B table shows it too.
+        let mut ab = r.clone();
+        ab.ab = Some(crate::results::AbRun {
+            knob: "ring".into(),
+            a: "0".into(),
+            b: "3".into(),
+            b_tests: r.tests.clone(),
+            order: Vec::new(),
+        });
+        let text = crate::report::render_ab(&ab).unwrap();
+        assert!(row(&text).contains(&shown), "{text}");
+        // store() writes the same figure into the file's fields.
+        let mut t = r.tests[1].clone();
+        store(&mut t, 3_000_000);
+        assert_eq!(t.net_median_cycles, Some(12_345.0));
+        assert_eq!(t.median_ns, Some(4115.0));
+    }
+}
