@@ -313,6 +313,7 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         status: TestStatus::Ok,
         handled: None,
         expected_handling: expected_handling(def.expected),
+        baseline: def.baseline,
         samples: m.params.samples,
         batch: m.params.batch,
         cycles: None,

@@ -248,7 +248,7 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
         return None;
     }
     let net: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
-    if t.name == "loop_overhead" || (net.is_empty() && t.net_median_cycles.is_none()) {
+    if t.baseline || (net.is_empty() && t.net_median_cycles.is_none()) {
         Some((t.rounds.iter().map(|r| r.median).collect(), Figure::Raw))
     } else {
         Some((net, Figure::Net))
@@ -381,6 +381,24 @@ mod tests {
         assert!(outlier_rounds(&two).iter().all(|o| !o));
         // Too few rounds to tell.
         assert!(outlier_rounds(&[1.0, 1.0, 1.0, 9.0]).iter().all(|o| !o));
+    }
+
+    #[test]
+    fn the_baseline_row_not_its_name_makes_a_raw_figure() {
+        use crate::results::tests::ok_test;
+        // A test that is the paired empty loop gives raw round medians, whatever its name.
+        let mut empty = ok_test("empty_loop_by_another_name", 100.0);
+        empty.baseline = true;
+        let (values, figure) = round_figures(&empty).unwrap();
+        assert_eq!(figure, Figure::Raw);
+        let raw: Vec<f64> = empty.rounds.iter().map(|r| r.median).collect();
+        assert_eq!(values, raw);
+        // A test named like the old empty loop but not marked baseline keeps its net figure.
+        let named = ok_test("loop_overhead", 100.0);
+        let (values, figure) = round_figures(&named).unwrap();
+        assert_eq!(figure, Figure::Net);
+        let net: Vec<f64> = named.rounds.iter().filter_map(|r| r.net_median).collect();
+        assert_eq!(values, net);
     }
 
     #[test]

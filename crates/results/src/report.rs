@@ -700,7 +700,7 @@ pub fn render_seed(results: &Results) -> Option<String> {
     let tests: Vec<(&TestResult, &TestResult)> = results
         .tests
         .iter()
-        .filter(|t| t.name != "loop_overhead" && t.status.is_ok())
+        .filter(|t| !t.baseline && t.net_median_cycles.is_some() && t.status.is_ok())
         .filter_map(|a| {
             Some((
                 a,

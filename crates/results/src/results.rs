@@ -404,6 +404,12 @@ pub struct TestResult {
     pub handled: Option<Handling>,
     /// Where the exit is expected to be handled.
     pub expected_handling: Handling,
+    /// This test is the empty loop every sample is paired with (its catalogue row's
+    /// `baseline`): it has no net figure, only raw cycles, and is no row of an A/B table.
+    /// Absent (false) in files written before it existed, whose empty loop has no net
+    /// figure either, which is what the renderers go by for them.
+    #[serde(default)]
+    pub baseline: bool,
     /// Number of samples taken.
     pub samples: u64,
     /// Iterations per sample.
@@ -976,6 +982,7 @@ pub(crate) mod tests {
             status: TestStatus::Ok,
             handled: Some(Handling::User),
             expected_handling: Handling::User,
+            baseline: false,
             samples: 101,
             batch: 100,
             cycles: Some(summary(base)),
@@ -1027,6 +1034,7 @@ pub(crate) mod tests {
         let mut lo = ok_test("loop_overhead", 10.0);
         lo.handled = Some(Handling::NotObserved);
         lo.expected_handling = Handling::None;
+        lo.baseline = true;
         lo.net_median_cycles = None;
         lo.median_ns_is_net = false;
         let skipped = TestResult {
