@@ -276,106 +276,23 @@ pub fn change_with(
         out.verdict = Verdict::NoConclusion(reason);
         return out;
     }
-    let est = method.estimator;
-    let keep = |v: &[f64], k: &[bool]| -> Vec<f64> {
-        v.iter()
-            .zip(k)
-            .filter_map(|(x, k)| k.then_some(*x))
-            .collect()
+    let interval = match pairing {
+        Pairing::Paired => paired_interval(&before, &after, method, seed, &mut out),
+        Pairing::Independent => independent_interval(
+            &before,
+            &after,
+            &kept_before,
+            &kept_after,
+            method,
+            seed,
+            &out,
+        ),
     };
-    let (estimate, [lo_ratio, hi_ratio]) = match pairing {
-        Pairing::Paired => {
-            // Each round's ratio after/before; host states the two sides of a round
-            // shared cancel, and a round disturbed on one side only is an outlier among
-            // the ratios.
-            let ratios: Vec<f64> = before.iter().zip(&after).map(|(b, a)| a / b).collect();
-            let kept = method.kept(&ratios);
-            let set_aside = kept.iter().filter(|k| !**k).count();
-            out.outliers_before = set_aside;
-            out.outliers_after = set_aside;
-            let ratios = keep(&ratios, &kept);
-            if ratios.len() < 2 {
-                out.verdict = Verdict::NoConclusion(
-                    "fewer than two rounds left once outlier rounds were set aside".into(),
-                );
-                return out;
-            }
-            match method.interval {
-                Interval::Bootstrap => {
-                    let n = ratios.len();
-                    let mut draw = vec![0.0; n];
-                    let mut rng = SmallRng::seed_from_u64(seed);
-                    let boot: Vec<f64> = (0..RESAMPLES)
-                        .map(|_| {
-                            draw.iter_mut()
-                                .for_each(|d| *d = ratios[rng.random_range(0..n)]);
-                            est.of(&mut draw)
-                        })
-                        .collect();
-                    (
-                        est.of(&mut ratios.clone()),
-                        percentile_interval(boot, n - set_aside),
-                    )
-                }
-                Interval::SignTest => {
-                    let mut sorted = ratios.clone();
-                    (est.of(&mut sorted), sign_test_interval(&sorted))
-                }
-                Interval::StudentT => {
-                    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
-                    let (m, var) = mean_var(&logs);
-                    let n = logs.len();
-                    let half = t_975(n - 1) * (var / n as f64).sqrt();
-                    (m.exp(), [(m - half).exp(), (m + half).exp()])
-                }
-            }
-        }
-        Pairing::Independent => {
-            let (before, after) = (keep(&before, &kept_before), keep(&after, &kept_after));
-            let (nb, na) = (before.len(), after.len());
-            match method.interval {
-                Interval::Bootstrap | Interval::SignTest => {
-                    let mut db = vec![0.0; nb];
-                    let mut da = vec![0.0; na];
-                    let mut rng = SmallRng::seed_from_u64(seed);
-                    let boot: Vec<f64> = (0..RESAMPLES)
-                        .map(|_| {
-                            db.iter_mut()
-                                .for_each(|d| *d = before[rng.random_range(0..nb)]);
-                            da.iter_mut()
-                                .for_each(|d| *d = after[rng.random_range(0..na)]);
-                            est.of(&mut da) / est.of(&mut db)
-                        })
-                        .collect();
-                    (
-                        out.median_after / out.median_before,
-                        percentile_interval(
-                            boot,
-                            (nb - out.outliers_before).min(na - out.outliers_after),
-                        ),
-                    )
-                }
-                Interval::StudentT => {
-                    // Welch's interval of the difference of the mean logarithms.
-                    let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
-                    let ((mb, vb), (ma, va)) = (mean_var(&ln(&before)), mean_var(&ln(&after)));
-                    let (sb, sa) = (vb / nb as f64, va / na as f64);
-                    let se = (sb + sa).sqrt();
-                    let df = if se > 0.0 {
-                        (sb + sa).powi(2)
-                            / (sb * sb / (nb as f64 - 1.0) + sa * sa / (na as f64 - 1.0))
-                    } else {
-                        (nb + na - 2) as f64
-                    };
-                    let half = t_975(df.floor().max(1.0) as usize) * se;
-                    let d = ma - mb;
-                    (
-                        out.median_after / out.median_before,
-                        [(d - half).exp(), (d + half).exp()],
-                    )
-                }
-            }
-        }
+    let Some((estimate, [lo_ratio, hi_ratio])) = interval else {
+        out.verdict = Verdict::NoConclusion(
+            "fewer than two rounds left once outlier rounds were set aside".into(),
+        );
+        return out;
     };
     let to_pct = |r: f64| (r - 1.0) * 100.0;
     let lo = to_pct(lo_ratio);
@@ -397,6 +314,125 @@ pub fn change_with(
         Verdict::NoDetectableChange
     };
     out
+}
+
+/// Keeps the values whose flag is set.
+fn keep(v: &[f64], k: &[bool]) -> Vec<f64> {
+    v.iter()
+        .zip(k)
+        .filter_map(|(x, k)| k.then_some(*x))
+        .collect()
+}
+
+/// The estimate of after / before for A/B rounds and its 95 % interval (ratios), from
+/// the rounds' ratios; records the pairs set aside in `out`. `None` with fewer than two
+/// rounds left.
+fn paired_interval(
+    before: &[f64],
+    after: &[f64],
+    method: Method,
+    seed: u64,
+    out: &mut Change,
+) -> Option<(f64, [f64; 2])> {
+    let est = method.estimator;
+    // Each round's ratio after/before; host states the two sides of a round
+    // shared cancel, and a round disturbed on one side only is an outlier among
+    // the ratios.
+    let ratios: Vec<f64> = before.iter().zip(after).map(|(b, a)| a / b).collect();
+    let kept = method.kept(&ratios);
+    let set_aside = kept.iter().filter(|k| !**k).count();
+    out.outliers_before = set_aside;
+    out.outliers_after = set_aside;
+    let ratios = keep(&ratios, &kept);
+    if ratios.len() < 2 {
+        return None;
+    }
+    Some(match method.interval {
+        Interval::Bootstrap => {
+            let n = ratios.len();
+            let mut draw = vec![0.0; n];
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let boot: Vec<f64> = (0..RESAMPLES)
+                .map(|_| {
+                    draw.iter_mut()
+                        .for_each(|d| *d = ratios[rng.random_range(0..n)]);
+                    est.of(&mut draw)
+                })
+                .collect();
+            (
+                est.of(&mut ratios.clone()),
+                percentile_interval(boot, n - set_aside),
+            )
+        }
+        Interval::SignTest => {
+            let mut sorted = ratios.clone();
+            (est.of(&mut sorted), sign_test_interval(&sorted))
+        }
+        Interval::StudentT => {
+            let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+            let (m, var) = mean_var(&logs);
+            let n = logs.len();
+            let half = t_975(n - 1) * (var / n as f64).sqrt();
+            (m.exp(), [(m - half).exp(), (m + half).exp()])
+        }
+    })
+}
+
+/// The estimate of after / before for two separate runs and its 95 % interval (ratios),
+/// from each side's kept rounds.
+fn independent_interval(
+    before: &[f64],
+    after: &[f64],
+    kept_before: &[bool],
+    kept_after: &[bool],
+    method: Method,
+    seed: u64,
+    out: &Change,
+) -> Option<(f64, [f64; 2])> {
+    let est = method.estimator;
+    let (before, after) = (keep(before, kept_before), keep(after, kept_after));
+    let (nb, na) = (before.len(), after.len());
+    Some(match method.interval {
+        Interval::Bootstrap | Interval::SignTest => {
+            let mut db = vec![0.0; nb];
+            let mut da = vec![0.0; na];
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let boot: Vec<f64> = (0..RESAMPLES)
+                .map(|_| {
+                    db.iter_mut()
+                        .for_each(|d| *d = before[rng.random_range(0..nb)]);
+                    da.iter_mut()
+                        .for_each(|d| *d = after[rng.random_range(0..na)]);
+                    est.of(&mut da) / est.of(&mut db)
+                })
+                .collect();
+            (
+                out.median_after / out.median_before,
+                percentile_interval(
+                    boot,
+                    (nb - out.outliers_before).min(na - out.outliers_after),
+                ),
+            )
+        }
+        Interval::StudentT => {
+            // Welch's interval of the difference of the mean logarithms.
+            let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
+            let ((mb, vb), (ma, va)) = (mean_var(&ln(&before)), mean_var(&ln(&after)));
+            let (sb, sa) = (vb / nb as f64, va / na as f64);
+            let se = (sb + sa).sqrt();
+            let df = if se > 0.0 {
+                (sb + sa).powi(2) / (sb * sb / (nb as f64 - 1.0) + sa * sa / (na as f64 - 1.0))
+            } else {
+                (nb + na - 2) as f64
+            };
+            let half = t_975(df.floor().max(1.0) as usize) * se;
+            let d = ma - mb;
+            (
+                out.median_after / out.median_before,
+                [(d - half).exp(), (d + half).exp()],
+            )
+        }
+    })
 }
 
 /// The expanded percentile interval (see [`expanded_tail`]) of bootstrap statistics
