@@ -220,7 +220,13 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
     if let Some(why) = &r.incomplete {
         row("INCOMPLETE", why.clone());
     }
-    for n in &r.notes {
+    // The virtualization row says already what a note repeating the host's summary would.
+    let virtualization = host_str(&r.host, "/virtualization/summary");
+    for n in r
+        .notes
+        .iter()
+        .filter(|n| Some(n.as_str()) != virtualization)
+    {
         row("note", n.clone());
     }
     page.push_str("</dl>\n");
@@ -585,6 +591,17 @@ mod tests {
         assert!(page.contains("<table class=\"phases\">"), "{page}");
         assert!(page.contains("host cycles (median, logarithmic)"), "{page}");
         assert!(page.contains("<th>VMM share</th>"), "{page}");
+    }
+
+    #[test]
+    fn a_note_that_repeats_the_virtualization_row_is_shown_once() {
+        let mut r = sample_results();
+        let summary = "nested, paravirtual: exit costs are not hardware figures";
+        r.host = serde_json::json!({ "virtualization": { "summary": summary } });
+        r.notes = vec![summary.to_string(), "another note".to_string()];
+        let page = render(&[("a.json".into(), r)]);
+        assert_eq!(page.matches(summary).count(), 1, "{page}");
+        assert!(page.contains("another note"), "{page}");
     }
 
     #[test]
