@@ -462,7 +462,9 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         eprintln!(
             "exitlab: booted as {}; first guest instruction {:.1} ms after start (setup {:.1} ms), guest ran {:.3} s; {} resident outside guest RAM (peak RSS {})",
             format_name(report.format),
-            (process_start.elapsed() - report.run_time).as_secs_f64() * 1e3,
+            report
+                .first_entry
+                .map_or(f64::NAN, |t| t.duration_since(process_start).as_secs_f64() * 1e3),
             report.setup_time.as_secs_f64() * 1e3,
             report.run_time.as_secs_f64(),
             mib(report.vmm_rss_bytes),

@@ -184,6 +184,9 @@ pub struct RunReport {
     pub setup_time: Duration,
     /// Wall time of the guest run.
     pub run_time: Duration,
+    /// When the boot vCPU's thread entered its first KVM_RUN (after its seccomp filter):
+    /// the first guest instruction. `None` if it never ran.
+    pub first_entry: Option<Instant>,
     /// The e820 map the guest was given.
     pub e820: Vec<exitlab_boot::E820Entry>,
     /// Resident memory of the process outside guest RAM when the guest stopped (bytes).
@@ -587,6 +590,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         kvm_mmio_exits: sup.kvm_mmio_exits,
         setup_time,
         run_time: started.elapsed(),
+        first_entry: sup.first_entry,
         e820: loaded.e820,
         vmm_rss_bytes: crate::sys::rss_outside_guest(sup.machine.memory()),
     })
@@ -600,6 +604,8 @@ struct Supervisor {
     kvm_mmio_exits: Option<u64>,
     per_vcpu: Vec<VcpuExits>,
     last_stop: String,
+    /// When the boot vCPU first entered KVM_RUN.
+    first_entry: Option<Instant>,
     /// What an ACPI S3 sleep needs.
     sleep: SleepContext,
     /// The vCPU that entered S3, until the supervisor puts the machine to sleep.
@@ -629,6 +635,7 @@ impl Supervisor {
             kvm_mmio_exits: Some(0),
             per_vcpu: Vec::new(),
             last_stop: String::new(),
+            first_entry: None,
             suspended: None,
         }
     }
@@ -636,6 +643,13 @@ impl Supervisor {
     /// Adds a stopped vCPU's counts.
     fn collect(&mut self, vcpu: &Vcpu) {
         let v = vcpu.exits();
+        if vcpu.id() == 0 {
+            // The earliest: a resume from S3 enters KVM_RUN again.
+            self.first_entry = match (self.first_entry, vcpu.first_entry()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
         let add = |a: Option<u64>, b: Option<u64>| Some(a? + b?);
         self.exits = self.exits.plus(&v.user);
         self.kvm_exits = add(self.kvm_exits, v.kvm_exits);

@@ -71,6 +71,8 @@ pub struct Vcpu {
     stop: Arc<AtomicBool>,
     ioapic: Option<Arc<Ioapic>>,
     inject: Inject,
+    /// When this vCPU's thread first entered its run loop (its first KVM_RUN follows).
+    first_entry: Option<std::time::Instant>,
 }
 
 /// The known-answer control of the exit path: host TSC cycles of busy-waiting added to
@@ -130,7 +132,15 @@ impl Vcpu {
             stop: Arc::new(AtomicBool::new(false)),
             ioapic,
             inject: Inject::default(),
+            first_entry: None,
         })
+    }
+
+    /// When this vCPU's thread first entered its run loop, after its seccomp filter: its
+    /// first KVM_RUN, and so its first guest instruction, follows at once. `None` before
+    /// it ever ran.
+    pub fn first_entry(&self) -> Option<std::time::Instant> {
+        self.first_entry
     }
 
     /// Adds `cycles` host TSC cycles of busy-waiting to the handling of every userspace
@@ -309,6 +319,7 @@ impl Vcpu {
     /// Runs the vCPU with the handler `handler` (see [`Handler`]).
     pub fn run_with(&mut self, handler: Handler, hook: &mut dyn ExitHook) -> VcpuStop {
         sys::set_immediate_exit_target(self.fd.get_kvm_run());
+        self.first_entry.get_or_insert_with(std::time::Instant::now);
         // Bus changes now kick this thread; the views refresh on the kick's EINTR.
         self.pio.subscribe();
         self.mmio.subscribe();
@@ -328,6 +339,7 @@ impl Vcpu {
             stop,
             ioapic,
             inject,
+            first_entry: _,
         } = self;
         let mut lp = Loop {
             fd,
