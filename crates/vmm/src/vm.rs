@@ -371,6 +371,17 @@ mod tests {
     use crate::builder::MachineBuilder;
     use crate::hook::NoHook;
 
+    /// A vCPU with no stamp page, run log or doorbell, whose HLT stops it.
+    fn plain_vcpu(id: u32) -> VcpuConfig {
+        VcpuConfig {
+            id,
+            stamp_gpa: None,
+            run_log: 0,
+            doorbell_port: None,
+            hlt: crate::vcpu::HltPolicy::Stop,
+        }
+    }
+
     fn new_vm(kvm: Arc<Kvm>, config: VmConfig) -> Result<MachineBuilder<NoHook>, VmmError> {
         MachineBuilder::new(kvm, config)
     }
@@ -441,13 +452,7 @@ mod tests {
         assert!(vm
             .add_ioeventfd(IoSpace::Mmio, 0x1000_0000, 4, Some(1))
             .is_ok());
-        let r = vm.create_vcpu(VcpuConfig {
-            id: 5,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: None,
-            hlt: crate::vcpu::HltPolicy::Stop,
-        });
+        let r = vm.create_vcpu(plain_vcpu(5));
         match r {
             Err(e) => assert!(e.to_string().contains("out of range"), "{e}"),
             Ok(_) => panic!("vCPU 5 of a 1-vCPU VM was created"),
@@ -473,15 +478,7 @@ mod tests {
         )
         .unwrap();
         let vm = b.vm();
-        let vcpu = vm
-            .create_vcpu(VcpuConfig {
-                id: 0,
-                stamp_gpa: None,
-                run_log: 0,
-                doorbell_port: None,
-                hlt: crate::vcpu::HltPolicy::Stop,
-            })
-            .unwrap();
+        let vcpu = vm.create_vcpu(plain_vcpu(0)).unwrap();
         let c = vcpu
             .fd()
             .get_cpuid2(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
@@ -539,14 +536,6 @@ mod tests {
         assert!(vm.pio_bus().view().read(0xa1, &mut b), "the slave PIC");
         assert!(vm.pio_bus().view().read(0x4d0, &mut b), "the ELCR");
         vm.irq_line().set_level(3, true);
-        assert!(vm
-            .create_vcpu(VcpuConfig {
-                id: 0,
-                stamp_gpa: None,
-                run_log: 0,
-                doorbell_port: None,
-                hlt: crate::vcpu::HltPolicy::Stop,
-            })
-            .is_ok());
+        assert!(vm.create_vcpu(plain_vcpu(0)).is_ok());
     }
 }
