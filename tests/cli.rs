@@ -292,9 +292,16 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert!(stdout(&r).contains("outl_to_user"));
     let md = exitlab(&["report", "--markdown", a.to_str().unwrap()]);
     assert!(stdout(&md).contains("| "));
+    // Two real runs of 2-4 rounds: too few for a verdict, which compare says (exit 0 by
+    // that rule, not by the two runs happening to agree).
     let c = exitlab(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
     assert_eq!(c.status.code(), Some(0), "{}", stderr(&c));
     assert!(stdout(&c).contains("outl_to_user"));
+    assert!(
+        stdout(&c).contains("at least 5 on each side"),
+        "{}",
+        stdout(&c)
+    );
     let bad = exitlab(&["report", dir.join("missing.json").to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
     // Tampered files: negative cycles are refused; terminal escapes are not printed.
@@ -698,7 +705,7 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     common::require_kvm();
     let dir = tempdir_named("sigint");
     let p = dir.join("int.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_exitlab"))
         .args([
             "bench",
             "--ring",
@@ -714,8 +721,35 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Let a few rounds complete, then interrupt.
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    // Interrupt once the progress line shows two tests done in the first round (a fixed
+    // sleep was too short on a slow or loaded host). stderr is read on a thread of its own
+    // and kept whole for the checks below.
+    let mut err = child.stderr.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut err, &mut buf) {
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        let done = text
+            .split_once("round 1/40 ")
+            .map_or(0, |(_, marks)| marks.chars().filter(|c| *c == '.').count());
+        if done >= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two tests of round 1 not done in 300 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     // kill(1) rather than libc::kill, which would need an unsafe block here.
     let k = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -723,13 +757,15 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
         .unwrap();
     assert!(k.success());
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    reader.join().unwrap();
+    let err = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(
         stdout(&o).contains("incomplete: interrupted during round"),
         "{}",
         stdout(&o)
     );
-    assert!(stderr(&o).contains("(marked incomplete)"), "{}", stderr(&o));
+    assert!(err.contains("(marked incomplete)"), "{err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     assert!(
         v["incomplete"].as_str().unwrap().contains("interrupted"),
@@ -753,9 +789,8 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     );
     // The progress lines explain their marks before the first round.
     assert!(
-        stderr(&o).contains("(one mark per test: . done, T did not complete"),
-        "{}",
-        stderr(&o)
+        err.contains("(one mark per test: . done, T did not complete"),
+        "{err}"
     );
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));

@@ -16,8 +16,8 @@ fn spinning_run() -> std::process::Child {
     Command::new(common::EXITLAB)
         .arg("run")
         .arg(&kernel)
-        .args(["--cmdline", "timeout", "--cpus", "2", "--serial", "none"])
-        .stdout(Stdio::null())
+        .args(["--cmdline", "timeout", "--cpus", "2"])
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
@@ -26,8 +26,15 @@ fn spinning_run() -> std::process::Child {
 #[test]
 fn sigint_and_sigterm_stop_the_vm_with_the_interrupted_code() {
     for sig in ["-INT", "-TERM"] {
-        let child = spinning_run();
-        std::thread::sleep(Duration::from_millis(1500));
+        let mut child = spinning_run();
+        // Signal once the guest says it spins (so the VMM's handlers are installed and
+        // the VM runs), not after a fixed sleep that a slow host can outlast.
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        assert!(
+            lines.any(|l| l.is_ok_and(|l| l.contains("# timeout: spinning"))),
+            "the guest never said it spins"
+        );
         let pid = child.id().to_string();
         let t = Instant::now();
         assert!(Command::new("kill")

@@ -568,9 +568,14 @@ mod tests {
         wr(&h, 0x108, 100_000); // period only (SETVAL cleared)
         wr(&h, REG_CONFIG, CFG_ENABLE);
         thread::sleep(Duration::from_millis(10));
-        h.service_now();
-        let cmp = rd(&h, 0x108);
-        let now = rd(&h, REG_COUNTER);
+        // Serviced and read under one lock at one instant: read one register after the
+        // other, the counter could pass the comparator in between.
+        let (cmp, now) = {
+            let mut s = h.shared.lock();
+            let at = Instant::now();
+            h.shared.service(&mut s, at);
+            (s.timers[0].cmp, s.now(at))
+        };
         assert!(cmp > now && cmp - now <= 100_000, "cmp {cmp} now {now}");
         assert_eq!(cmp % 100_000, 0);
         assert!(lines.0.lock().unwrap().len() >= 2);
