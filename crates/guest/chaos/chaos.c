@@ -189,7 +189,14 @@ static void one_op(void)
         u32 n = 1 + below(64);
         void *d = buf;
         const void *s = buf;
-        switch (below(6)) {
+        u32 kind = below(6);
+        /* What goes out is drawn from the seed: the buffer may hold what an earlier
+         * `rep ins` read from a clock (PIT, RTC, PM timer), and written to the UART that
+         * would make the guest's output depend on time, not on the seed alone. */
+        if (kind >= 3)
+            for (u32 i = 0; i < 4 * n; i++)
+                buf[i] = (u8)next();
+        switch (kind) {
         case 0: __asm__ volatile("rep insb" : "+D"(d), "+c"(n) : "d"(p) : "memory"); break;
         case 1: __asm__ volatile("rep insw" : "+D"(d), "+c"(n) : "d"(p) : "memory"); break;
         case 2: __asm__ volatile("rep insl" : "+D"(d), "+c"(n) : "d"(p) : "memory"); break;
