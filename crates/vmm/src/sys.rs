@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
 use kvm_bindings::kvm_device_attr;
-use kvm_ioctls::VcpuFd;
+use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::ioctl::{ioctl, ioctl_with_mut_ref, ioctl_with_ref};
 use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr};
@@ -16,6 +16,7 @@ use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr};
 mod nr {
     use super::*;
     const KVMIO: u32 = 0xAE;
+    ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
     ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
     ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_bindings::kvm_ioeventfd);
@@ -24,7 +25,7 @@ mod nr {
     ioctl_ior_nr!(KVM_X86_GET_MCE_CAP_SUPPORTED, KVMIO, 0x9d, u64);
 }
 use nr::{
-    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL,
+    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL, KVM_RUN,
     KVM_X86_GET_MCE_CAP_SUPPORTED, KVM_X86_SETUP_MCE,
 };
 
@@ -327,10 +328,16 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Read access to the header of a vCPU's kvm_run page, for what kvm-ioctls' decoded exit
-/// leaves out: the element size of a port access (a string access arrives as one buffer
-/// of size × count bytes).
-pub struct RunPage(*const kvm_bindings::kvm_run);
+/// A vCPU's kvm_run page and fd: the one system call of the run loop (KVM_RUN) and the
+/// decoding of its exit. A port exit, nearly every userspace exit, is decoded straight
+/// from the page in line in the loop; every other exit by an out-of-line decoder. Both
+/// give kvm-ioctls' [`VcpuExit`], as its `VcpuFd::run` would, so the handlers and their
+/// tests see one vocabulary; the element size of a string port access, which
+/// `VcpuExit` leaves out, is [`RunPage::io_size`].
+pub struct RunPage {
+    run: *mut kvm_bindings::kvm_run,
+    fd: libc::c_int,
+}
 
 // SAFETY: the pointer refers to the vCPU's own kvm_run mapping, which lives as long as
 // the VcpuFd it belongs to; the RunPage is stored beside that VcpuFd in the same `Vcpu`
@@ -338,9 +345,50 @@ pub struct RunPage(*const kvm_bindings::kvm_run);
 unsafe impl Send for RunPage {}
 
 impl RunPage {
-    /// The kvm_run page of `fd`. The caller keeps `fd` alive as long as the RunPage.
-    pub fn new(fd: &mut kvm_ioctls::VcpuFd) -> RunPage {
-        RunPage(fd.get_kvm_run() as *const kvm_bindings::kvm_run)
+    /// The kvm_run page and fd of `fd`. The caller keeps `fd` alive as long as the
+    /// RunPage.
+    pub fn new(fd: &mut VcpuFd) -> RunPage {
+        RunPage {
+            fd: fd.as_raw_fd(),
+            run: fd.get_kvm_run(),
+        }
+    }
+
+    /// Enters the guest (KVM_RUN on `_vcpu`, the fd this page belongs to) and decodes the
+    /// exit. The exit's buffers borrow `vcpu`, as kvm-ioctls' own `run` does, so nothing
+    /// else reaches the page (`get_kvm_run`) while they live.
+    #[inline(always)]
+    pub fn run<'f>(&self, _vcpu: &'f mut VcpuFd) -> Result<VcpuExit<'f>, kvm_ioctls::Error> {
+        // SAFETY: `fd` is the vCPU fd this page belongs to (see `new`), open while the
+        // VcpuFd borrowed here lives; KVM_RUN takes no argument and touches no memory of
+        // this process but the kvm_run mapping.
+        let ret = unsafe { libc::ioctl(self.fd, KVM_RUN() as _, 0) };
+        // SAFETY: the mapping is valid for the RunPage's lifetime (see `new`); the VcpuFd
+        // is borrowed mutably for 'f, so this is the only reference to the page, and the
+        // kernel writes it only inside KVM_RUN, which returned.
+        let run = unsafe { &mut *self.run };
+        if ret == 0 && run.exit_reason == kvm_bindings::KVM_EXIT_IO {
+            // SAFETY: the exit reason says `io` is the member of the union the kernel
+            // wrote; it is plain old data.
+            let io = unsafe { run.__bindgen_anon_1.io };
+            let len = usize::from(io.size) * io.count as usize;
+            // SAFETY: the kernel puts a port exit's data `data_offset` bytes into the
+            // kvm_run mapping, inside it (the mapping is KVM_GET_VCPU_MMAP_SIZE long and
+            // the kernel's buffer is one of its pages), and the VcpuFd borrow keeps
+            // every other reference away for 'f.
+            let data = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.run.cast::<u8>().add(io.data_offset as usize),
+                    len,
+                )
+            };
+            return match u32::from(io.direction) {
+                kvm_bindings::KVM_EXIT_IO_IN => Ok(VcpuExit::IoIn(io.port, data)),
+                kvm_bindings::KVM_EXIT_IO_OUT => Ok(VcpuExit::IoOut(io.port, data)),
+                _ => Err(kvm_ioctls::Error::new(libc::EINVAL)),
+            };
+        }
+        decode(run, ret)
     }
 
     /// kvm_run's `io.size`: the bytes of one element of the last port exit. After any
@@ -350,10 +398,105 @@ impl RunPage {
         // SAFETY: the mapping is valid for the RunPage's lifetime (see `new`) and at least
         // one page long; `io` is a plain-old-data member of the exit union at a fixed
         // offset in the header, so reading its `size` byte is defined whatever member the
-        // kernel last wrote. The data buffer kvm-ioctls hands out for a port exit lies at
-        // `io.data_offset`, past the header, so this read never overlaps it.
-        unsafe { usize::from((*self.0).__bindgen_anon_1.io.size) }
+        // kernel last wrote. The data buffer of a port exit lies at `io.data_offset`,
+        // past the header, so this read never overlaps it.
+        unsafe { usize::from((*self.run).__bindgen_anon_1.io.size) }
     }
+}
+
+/// Every exit but a port access, decoded from kvm_run after KVM_RUN returned `ret`: the
+/// reasons exitlab handles with their data, the others by name where they carry none,
+/// and any other as `Unsupported(reason)`. Out of line, so the port path stays short.
+#[inline(never)]
+fn decode(
+    run: &mut kvm_bindings::kvm_run,
+    ret: libc::c_int,
+) -> Result<VcpuExit<'_>, kvm_ioctls::Error> {
+    use kvm_bindings::*;
+    use kvm_ioctls::{MsrExitReason, ReadMsrExit, WriteMsrExit};
+    if ret != 0 {
+        let err = kvm_ioctls::Error::last();
+        // A memory fault is the one exit that comes with -1 (EFAULT or EHWPOISON); after
+        // any other error the exit reason is stale.
+        if matches!(err.errno(), libc::EFAULT | libc::EHWPOISON)
+            && run.exit_reason == KVM_EXIT_MEMORY_FAULT
+        {
+            // SAFETY: the exit reason names the union's member; plain old data.
+            let f = unsafe { run.__bindgen_anon_1.memory_fault };
+            return Ok(VcpuExit::MemoryFault {
+                flags: f.flags,
+                gpa: f.gpa,
+                size: f.size,
+            });
+        }
+        return Err(err);
+    }
+    // Each union read below is of the member the exit reason just matched names (the one
+    // the kernel wrote); each is plain old data inside the mapping, borrowed as `run` is.
+    Ok(match run.exit_reason {
+        KVM_EXIT_MMIO => {
+            // SAFETY: KVM_EXIT_MMIO: the kernel wrote `mmio` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.mmio };
+            let len = (m.len as usize).min(m.data.len());
+            let (addr, write) = (m.phys_addr, m.is_write != 0);
+            let data = &mut m.data[..len];
+            if write {
+                VcpuExit::MmioWrite(addr, data)
+            } else {
+                VcpuExit::MmioRead(addr, data)
+            }
+        }
+        KVM_EXIT_HLT => VcpuExit::Hlt,
+        KVM_EXIT_X86_RDMSR => {
+            // SAFETY: KVM_EXIT_X86_RDMSR: the kernel wrote `msr` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.msr };
+            VcpuExit::X86Rdmsr(ReadMsrExit {
+                error: &mut m.error,
+                reason: MsrExitReason::from_bits_truncate(m.reason),
+                index: m.index,
+                data: &mut m.data,
+            })
+        }
+        KVM_EXIT_X86_WRMSR => {
+            // SAFETY: KVM_EXIT_X86_WRMSR: the kernel wrote `msr` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.msr };
+            VcpuExit::X86Wrmsr(WriteMsrExit {
+                error: &mut m.error,
+                reason: MsrExitReason::from_bits_truncate(m.reason),
+                index: m.index,
+                data: m.data,
+            })
+        }
+        KVM_EXIT_INTR => VcpuExit::Intr,
+        KVM_EXIT_IOAPIC_EOI => {
+            // SAFETY: KVM_EXIT_IOAPIC_EOI: the kernel wrote `eoi` (see above).
+            VcpuExit::IoapicEoi(unsafe { run.__bindgen_anon_1.eoi.vector })
+        }
+        KVM_EXIT_SHUTDOWN => VcpuExit::Shutdown,
+        KVM_EXIT_FAIL_ENTRY => {
+            // SAFETY: KVM_EXIT_FAIL_ENTRY: the kernel wrote `fail_entry` (see above).
+            let f = unsafe { run.__bindgen_anon_1.fail_entry };
+            VcpuExit::FailEntry(f.hardware_entry_failure_reason, f.cpu)
+        }
+        KVM_EXIT_INTERNAL_ERROR => VcpuExit::InternalError,
+        KVM_EXIT_SYSTEM_EVENT => {
+            // SAFETY: KVM_EXIT_SYSTEM_EVENT: the kernel wrote `system_event` (see above).
+            let e = unsafe { &run.__bindgen_anon_1.system_event };
+            // SAFETY: `data` is the event's payload member (u64 words, any value valid);
+            // only the `ndata` words the kernel filled are handed on.
+            let all = unsafe { &e.__bindgen_anon_1.data };
+            let data = all.get(..e.ndata as usize).unwrap_or(all);
+            VcpuExit::SystemEvent(e.type_, data)
+        }
+        KVM_EXIT_UNKNOWN => VcpuExit::Unknown,
+        KVM_EXIT_EXCEPTION => VcpuExit::Exception,
+        KVM_EXIT_IRQ_WINDOW_OPEN => VcpuExit::IrqWindowOpen,
+        KVM_EXIT_SET_TPR => VcpuExit::SetTpr,
+        KVM_EXIT_TPR_ACCESS => VcpuExit::TprAccess,
+        KVM_EXIT_NMI => VcpuExit::Nmi,
+        KVM_EXIT_HYPERV => VcpuExit::Hyperv,
+        other => VcpuExit::Unsupported(other),
+    })
 }
 
 thread_local! {
