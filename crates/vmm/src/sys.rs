@@ -633,4 +633,114 @@ mod tests {
         let d = rdtscp();
         assert!(0 < a && a <= b && b <= c && c <= d, "{a} {b} {c} {d}");
     }
+
+    fn run_with_reason(reason: u32) -> kvm_bindings::kvm_run {
+        kvm_bindings::kvm_run {
+            exit_reason: reason,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decode_gives_mmio_accesses_with_their_length_and_direction() {
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_MMIO);
+        run.__bindgen_anon_1.mmio = kvm_bindings::kvm_run__bindgen_ty_1__bindgen_ty_6 {
+            phys_addr: 0xfed0_0000,
+            data: [1, 2, 3, 4, 5, 6, 7, 8],
+            len: 4,
+            is_write: 1,
+        };
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioWrite(0xfed0_0000, d)) => assert_eq!(d, &[1, 2, 3, 4]),
+            other => panic!("{other:?}"),
+        }
+        run.__bindgen_anon_1.mmio.is_write = 0;
+        run.__bindgen_anon_1.mmio.len = 2;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioRead(0xfed0_0000, d)) => d.copy_from_slice(&[9, 9]),
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: the test wrote `mmio` above; plain old data.
+        let data = unsafe { run.__bindgen_anon_1.mmio.data };
+        assert_eq!(data, [9, 9, 3, 4, 5, 6, 7, 8]);
+        // A length past the 8-byte buffer is cut to it, not a panic.
+        run.__bindgen_anon_1.mmio.len = 4096;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioRead(_, d)) => assert_eq!(d.len(), 8),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn decode_gives_msr_eoi_entry_failure_and_system_events_with_their_data() {
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_X86_RDMSR);
+        run.__bindgen_anon_1.msr.index = 0x1b;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::X86Rdmsr(m)) => {
+                assert_eq!(m.index, 0x1b);
+                *m.data = 0xfee0_0900;
+                *m.error = 1;
+            }
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: the test wrote `msr` above.
+        let m = unsafe { run.__bindgen_anon_1.msr };
+        assert_eq!((m.data, m.error), (0xfee0_0900, 1));
+
+        run.exit_reason = kvm_bindings::KVM_EXIT_X86_WRMSR;
+        run.__bindgen_anon_1.msr.data = 7;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::X86Wrmsr(m)) => assert_eq!((m.index, m.data), (0x1b, 7)),
+            other => panic!("{other:?}"),
+        }
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_IOAPIC_EOI);
+        run.__bindgen_anon_1.eoi.vector = 0x31;
+        assert!(matches!(decode(&mut run, 0), Ok(VcpuExit::IoapicEoi(0x31))));
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_FAIL_ENTRY);
+        run.__bindgen_anon_1
+            .fail_entry
+            .hardware_entry_failure_reason = 0x21;
+        run.__bindgen_anon_1.fail_entry.cpu = 1;
+        assert!(matches!(
+            decode(&mut run, 0),
+            Ok(VcpuExit::FailEntry(0x21, 1))
+        ));
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_SYSTEM_EVENT);
+        run.__bindgen_anon_1.system_event.type_ = kvm_bindings::KVM_SYSTEM_EVENT_RESET;
+        run.__bindgen_anon_1.system_event.ndata = 1;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::SystemEvent(kvm_bindings::KVM_SYSTEM_EVENT_RESET, d)) => {
+                assert_eq!(d, &[0])
+            }
+            other => panic!("{other:?}"),
+        }
+        // More data words than the event holds: all of them, not a panic.
+        run.__bindgen_anon_1.system_event.ndata = 1000;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::SystemEvent(_, d)) => assert_eq!(d.len(), 16),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn decode_names_plain_exits_and_passes_unknown_reasons_on_by_number() {
+        for (reason, name) in [
+            (kvm_bindings::KVM_EXIT_HLT, "Hlt"),
+            (kvm_bindings::KVM_EXIT_INTR, "Intr"),
+            (kvm_bindings::KVM_EXIT_SHUTDOWN, "Shutdown"),
+            (kvm_bindings::KVM_EXIT_INTERNAL_ERROR, "InternalError"),
+            (kvm_bindings::KVM_EXIT_EXCEPTION, "Exception"),
+            (kvm_bindings::KVM_EXIT_IRQ_WINDOW_OPEN, "IrqWindowOpen"),
+            (kvm_bindings::KVM_EXIT_NMI, "Nmi"),
+            (kvm_bindings::KVM_EXIT_DEBUG, "Unsupported(4)"),
+            (999, "Unsupported(999)"),
+        ] {
+            let mut run = run_with_reason(reason);
+            let exit = decode(&mut run, 0).expect("an exit");
+            assert_eq!(format!("{exit:?}"), name);
+        }
+    }
 }
