@@ -1,6 +1,8 @@
 //! The few raw system interfaces kvm-ioctls does not wrap: KVM's binary statistics fd,
-//! vCPU device attributes (the TSC offset), the TSC itself, and the per-vCPU stamp page
-//! the guest reads. Every `unsafe` block of the VMM lives here or in `memory.rs`.
+//! vCPU device attributes (the TSC offset), the TSC itself, the per-vCPU stamp page
+//! the guest reads, and the run loop's KVM_RUN with its exit decoding ([`RunPage`]:
+//! in line for port exits, where kvm-ioctls' `VcpuFd::run` cost ~60 cycles per exit;
+//! docs/exit-path.md). Every `unsafe` block of the VMM lives here or in `memory.rs`.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
