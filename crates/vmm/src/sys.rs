@@ -1,13 +1,15 @@
 //! The few raw system interfaces kvm-ioctls does not wrap: KVM's binary statistics fd,
-//! vCPU device attributes (the TSC offset), the TSC itself, and the per-vCPU stamp page
-//! the guest reads. Every `unsafe` block of the VMM lives here or in `memory.rs`.
+//! vCPU device attributes (the TSC offset), the TSC itself, the per-vCPU stamp page
+//! the guest reads, and the run loop's KVM_RUN with its exit decoding ([`RunPage`]:
+//! in line for port exits, where kvm-ioctls' `VcpuFd::run` cost ~60 cycles per exit;
+//! docs/exit-path.md). Every `unsafe` block of the VMM lives here or in `memory.rs`.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
 use kvm_bindings::kvm_device_attr;
-use kvm_ioctls::VcpuFd;
+use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::ioctl::{ioctl, ioctl_with_mut_ref, ioctl_with_ref};
 use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr};
@@ -16,6 +18,7 @@ use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr};
 mod nr {
     use super::*;
     const KVMIO: u32 = 0xAE;
+    ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
     ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
     ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
     ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_bindings::kvm_ioeventfd);
@@ -24,7 +27,7 @@ mod nr {
     ioctl_ior_nr!(KVM_X86_GET_MCE_CAP_SUPPORTED, KVMIO, 0x9d, u64);
 }
 use nr::{
-    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL,
+    KVM_GET_DEVICE_ATTR, KVM_GET_STATS_FD, KVM_IOEVENTFD, KVM_REINJECT_CONTROL, KVM_RUN,
     KVM_X86_GET_MCE_CAP_SUPPORTED, KVM_X86_SETUP_MCE,
 };
 
@@ -327,10 +330,16 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Read access to the header of a vCPU's kvm_run page, for what kvm-ioctls' decoded exit
-/// leaves out: the element size of a port access (a string access arrives as one buffer
-/// of size × count bytes).
-pub struct RunPage(*const kvm_bindings::kvm_run);
+/// A vCPU's kvm_run page and fd: the one system call of the run loop (KVM_RUN) and the
+/// decoding of its exit. A port exit, nearly every userspace exit, is decoded straight
+/// from the page in line in the loop; every other exit by an out-of-line decoder. Both
+/// give kvm-ioctls' [`VcpuExit`], as its `VcpuFd::run` would, so the handlers and their
+/// tests see one vocabulary; the element size of a string port access, which
+/// `VcpuExit` leaves out, is [`RunPage::io_size`].
+pub struct RunPage {
+    run: *mut kvm_bindings::kvm_run,
+    fd: libc::c_int,
+}
 
 // SAFETY: the pointer refers to the vCPU's own kvm_run mapping, which lives as long as
 // the VcpuFd it belongs to; the RunPage is stored beside that VcpuFd in the same `Vcpu`
@@ -338,9 +347,50 @@ pub struct RunPage(*const kvm_bindings::kvm_run);
 unsafe impl Send for RunPage {}
 
 impl RunPage {
-    /// The kvm_run page of `fd`. The caller keeps `fd` alive as long as the RunPage.
-    pub fn new(fd: &mut kvm_ioctls::VcpuFd) -> RunPage {
-        RunPage(fd.get_kvm_run() as *const kvm_bindings::kvm_run)
+    /// The kvm_run page and fd of `fd`. The caller keeps `fd` alive as long as the
+    /// RunPage.
+    pub fn new(fd: &mut VcpuFd) -> RunPage {
+        RunPage {
+            fd: fd.as_raw_fd(),
+            run: fd.get_kvm_run(),
+        }
+    }
+
+    /// Enters the guest (KVM_RUN on `_vcpu`, the fd this page belongs to) and decodes the
+    /// exit. The exit's buffers borrow `vcpu`, as kvm-ioctls' own `run` does, so nothing
+    /// else reaches the page (`get_kvm_run`) while they live.
+    #[inline(always)]
+    pub fn run<'f>(&self, _vcpu: &'f mut VcpuFd) -> Result<VcpuExit<'f>, kvm_ioctls::Error> {
+        // SAFETY: `fd` is the vCPU fd this page belongs to (see `new`), open while the
+        // VcpuFd borrowed here lives; KVM_RUN takes no argument and touches no memory of
+        // this process but the kvm_run mapping.
+        let ret = unsafe { libc::ioctl(self.fd, KVM_RUN() as _, 0) };
+        // SAFETY: the mapping is valid for the RunPage's lifetime (see `new`); the VcpuFd
+        // is borrowed mutably for 'f, so this is the only reference to the page, and the
+        // kernel writes it only inside KVM_RUN, which returned.
+        let run = unsafe { &mut *self.run };
+        if ret == 0 && run.exit_reason == kvm_bindings::KVM_EXIT_IO {
+            // SAFETY: the exit reason says `io` is the member of the union the kernel
+            // wrote; it is plain old data.
+            let io = unsafe { run.__bindgen_anon_1.io };
+            let len = usize::from(io.size) * io.count as usize;
+            // SAFETY: the kernel puts a port exit's data `data_offset` bytes into the
+            // kvm_run mapping, inside it (the mapping is KVM_GET_VCPU_MMAP_SIZE long and
+            // the kernel's buffer is one of its pages), and the VcpuFd borrow keeps
+            // every other reference away for 'f.
+            let data = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.run.cast::<u8>().add(io.data_offset as usize),
+                    len,
+                )
+            };
+            return match u32::from(io.direction) {
+                kvm_bindings::KVM_EXIT_IO_IN => Ok(VcpuExit::IoIn(io.port, data)),
+                kvm_bindings::KVM_EXIT_IO_OUT => Ok(VcpuExit::IoOut(io.port, data)),
+                _ => Err(kvm_ioctls::Error::new(libc::EINVAL)),
+            };
+        }
+        decode(run, ret)
     }
 
     /// kvm_run's `io.size`: the bytes of one element of the last port exit. After any
@@ -350,10 +400,105 @@ impl RunPage {
         // SAFETY: the mapping is valid for the RunPage's lifetime (see `new`) and at least
         // one page long; `io` is a plain-old-data member of the exit union at a fixed
         // offset in the header, so reading its `size` byte is defined whatever member the
-        // kernel last wrote. The data buffer kvm-ioctls hands out for a port exit lies at
-        // `io.data_offset`, past the header, so this read never overlaps it.
-        unsafe { usize::from((*self.0).__bindgen_anon_1.io.size) }
+        // kernel last wrote. The data buffer of a port exit lies at `io.data_offset`,
+        // past the header, so this read never overlaps it.
+        unsafe { usize::from((*self.run).__bindgen_anon_1.io.size) }
     }
+}
+
+/// Every exit but a port access, decoded from kvm_run after KVM_RUN returned `ret`: the
+/// reasons exitlab handles with their data, the others by name where they carry none,
+/// and any other as `Unsupported(reason)`. Out of line, so the port path stays short.
+#[inline(never)]
+fn decode(
+    run: &mut kvm_bindings::kvm_run,
+    ret: libc::c_int,
+) -> Result<VcpuExit<'_>, kvm_ioctls::Error> {
+    use kvm_bindings::*;
+    use kvm_ioctls::{MsrExitReason, ReadMsrExit, WriteMsrExit};
+    if ret != 0 {
+        let err = kvm_ioctls::Error::last();
+        // A memory fault is the one exit that comes with -1 (EFAULT or EHWPOISON); after
+        // any other error the exit reason is stale.
+        if matches!(err.errno(), libc::EFAULT | libc::EHWPOISON)
+            && run.exit_reason == KVM_EXIT_MEMORY_FAULT
+        {
+            // SAFETY: the exit reason names the union's member; plain old data.
+            let f = unsafe { run.__bindgen_anon_1.memory_fault };
+            return Ok(VcpuExit::MemoryFault {
+                flags: f.flags,
+                gpa: f.gpa,
+                size: f.size,
+            });
+        }
+        return Err(err);
+    }
+    // Each union read below is of the member the exit reason just matched names (the one
+    // the kernel wrote); each is plain old data inside the mapping, borrowed as `run` is.
+    Ok(match run.exit_reason {
+        KVM_EXIT_MMIO => {
+            // SAFETY: KVM_EXIT_MMIO: the kernel wrote `mmio` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.mmio };
+            let len = (m.len as usize).min(m.data.len());
+            let (addr, write) = (m.phys_addr, m.is_write != 0);
+            let data = &mut m.data[..len];
+            if write {
+                VcpuExit::MmioWrite(addr, data)
+            } else {
+                VcpuExit::MmioRead(addr, data)
+            }
+        }
+        KVM_EXIT_HLT => VcpuExit::Hlt,
+        KVM_EXIT_X86_RDMSR => {
+            // SAFETY: KVM_EXIT_X86_RDMSR: the kernel wrote `msr` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.msr };
+            VcpuExit::X86Rdmsr(ReadMsrExit {
+                error: &mut m.error,
+                reason: MsrExitReason::from_bits_truncate(m.reason),
+                index: m.index,
+                data: &mut m.data,
+            })
+        }
+        KVM_EXIT_X86_WRMSR => {
+            // SAFETY: KVM_EXIT_X86_WRMSR: the kernel wrote `msr` (see above).
+            let m = unsafe { &mut run.__bindgen_anon_1.msr };
+            VcpuExit::X86Wrmsr(WriteMsrExit {
+                error: &mut m.error,
+                reason: MsrExitReason::from_bits_truncate(m.reason),
+                index: m.index,
+                data: m.data,
+            })
+        }
+        KVM_EXIT_INTR => VcpuExit::Intr,
+        KVM_EXIT_IOAPIC_EOI => {
+            // SAFETY: KVM_EXIT_IOAPIC_EOI: the kernel wrote `eoi` (see above).
+            VcpuExit::IoapicEoi(unsafe { run.__bindgen_anon_1.eoi.vector })
+        }
+        KVM_EXIT_SHUTDOWN => VcpuExit::Shutdown,
+        KVM_EXIT_FAIL_ENTRY => {
+            // SAFETY: KVM_EXIT_FAIL_ENTRY: the kernel wrote `fail_entry` (see above).
+            let f = unsafe { run.__bindgen_anon_1.fail_entry };
+            VcpuExit::FailEntry(f.hardware_entry_failure_reason, f.cpu)
+        }
+        KVM_EXIT_INTERNAL_ERROR => VcpuExit::InternalError,
+        KVM_EXIT_SYSTEM_EVENT => {
+            // SAFETY: KVM_EXIT_SYSTEM_EVENT: the kernel wrote `system_event` (see above).
+            let e = unsafe { &run.__bindgen_anon_1.system_event };
+            // SAFETY: `data` is the event's payload member (u64 words, any value valid);
+            // only the `ndata` words the kernel filled are handed on.
+            let all = unsafe { &e.__bindgen_anon_1.data };
+            let data = all.get(..e.ndata as usize).unwrap_or(all);
+            VcpuExit::SystemEvent(e.type_, data)
+        }
+        KVM_EXIT_UNKNOWN => VcpuExit::Unknown,
+        KVM_EXIT_EXCEPTION => VcpuExit::Exception,
+        KVM_EXIT_IRQ_WINDOW_OPEN => VcpuExit::IrqWindowOpen,
+        KVM_EXIT_SET_TPR => VcpuExit::SetTpr,
+        KVM_EXIT_TPR_ACCESS => VcpuExit::TprAccess,
+        KVM_EXIT_NMI => VcpuExit::Nmi,
+        KVM_EXIT_HYPERV => VcpuExit::Hyperv,
+        other => VcpuExit::Unsupported(other),
+    })
 }
 
 thread_local! {
@@ -489,5 +634,115 @@ mod tests {
         RDTSCP.store(0, Ordering::Relaxed);
         let d = rdtscp();
         assert!(0 < a && a <= b && b <= c && c <= d, "{a} {b} {c} {d}");
+    }
+
+    fn run_with_reason(reason: u32) -> kvm_bindings::kvm_run {
+        kvm_bindings::kvm_run {
+            exit_reason: reason,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decode_gives_mmio_accesses_with_their_length_and_direction() {
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_MMIO);
+        run.__bindgen_anon_1.mmio = kvm_bindings::kvm_run__bindgen_ty_1__bindgen_ty_6 {
+            phys_addr: 0xfed0_0000,
+            data: [1, 2, 3, 4, 5, 6, 7, 8],
+            len: 4,
+            is_write: 1,
+        };
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioWrite(0xfed0_0000, d)) => assert_eq!(d, &[1, 2, 3, 4]),
+            other => panic!("{other:?}"),
+        }
+        run.__bindgen_anon_1.mmio.is_write = 0;
+        run.__bindgen_anon_1.mmio.len = 2;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioRead(0xfed0_0000, d)) => d.copy_from_slice(&[9, 9]),
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: the test wrote `mmio` above; plain old data.
+        let data = unsafe { run.__bindgen_anon_1.mmio.data };
+        assert_eq!(data, [9, 9, 3, 4, 5, 6, 7, 8]);
+        // A length past the 8-byte buffer is cut to it, not a panic.
+        run.__bindgen_anon_1.mmio.len = 4096;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::MmioRead(_, d)) => assert_eq!(d.len(), 8),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn decode_gives_msr_eoi_entry_failure_and_system_events_with_their_data() {
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_X86_RDMSR);
+        run.__bindgen_anon_1.msr.index = 0x1b;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::X86Rdmsr(m)) => {
+                assert_eq!(m.index, 0x1b);
+                *m.data = 0xfee0_0900;
+                *m.error = 1;
+            }
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: the test wrote `msr` above.
+        let m = unsafe { run.__bindgen_anon_1.msr };
+        assert_eq!((m.data, m.error), (0xfee0_0900, 1));
+
+        run.exit_reason = kvm_bindings::KVM_EXIT_X86_WRMSR;
+        run.__bindgen_anon_1.msr.data = 7;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::X86Wrmsr(m)) => assert_eq!((m.index, m.data), (0x1b, 7)),
+            other => panic!("{other:?}"),
+        }
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_IOAPIC_EOI);
+        run.__bindgen_anon_1.eoi.vector = 0x31;
+        assert!(matches!(decode(&mut run, 0), Ok(VcpuExit::IoapicEoi(0x31))));
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_FAIL_ENTRY);
+        run.__bindgen_anon_1
+            .fail_entry
+            .hardware_entry_failure_reason = 0x21;
+        run.__bindgen_anon_1.fail_entry.cpu = 1;
+        assert!(matches!(
+            decode(&mut run, 0),
+            Ok(VcpuExit::FailEntry(0x21, 1))
+        ));
+
+        let mut run = run_with_reason(kvm_bindings::KVM_EXIT_SYSTEM_EVENT);
+        run.__bindgen_anon_1.system_event.type_ = kvm_bindings::KVM_SYSTEM_EVENT_RESET;
+        run.__bindgen_anon_1.system_event.ndata = 1;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::SystemEvent(kvm_bindings::KVM_SYSTEM_EVENT_RESET, d)) => {
+                assert_eq!(d, &[0])
+            }
+            other => panic!("{other:?}"),
+        }
+        // More data words than the event holds: all of them, not a panic.
+        run.__bindgen_anon_1.system_event.ndata = 1000;
+        match decode(&mut run, 0) {
+            Ok(VcpuExit::SystemEvent(_, d)) => assert_eq!(d.len(), 16),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn decode_names_plain_exits_and_passes_unknown_reasons_on_by_number() {
+        for (reason, name) in [
+            (kvm_bindings::KVM_EXIT_HLT, "Hlt"),
+            (kvm_bindings::KVM_EXIT_INTR, "Intr"),
+            (kvm_bindings::KVM_EXIT_SHUTDOWN, "Shutdown"),
+            (kvm_bindings::KVM_EXIT_INTERNAL_ERROR, "InternalError"),
+            (kvm_bindings::KVM_EXIT_EXCEPTION, "Exception"),
+            (kvm_bindings::KVM_EXIT_IRQ_WINDOW_OPEN, "IrqWindowOpen"),
+            (kvm_bindings::KVM_EXIT_NMI, "Nmi"),
+            (kvm_bindings::KVM_EXIT_DEBUG, "Unsupported(4)"),
+            (999, "Unsupported(999)"),
+        ] {
+            let mut run = run_with_reason(reason);
+            let exit = decode(&mut run, 0).expect("an exit");
+            assert_eq!(format!("{exit:?}"), name);
+        }
     }
 }

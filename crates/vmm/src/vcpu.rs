@@ -414,7 +414,8 @@ impl Loop<'_> {
                 t_enter = sys::rdtscp();
                 st.publish(*self.seq, t, t_enter);
             }
-            let result = self.fd.run();
+            // KVM_RUN, the exit decoded from kvm_run in line (port exits) or out of line.
+            let result = self.run_page.run(self.fd);
             let t_return = if timing { sys::rdtscp() } else { 0 };
             prev_return = Some(t_return);
             if logging && t_enter != 0 && self.run_log.len() < self.run_log.capacity() {
