@@ -17,6 +17,7 @@
 _Static_assert(SAMPLES_PER_BATCH * SIZEOF_SAMPLE <= SAMPLES_BYTES_PER_CPU,
                "a full sample ring must fit in the space reserved for it");
 _Static_assert(CONTROL_GPA >= KERNEL_END_GPA, "the control page must follow the kernel");
+_Static_assert(MAX_WORK_CYCLES < (1ULL << 32), "the guest work counts TSC cycles in 32 bits");
 
 /* Largest samples, batch and warm-up counts the kernel accepts. */
 #define MAX_COUNT (1ULL << 32)
@@ -43,6 +44,7 @@ static struct {
     uint64_t apic_mode;
     uint64_t cpus;
     uint64_t idle;
+    uint64_t work_cycles;
 } params;
 
 /* Whether the CPU wants `vmmcall` (AMD, Hygon) rather than `vmcall`. */
@@ -121,16 +123,56 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
     }
 
 /*
+ * The known-answer control's guest work: busy-waits until `cycles` TSC cycles have
+ * passed since its first TSC read, and returns the span it saw (from that read to its
+ * last). Its cost is `cycles` plus a bounded overshoot (the loop's last pass and the
+ * reads around it), which the empty loop's own run with the same work calibrates
+ * (loop_overhead). The loop is written out so that its instructions, which an emulated
+ * ring 0 pays for one by one, do not change with the compiler: rdtsc, sub, cmp, jb. The
+ * low 32 bits of the TSC suffice: the wait is at most MAX_WORK_CYCLES < 2^32.
+ */
+static inline __attribute__((always_inline)) uint32_t guest_work(uint32_t cycles)
+{
+    uint32_t t0, elapsed, hi;
+    __asm__ volatile("rdtsc\n\t"
+                     "mov %%eax, %[t0]\n"
+                     "1:\n\t"
+                     "rdtsc\n\t"
+                     "sub %[t0], %%eax\n\t"
+                     "cmp %[n], %%eax\n\t"
+                     "jb 1b"
+                     : "=&a"(elapsed), "=&d"(hi), [t0] "=&r"(t0)
+                     : [n] "r"(cycles)
+                     : "cc");
+    return elapsed;
+}
+
+/* One iteration of a test's body, followed by the guest work when `work` is not 0. */
+#define BODY_AND_WORK(work, ...)                                               \
+    do {                                                                       \
+        __VA_ARGS__;                                                           \
+        if (work) {                                                            \
+            work_spent += guest_work((uint32_t)(work));                        \
+            work_iterations++;                                                 \
+        }                                                                      \
+    } while (0)
+
+/*
  * One test: `state` declares what the body keeps between iterations, the rest is one
- * iteration. Warm-up first, then `samples` samples of `batch` iterations each.
+ * iteration. Warm-up first, then `samples` samples of `batch` iterations each. With
+ * `work_cycles` set, every iteration of the body (warm-up and measured, never the
+ * paired empty loop) is followed by the guest work; the test is compiled twice, with the
+ * work and without it, so that with the knob off the loops are exactly what they were.
  */
 #define DEFINE_TEST(name, state, ...)                                          \
-    static void __attribute__((noreturn, noinline)) test_##name(void)          \
+    static inline __attribute__((always_inline, noreturn)) void                \
+    run_##name(const uint64_t work)                                            \
     {                                                                          \
         const uint64_t samples = params.samples;                               \
         const uint64_t batch = params.batch;                                   \
+        uint64_t work_iterations = 0, work_spent = 0;                          \
         state;                                                                 \
-        REPEAT(params.warmup, __VA_ARGS__);                                    \
+        REPEAT(params.warmup, BODY_AND_WORK(work, __VA_ARGS__));               \
         uint64_t idx = 0;                                                      \
         for (uint64_t s_ = samples; s_ != 0; s_--) {                           \
             const uint64_t l_start = tsc_begin();                              \
@@ -139,7 +181,7 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
             const uint64_t seq_before = STAMPS->seq;                           \
             const uint64_t prev_reenter = STAMPS->t_reenter;                   \
             const uint64_t g_start = tsc_begin();                              \
-            REPEAT(batch, __VA_ARGS__);                                        \
+            REPEAT(batch, BODY_AND_WORK(work, __VA_ARGS__));                   \
             const uint64_t g_end = tsc_end();                                  \
             const uint64_t seq_after = STAMPS->seq;                            \
             const uint64_t h_return = STAMPS->t_return;                        \
@@ -147,7 +189,15 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
             idx = store_sample(idx, g_start, g_end, prev_reenter, h_return,    \
                                h_reenter, seq_after - seq_before, g_loop);     \
         }                                                                      \
+        CONTROL->work_iterations = work_iterations;                            \
+        CONTROL->work_spent = work_spent;                                      \
         finish(idx);                                                           \
+    }                                                                          \
+    static void __attribute__((noreturn, noinline)) test_##name(void)          \
+    {                                                                          \
+        if (params.work_cycles != 0)                                           \
+            run_##name(params.work_cycles);                                    \
+        run_##name(0);                                                         \
     }
 
 #define NO_STATE do { } while (0)
@@ -532,6 +582,9 @@ static uint64_t check_params(void)
         params.batch > MAX_COUNT || params.warmup > MAX_COUNT)
         return GUEST_ERR_COUNTS;
     if (params.test == TEST_CPUID_0XD && (params.arg0 < 1 || params.arg0 > 0xffffffffULL))
+        return GUEST_ERR_COUNTS;
+    params.work_cycles = c->work_cycles;
+    if (params.work_cycles > MAX_WORK_CYCLES)
         return GUEST_ERR_COUNTS;
     params.apic_mode = c->apic_mode;
     params.cpus = c->cpus;
