@@ -123,39 +123,53 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
     }
 
 /*
- * The known-answer control's guest work: busy-waits until `cycles` TSC cycles have
- * passed since its first TSC read, and returns the span it saw (from that read to its
- * last). Its cost is `cycles` plus a bounded overshoot (the loop's last pass and the
- * reads around it), which the empty loop's own run with the same work calibrates
- * (loop_overhead). The loop is written out so that its instructions, which an emulated
- * ring 0 pays for one by one, do not change with the compiler: rdtsc, sub, cmp, jb. The
- * low 32 bits of the TSC suffice: the wait is at most MAX_WORK_CYCLES < 2^32.
+ * The known-answer control's guest work: busy-waits until `work_cycles` TSC cycles have
+ * passed since its first TSC read, adds the span it saw (from that read to its last) to
+ * `spent` and counts itself in `count`. Its cost is `work_cycles` plus a bounded
+ * overshoot (the loop's last pass and the instructions around it), which the empty
+ * loop's own run with the same work calibrates (loop_overhead). It is one fixed block of
+ * instructions that saves and restores the registers it uses and reads its operands
+ * from static memory: the compiler has nothing to reload or spill around it, so the test's own
+ * body is the same with the work as without, and the work costs the same in every test
+ * as in the calibration (an emulated ring 0 pays for every added instruction, ~1,000
+ * cycles each on a kvm_pvm host). The low 32 bits of the TSC suffice: the wait is at
+ * most MAX_WORK_CYCLES < 2^32.
  */
-static inline __attribute__((always_inline)) uint32_t guest_work(uint32_t cycles)
-{
-    uint32_t t0, elapsed, hi;
-    __asm__ volatile("rdtsc\n\t"
-                     "mov %%eax, %[t0]\n"
-                     "1:\n\t"
-                     "rdtsc\n\t"
-                     "sub %[t0], %%eax\n\t"
-                     "cmp %[n], %%eax\n\t"
-                     "jb 1b"
-                     : "=&a"(elapsed), "=&d"(hi), [t0] "=&r"(t0)
-                     : [n] "r"(cycles)
-                     : "cc");
-    return elapsed;
-}
+#define GUEST_WORK(spent, count)                                               \
+    __asm__ volatile("push %%rax\n\t"                                          \
+                     "push %%rdx\n\t"                                          \
+                     "push %%rcx\n\t"                                          \
+                     "rdtsc\n\t"                                               \
+                     "mov %%eax, %%ecx\n"                                      \
+                     "1:\n\t"                                                  \
+                     "rdtsc\n\t"                                               \
+                     "sub %%ecx, %%eax\n\t"                                    \
+                     "cmp %[n], %%eax\n\t"                                     \
+                     "jb 1b\n\t"                                               \
+                     "add %%rax, %[s]\n\t"                                     \
+                     "incq %[c]\n\t"                                           \
+                     "pop %%rcx\n\t"                                           \
+                     "pop %%rdx\n\t"                                           \
+                     "pop %%rax"                                               \
+                     : [s] "+m"(spent), [c] "+m"(count)                        \
+                     : [n] "m"(work_cycles32)                                  \
+                     : "cc")
 
-/* One iteration of a test's body, followed by the guest work when `work` is not 0. */
-#define BODY_AND_WORK(work, ...)                                               \
+/* One iteration of a test's body, followed by the guest work in the variant with it. */
+#define BODY_AND_WORK(with_work, ...)                                          \
     do {                                                                       \
         __VA_ARGS__;                                                           \
-        if (work) {                                                            \
-            work_spent += guest_work((uint32_t)(work));                        \
-            work_iterations++;                                                 \
-        }                                                                      \
+        if (with_work)                                                         \
+            GUEST_WORK(work_spent, work_iterations);                           \
     } while (0)
+
+/*
+ * GUEST_WORK's operands, in static memory: addressed without the stack pointer, which
+ * the block moves. `work_cycles32` is params.work_cycles (checked to fit); the other two
+ * are what the work reports at DONE.
+ */
+static uint32_t work_cycles32;
+static uint64_t work_spent, work_iterations;
 
 /*
  * One test: `state` declares what the body keeps between iterations, the rest is one
@@ -166,13 +180,12 @@ static inline __attribute__((always_inline)) uint32_t guest_work(uint32_t cycles
  */
 #define DEFINE_TEST(name, state, ...)                                          \
     static inline __attribute__((always_inline, noreturn)) void                \
-    run_##name(const uint64_t work)                                            \
+    run_##name(const int with_work)                                            \
     {                                                                          \
         const uint64_t samples = params.samples;                               \
         const uint64_t batch = params.batch;                                   \
-        uint64_t work_iterations = 0, work_spent = 0;                          \
         state;                                                                 \
-        REPEAT(params.warmup, BODY_AND_WORK(work, __VA_ARGS__));               \
+        REPEAT(params.warmup, BODY_AND_WORK(with_work, __VA_ARGS__));          \
         uint64_t idx = 0;                                                      \
         for (uint64_t s_ = samples; s_ != 0; s_--) {                           \
             const uint64_t l_start = tsc_begin();                              \
@@ -181,7 +194,7 @@ static inline __attribute__((always_inline)) uint32_t guest_work(uint32_t cycles
             const uint64_t seq_before = STAMPS->seq;                           \
             const uint64_t prev_reenter = STAMPS->t_reenter;                   \
             const uint64_t g_start = tsc_begin();                              \
-            REPEAT(batch, BODY_AND_WORK(work, __VA_ARGS__));                   \
+            REPEAT(batch, BODY_AND_WORK(with_work, __VA_ARGS__));              \
             const uint64_t g_end = tsc_end();                                  \
             const uint64_t seq_after = STAMPS->seq;                            \
             const uint64_t h_return = STAMPS->t_return;                        \
@@ -196,7 +209,7 @@ static inline __attribute__((always_inline)) uint32_t guest_work(uint32_t cycles
     static void __attribute__((noreturn, noinline)) test_##name(void)          \
     {                                                                          \
         if (params.work_cycles != 0)                                           \
-            run_##name(params.work_cycles);                                    \
+            run_##name(1);                                                     \
         run_##name(0);                                                         \
     }
 
@@ -586,6 +599,7 @@ static uint64_t check_params(void)
     params.work_cycles = c->work_cycles;
     if (params.work_cycles > MAX_WORK_CYCLES)
         return GUEST_ERR_COUNTS;
+    work_cycles32 = (uint32_t)params.work_cycles;
     params.apic_mode = c->apic_mode;
     params.cpus = c->cpus;
     params.idle = c->idle;
