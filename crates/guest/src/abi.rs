@@ -174,7 +174,8 @@ pub const TEST_SELFTEST_SPIN: u64 = 102;
 pub const TEST_SELFTEST_UD: u64 = 103;
 
 /// The control page at `CONTROL_GPA`. The host fills the first block before the vCPU
-/// starts; the guest fills the second before each doorbell.
+/// starts; the guest fills the second before each doorbell; the guest work's fields
+/// (host's `work_cycles`, the guest's report) come last.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Control {
