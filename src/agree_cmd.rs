@@ -71,6 +71,7 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
             bare: false,
             irq: Default::default(),
             inject_cycles: 0,
+            guest_cycles: 0,
         },
         harness_timeout_s: 120,
     };

@@ -76,10 +76,17 @@ pub struct BenchArgs {
     /// sees a change of N cycles on this host.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     inject_cycles: u64,
+    /// Known-answer control for kernel-handled tests: the lab kernel busy-waits this many
+    /// guest TSC cycles after the measured instruction in every iteration of the measured
+    /// loop, not in the empty loop it is net of (0: off); `loop_overhead` with the same
+    /// work is its calibration. `--ab guest-cycles=0,N` shows whether exitlab sees it.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_guest::abi::MAX_WORK_CYCLES))]
+    guest_cycles: u64,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
     /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
-    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip, inject-cycles.
+    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip, inject-cycles,
+    /// guest-cycles.
     #[arg(long, value_name = "KNOB=A,B")]
     ab: Option<String>,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
@@ -273,6 +280,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             bare: false,
             irq: a.irq.knobs(&a.pin)?,
             inject_cycles: a.inject_cycles,
+            guest_cycles: a.guest_cycles,
         },
         raw: a.raw,
         overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),

@@ -555,6 +555,86 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+#[test]
+fn guest_cycles_ab_records_its_calibration_and_leaves_exits_and_userspace_tests_alone() {
+    let dir = tempdir_named("guest-cycles");
+    let p = dir.join("ab.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid,inl_from_user",
+        "--samples",
+        "200",
+        "--ring",
+        "3",
+        "--ab",
+        "guest-cycles=0,50000",
+        "--rounds",
+        "2",
+        "--json",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    assert_eq!(v["ab"]["knob"], "guest-cycles");
+    let side = |key: &str, name: &str| -> serde_json::Value {
+        let tests = if key == "a" {
+            &v["tests"]
+        } else {
+            &v["ab"]["b_tests"]
+        };
+        tests
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    // The work changes no exit: both sides pass the same exit check with the same counts.
+    for name in ["cpuid", "inl_from_user"] {
+        let (a, b) = (side("a", name), side("b", name));
+        assert_eq!(a["exit_check"]["passed"], true, "{name}");
+        assert_eq!(b["exit_check"]["passed"], true, "{name}");
+        assert_eq!(a["exits"], b["exits"], "{name}");
+    }
+    // Side B's empty loop carries the calibration round by round; side A's none.
+    let calibration: Vec<f64> = side("b", "loop_overhead")["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["net_median"].as_f64().unwrap())
+        .collect();
+    assert_eq!(calibration.len(), 2);
+    assert!(
+        calibration.iter().all(|&c| c >= 50_000.0),
+        "{calibration:?}"
+    );
+    assert!(side("a", "loop_overhead")["rounds"][0]["net_median"].is_null());
+    let note = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| n.starts_with("guest work"))
+        .collect::<Vec<_>>();
+    assert_eq!(note.len(), 1, "one note for the experiment: {note:?}");
+    assert!(
+        note[0].contains("nothing with guest-cycles=0") && note[0].contains("true change"),
+        "{}",
+        note[0]
+    );
+    // Out-of-range values are refused before anything runs, as a flag and in --ab.
+    for args in [
+        &["bench", "--guest-cycles", "100000001"][..],
+        &["bench", "--ab", "guest-cycles=0,100000001"][..],
+    ] {
+        let bad = exitlab(args);
+        assert_eq!(bad.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&bad).contains("100000000"), "{}", stderr(&bad));
+    }
+}
+
 /// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
 /// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
 /// collector and the Pushgateway read), from Debian's python3-prometheus-client, which

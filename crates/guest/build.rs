@@ -435,6 +435,7 @@ fn generate_abi(abi_text: &str) -> Result<(String, String, String), String> {
         GUEST_ERR_TEST,
         GUEST_ERR_RING,
         GUEST_ERR_COUNTS,
+        MAX_WORK_CYCLES,
         TEST_LOOP_OVERHEAD,
         TEST_CPUID,
         TEST_CPUID_0XD,
@@ -519,6 +520,9 @@ fn generate_abi(abi_text: &str) -> Result<(String, String, String), String> {
                 cpus,
                 idle,
                 cpus_online,
+                work_cycles,
+                work_iterations,
+                work_spent,
             ]
         ),
         abi_struct!(

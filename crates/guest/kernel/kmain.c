@@ -17,6 +17,7 @@
 _Static_assert(SAMPLES_PER_BATCH * SIZEOF_SAMPLE <= SAMPLES_BYTES_PER_CPU,
                "a full sample ring must fit in the space reserved for it");
 _Static_assert(CONTROL_GPA >= KERNEL_END_GPA, "the control page must follow the kernel");
+_Static_assert(MAX_WORK_CYCLES < (1ULL << 32), "the guest work counts TSC cycles in 32 bits");
 
 /* Largest samples, batch and warm-up counts the kernel accepts. */
 #define MAX_COUNT (1ULL << 32)
@@ -43,6 +44,7 @@ static struct {
     uint64_t apic_mode;
     uint64_t cpus;
     uint64_t idle;
+    uint64_t work_cycles;
 } params;
 
 /* Whether the CPU wants `vmmcall` (AMD, Hygon) rather than `vmcall`. */
@@ -121,16 +123,69 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
     }
 
 /*
+ * The known-answer control's guest work: busy-waits until `work_cycles` TSC cycles have
+ * passed since its first TSC read, adds the span it saw (from that read to its last) to
+ * `spent` and counts itself in `count`. Its cost is `work_cycles` plus a bounded
+ * overshoot (the loop's last pass and the instructions around it), which the empty
+ * loop's own run with the same work calibrates (loop_overhead). It is one fixed block of
+ * instructions that saves and restores the registers it uses and reads its operands
+ * from static memory: the compiler has nothing to reload or spill around it, so the test's own
+ * body is the same with the work as without, and the work costs the same in every test
+ * as in the calibration (an emulated ring 0 pays for every added instruction, ~1,000
+ * cycles each on a kvm_pvm host). The low 32 bits of the TSC suffice: the wait is at
+ * most MAX_WORK_CYCLES < 2^32.
+ */
+#define GUEST_WORK(spent, count)                                               \
+    __asm__ volatile("push %%rax\n\t"                                          \
+                     "push %%rdx\n\t"                                          \
+                     "push %%rcx\n\t"                                          \
+                     "rdtsc\n\t"                                               \
+                     "mov %%eax, %%ecx\n"                                      \
+                     "1:\n\t"                                                  \
+                     "rdtsc\n\t"                                               \
+                     "sub %%ecx, %%eax\n\t"                                    \
+                     "cmp %[n], %%eax\n\t"                                     \
+                     "jb 1b\n\t"                                               \
+                     "add %%rax, %[s]\n\t"                                     \
+                     "incq %[c]\n\t"                                           \
+                     "pop %%rcx\n\t"                                           \
+                     "pop %%rdx\n\t"                                           \
+                     "pop %%rax"                                               \
+                     : [s] "+m"(spent), [c] "+m"(count)                        \
+                     : [n] "m"(work_cycles32)                                  \
+                     : "cc")
+
+/* One iteration of a test's body, followed by the guest work in the variant with it. */
+#define BODY_AND_WORK(with_work, ...)                                          \
+    do {                                                                       \
+        __VA_ARGS__;                                                           \
+        if (with_work)                                                         \
+            GUEST_WORK(work_spent, work_iterations);                           \
+    } while (0)
+
+/*
+ * GUEST_WORK's operands, in static memory: addressed without the stack pointer, which
+ * the block moves. `work_cycles32` is params.work_cycles (checked to fit); the other two
+ * are what the work reports at DONE.
+ */
+static uint32_t work_cycles32;
+static uint64_t work_spent, work_iterations;
+
+/*
  * One test: `state` declares what the body keeps between iterations, the rest is one
- * iteration. Warm-up first, then `samples` samples of `batch` iterations each.
+ * iteration. Warm-up first, then `samples` samples of `batch` iterations each. With
+ * `work_cycles` set, every iteration of the body (warm-up and measured, never the
+ * paired empty loop) is followed by the guest work; the test is compiled twice, with the
+ * work and without it, so that with the knob off the loops are exactly what they were.
  */
 #define DEFINE_TEST(name, state, ...)                                          \
-    static void __attribute__((noreturn, noinline)) test_##name(void)          \
+    static inline __attribute__((always_inline, noreturn)) void                \
+    run_##name(const int with_work)                                            \
     {                                                                          \
         const uint64_t samples = params.samples;                               \
         const uint64_t batch = params.batch;                                   \
         state;                                                                 \
-        REPEAT(params.warmup, __VA_ARGS__);                                    \
+        REPEAT(params.warmup, BODY_AND_WORK(with_work, __VA_ARGS__));          \
         uint64_t idx = 0;                                                      \
         for (uint64_t s_ = samples; s_ != 0; s_--) {                           \
             const uint64_t l_start = tsc_begin();                              \
@@ -139,7 +194,7 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
             const uint64_t seq_before = STAMPS->seq;                           \
             const uint64_t prev_reenter = STAMPS->t_reenter;                   \
             const uint64_t g_start = tsc_begin();                              \
-            REPEAT(batch, __VA_ARGS__);                                        \
+            REPEAT(batch, BODY_AND_WORK(with_work, __VA_ARGS__));              \
             const uint64_t g_end = tsc_end();                                  \
             const uint64_t seq_after = STAMPS->seq;                            \
             const uint64_t h_return = STAMPS->t_return;                        \
@@ -147,7 +202,15 @@ static void __attribute__((noreturn)) finish(uint64_t idx)
             idx = store_sample(idx, g_start, g_end, prev_reenter, h_return,    \
                                h_reenter, seq_after - seq_before, g_loop);     \
         }                                                                      \
+        CONTROL->work_iterations = work_iterations;                            \
+        CONTROL->work_spent = work_spent;                                      \
         finish(idx);                                                           \
+    }                                                                          \
+    static void __attribute__((noreturn, noinline)) test_##name(void)          \
+    {                                                                          \
+        if (params.work_cycles != 0)                                           \
+            run_##name(1);                                                     \
+        run_##name(0);                                                         \
     }
 
 #define NO_STATE do { } while (0)
@@ -533,6 +596,10 @@ static uint64_t check_params(void)
         return GUEST_ERR_COUNTS;
     if (params.test == TEST_CPUID_0XD && (params.arg0 < 1 || params.arg0 > 0xffffffffULL))
         return GUEST_ERR_COUNTS;
+    params.work_cycles = c->work_cycles;
+    if (params.work_cycles > MAX_WORK_CYCLES)
+        return GUEST_ERR_COUNTS;
+    work_cycles32 = (uint32_t)params.work_cycles;
     params.apic_mode = c->apic_mode;
     params.cpus = c->cpus;
     params.idle = c->idle;

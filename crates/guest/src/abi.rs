@@ -17,7 +17,7 @@
 //   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
 
 /// Version of this contract; the guest refuses to run against another one.
-pub const ABI_VERSION: u64 = 3;
+pub const ABI_VERSION: u64 = 4;
 /// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
 pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
 
@@ -87,8 +87,10 @@ pub const GUEST_ERR_ABI: u64 = 1;
 pub const GUEST_ERR_TEST: u64 = 2;
 /// `Control::guest_error`: the test cannot run in the requested ring.
 pub const GUEST_ERR_RING: u64 = 3;
-/// `Control::guest_error`: samples, batch or warm-up out of range.
+/// `Control::guest_error`: samples, batch, warm-up or work cycles out of range.
 pub const GUEST_ERR_COUNTS: u64 = 4;
+/// Most `Control::work_cycles` the guest accepts.
+pub const MAX_WORK_CYCLES: u64 = 100_000_000;
 
 /// `Control::guest_error`: APIC mode, vCPU count or idle mode invalid, or the guest CPUID
 /// lacks what the test or the mode needs (x2APIC, TSC deadline, MWAIT, PV send-IPI).
@@ -172,7 +174,8 @@ pub const TEST_SELFTEST_SPIN: u64 = 102;
 pub const TEST_SELFTEST_UD: u64 = 103;
 
 /// The control page at `CONTROL_GPA`. The host fills the first block before the vCPU
-/// starts; the guest fills the second before each doorbell.
+/// starts; the guest fills the second before each doorbell; the guest work's fields
+/// (host's `work_cycles`, the guest's report) come last.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Control {
@@ -216,6 +219,16 @@ pub struct Control {
     pub idle: u64,
     /// Guest → host: bit n set once the vCPU with APIC id n runs the kernel's C code.
     pub cpus_online: u64,
+    /// Known-answer control: guest TSC cycles of busy-waiting added to every iteration of
+    /// the measured loop (after the measured instruction; never to the paired empty loop),
+    /// at most `MAX_WORK_CYCLES`; 0: off.
+    pub work_cycles: u64,
+    /// Guest → host at `DOORBELL_DONE`: iterations, warm-up included, that did the
+    /// `work_cycles` wait.
+    pub work_iterations: u64,
+    /// Guest → host at `DOORBELL_DONE`: TSC cycles those waits spanned in all, each from
+    /// its first TSC read to its last.
+    pub work_spent: u64,
 }
 
 /// One vCPU's record at `PERCPU_GPA + id * PERCPU_BYTES`, written by that vCPU (and read

@@ -325,9 +325,11 @@ mod tests {
 
     #[test]
     fn abi_layout_is_stable() {
-        assert_eq!(core::mem::size_of::<abi::Control>(), 160);
+        assert_eq!(core::mem::size_of::<abi::Control>(), 184);
         assert_eq!(core::mem::offset_of!(abi::Control, apic_mode), 128);
         assert_eq!(core::mem::offset_of!(abi::Control, cpus_online), 152);
+        assert_eq!(core::mem::offset_of!(abi::Control, work_cycles), 160);
+        assert_eq!(core::mem::offset_of!(abi::Control, work_spent), 176);
         assert_eq!(
             core::mem::size_of::<abi::PerCpu>() as u64,
             abi::PERCPU_BYTES

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use exitlab_vmm::Kvm;
 
+use crate::analysis;
 use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
@@ -125,6 +126,8 @@ pub fn run(
         for n in &r.notes {
             if n.starts_with(HOST_NOISE_NOTE) {
                 noisy_runs += 1;
+            } else if n.starts_with(analysis::GUEST_WORK_NOTE) {
+                // Each side-run's own calibration: the file gets one over all rounds.
             } else if !out.notes.contains(n) {
                 out.notes.push(n.clone());
             }
@@ -137,6 +140,9 @@ pub fn run(
             a_runs.len() + b_runs.len(),
         ));
     }
+    let b_tests = merge_side(&b_runs, base.raw);
+    out.notes
+        .extend(guest_work_ab_note(&out.tests, &b_tests, spec));
     out.incomplete = interrupted.map(|round| {
         format!(
             "interrupted during round {round} of {rounds}: kept the {complete} round(s) both sides completed"
@@ -146,10 +152,40 @@ pub fn run(
         knob: spec.knob.name.to_string(),
         a: spec.a.clone(),
         b: spec.b.clone(),
-        b_tests: merge_side(&b_runs, base.raw),
+        b_tests,
         order,
     });
     Ok(out)
+}
+
+/// The note of an A/B run with guest work on either side: what the work costs on each
+/// side, calibrated round by round, and so the true change of a kernel-handled test.
+fn guest_work_ab_note(a: &[TestResult], b: &[TestResult], spec: &AbSpec) -> Option<String> {
+    let (ca, cb) = (
+        analysis::guest_work_calibration(a),
+        analysis::guest_work_calibration(b),
+    );
+    if ca.is_none() && cb.is_none() {
+        return None;
+    }
+    let median = |c: Option<analysis::GuestWorkCalibration>| c.map_or(0.0, |c| c.median);
+    let side = |name: &str, value: &str, c: Option<analysis::GuestWorkCalibration>| {
+        match c {
+        Some(c) => format!(
+            "{:.0} cycles per iteration with {name}={value} ({} rounds, round medians {:.0}..{:.0})",
+            c.median, c.rounds, c.lo, c.hi
+        ),
+        None => format!("nothing with {name}={value}"),
+    }
+    };
+    let name = spec.knob.name;
+    Some(format!(
+        "{}the work alone (loop_overhead with it, net of its paired empty loop) costs {} and {}: the true change of each kernel-handled test is {:+.0} cycles; userspace-handled tests do not get the work and must not move",
+        analysis::GUEST_WORK_NOTE,
+        side(name, &spec.a, ca),
+        side(name, &spec.b, cb),
+        median(cb) - median(ca)
+    ))
 }
 
 /// How the notes of bench's runs start when the host-noise detector left samples out

@@ -375,6 +375,53 @@ fn net_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], tsc_khz:
     }
 }
 
+/// What the guest work (`guest-cycles`, a known-answer control) costs in one run: the
+/// empty loop's rounds with the work, each sample net of its paired empty loop without
+/// it, measured in the same run as the tests it is added to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuestWorkCalibration {
+    /// Median over the rounds of each round's median (cycles per iteration).
+    pub median: f64,
+    /// Lowest round median.
+    pub lo: f64,
+    /// Highest round median.
+    pub hi: f64,
+    /// Rounds.
+    pub rounds: usize,
+}
+
+/// The calibration of the guest work in a run's results, from the baseline's per-round
+/// net medians (only a run with the work gives the baseline one); `None` without.
+pub fn guest_work_calibration(tests: &[TestResult]) -> Option<GuestWorkCalibration> {
+    let t = tests.iter().find(|t| t.baseline && t.status.is_ok())?;
+    let mut v: Vec<f64> = t
+        .rounds
+        .iter()
+        .filter_map(|r| r.net_median)
+        .filter(|v| v.is_finite())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let median = summary_of(&v)?.median;
+    Some(GuestWorkCalibration {
+        median,
+        lo: v[0],
+        hi: v[v.len() - 1],
+        rounds: v.len(),
+    })
+}
+
+/// How the note on the guest work starts.
+pub const GUEST_WORK_NOTE: &str = "guest work (known-answer control): ";
+
+/// The note of a run with guest work: what it costs, as calibrated.
+pub fn guest_work_note(tests: &[TestResult], guest_cycles: u64) -> Option<String> {
+    let c = guest_work_calibration(tests)?;
+    Some(format!(
+        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {:.0} cycles per iteration over {} rounds (round medians {:.0}..{:.0}): the change those tests should show; userspace-handled tests do not get it",
+        c.median, c.rounds, c.lo, c.hi
+    ))
+}
+
 /// What the VMM saw of a userspace-exit test: its share per exit, KVM_RUN, and the
 /// phase breakdown where the catalogue asks for it.
 fn userspace_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], rounds: &[Round]) {
@@ -427,6 +474,7 @@ mod tests {
             bare: false,
             irq: Default::default(),
             inject_cycles: 0,
+            guest_cycles: 0,
         }
     }
 
@@ -707,5 +755,43 @@ mod tests {
         let all = analyse(&m, &Baseline::default(), 1_000_000, false);
         let spread = all.round_spread.unwrap().spread;
         assert!((spread - 0.303).abs() < 0.001, "{spread}");
+    }
+
+    #[test]
+    fn the_guest_work_calibration_is_the_empty_loop_rounds_net_median() {
+        use exitlab_results::results::RoundFigure;
+        let params = RunParams {
+            guest_cycles: 1_300,
+            ..params(100, 1, 0)
+        };
+        let round = |net: Option<f64>| RoundFigure {
+            samples: 100,
+            median: 1_400.0,
+            net_median: net,
+        };
+        let mut base = unfinished_result(&Measurement::new(catalogue::baseline(), params));
+        let mut cpuid =
+            unfinished_result(&Measurement::new(catalogue::find("cpuid").unwrap(), params));
+        cpuid.rounds = vec![round(Some(9_000.0)); 3];
+        // Without the work the empty loop's rounds have no net figure: no calibration.
+        base.rounds = vec![round(None); 3];
+        let tests = [base.clone(), cpuid.clone()];
+        assert_eq!(guest_work_calibration(&tests), None);
+        assert_eq!(guest_work_note(&tests, 0), None);
+        base.rounds = [1_331.0, 1_329.0, 1_330.0, 1_900.0, 1_328.0]
+            .map(|v| round(Some(v)))
+            .to_vec();
+        let tests = [base, cpuid];
+        let c = guest_work_calibration(&tests).unwrap();
+        assert_eq!(
+            (c.median, c.lo, c.hi, c.rounds),
+            (1_330.0, 1_328.0, 1_900.0, 5)
+        );
+        let note = guest_work_note(&tests, 1_300).unwrap();
+        assert!(note.starts_with(GUEST_WORK_NOTE), "{note}");
+        assert!(
+            note.contains("guest-cycles 1300") && note.contains("median 1330 cycles"),
+            "{note}"
+        );
     }
 }

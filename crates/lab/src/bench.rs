@@ -186,6 +186,10 @@ pub fn run(
         ));
     }
     notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
+    notes.extend(analysis::guest_work_note(
+        &results,
+        opts.params.guest_cycles,
+    ));
     let mut incomplete = interrupted.map(|round| {
         let when = match u64::from(round).checked_sub(rounds) {
             Some(extra) if extra > 0 => {
@@ -274,7 +278,12 @@ fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sa
     let done: Vec<(RoundFigure, &Measurement)> = rounds
         .iter()
         .take_while(|m| m.outcome == Outcome::Completed)
-        .filter_map(|m| Some((figures::round_figure(&m.samples, m.params.batch, net)?, m)))
+        // With guest work on, the empty loop's rounds also get a net median: the work's
+        // calibration (the baseline's own figure stays raw).
+        .filter_map(|m| {
+            let net = net || m.params.guest_cycles != 0;
+            Some((figures::round_figure(&m.samples, m.params.batch, net)?, m))
+        })
         .collect();
     let values: Vec<f64> = done
         .iter()
@@ -677,6 +686,7 @@ mod tests {
                 bare: false,
                 irq: Default::default(),
                 inject_cycles: 0,
+                guest_cycles: 0,
             },
         );
         m.samples = loops

@@ -45,6 +45,9 @@ pub enum Setting {
     Irqchip(IrqChip),
     /// Known-answer control: host cycles the VMM busy-waits per userspace exit (0: off).
     InjectCycles(u64),
+    /// Known-answer control: guest cycles of busy-waiting added to every iteration of
+    /// the measured loop, not to the paired empty loop (0: off).
+    GuestCycles(u64),
 }
 
 impl Setting {
@@ -63,6 +66,7 @@ impl Setting {
             Setting::PvIpi(_) => "pv-ipi",
             Setting::Irqchip(_) => "irqchip",
             Setting::InjectCycles(_) => "inject-cycles",
+            Setting::GuestCycles(_) => "guest-cycles",
         }
     }
 
@@ -72,7 +76,10 @@ impl Setting {
         let default = || "default".to_string();
         match *self {
             Setting::Ring(r) => r.to_string(),
-            Setting::Batch(n) | Setting::Warmup(n) | Setting::InjectCycles(n) => n.to_string(),
+            Setting::Batch(n)
+            | Setting::Warmup(n)
+            | Setting::InjectCycles(n)
+            | Setting::GuestCycles(n) => n.to_string(),
             Setting::Pin(p) => p.map_or("none".into(), |p| p.to_string()),
             Setting::Apic(a) => a.name().into(),
             Setting::Cpus(n) => n.to_string(),
@@ -212,6 +219,13 @@ pub const KNOBS: &[Knob] = &[
         help: "known-answer control: host cycles the VMM busy-waits per userspace exit: 0 (off) to 100000000",
         parse: |v| parse_u64("inject-cycles", v, 0, 100_000_000).map(Setting::InjectCycles),
     },
+    Knob {
+        name: "guest-cycles",
+        help: "known-answer control: guest TSC cycles of busy-waiting added to every iteration of the measured loop (not the empty loop it is net of): 0 (off) to 100000000",
+        parse: |v| {
+            parse_u64("guest-cycles", v, 0, abi::MAX_WORK_CYCLES).map(Setting::GuestCycles)
+        },
+    },
 ];
 
 /// The knob called `name`.
@@ -246,6 +260,7 @@ impl RunParams {
             Setting::Warmup(n) => self.warmup = n,
             Setting::Pin(p) => self.pin = p,
             Setting::InjectCycles(n) => self.inject_cycles = n,
+            Setting::GuestCycles(n) => self.guest_cycles = n,
             irq => self.irq.apply(irq)?,
         }
         Ok(())
@@ -261,6 +276,7 @@ impl RunParams {
         ];
         s.extend(self.irq.settings());
         s.push(Setting::InjectCycles(self.inject_cycles));
+        s.push(Setting::GuestCycles(self.guest_cycles));
         s
     }
 }
@@ -389,6 +405,7 @@ mod tests {
                 bare: false,
                 irq: Default::default(),
                 inject_cycles: 0,
+                guest_cycles: 0,
             },
             raw: false,
             overhead: false,
@@ -454,6 +471,8 @@ mod tests {
             ("halt-poll-ns", "0"),
             ("pv-ipi", "off"),
             ("irqchip", "split"),
+            ("inject-cycles", "480"),
+            ("guest-cycles", "1300"),
         ] {
             let s = parse(name, v).unwrap();
             assert_eq!((s.name(), s.value().as_str()), (name, v));
@@ -479,6 +498,31 @@ mod tests {
             .unwrap_err()
             .contains("out of range 1..=255"));
         let e = IrqKnobs::default().apply(Setting::Ring(3)).unwrap_err();
+        assert!(e.contains("not an interrupt knob"), "{e}");
+    }
+
+    #[test]
+    fn guest_cycles_is_a_knob_off_by_default_that_ab_can_vary() {
+        let o = opts();
+        assert_eq!(values(&o)["guest-cycles"], "0");
+        let s = parse_ab("guest-cycles=0,1300", &o).unwrap();
+        assert_eq!(s.knob.name, "guest-cycles");
+        let mut b = o.clone();
+        s.knob.set(&mut b, &s.b).unwrap();
+        assert_eq!((b.params.guest_cycles, b.params.inject_cycles), (1300, 0));
+        assert_eq!(
+            parse("guest-cycles", "100000000"),
+            Ok(Setting::GuestCycles(abi::MAX_WORK_CYCLES))
+        );
+        for bad in ["100000001", "-1", "many"] {
+            let e = parse_ab(&format!("guest-cycles=0,{bad}"), &o)
+                .err()
+                .unwrap();
+            assert!(e.contains("0 to 100000000"), "{e}");
+        }
+        let e = IrqKnobs::default()
+            .apply(Setting::GuestCycles(1))
+            .unwrap_err();
         assert!(e.contains("not an interrupt knob"), "{e}");
     }
 

@@ -22,7 +22,7 @@ use exitlab_vmm::vm::{IoSpace, VmConfig};
 use exitlab_vmm::{Capabilities, Kvm, VmmError};
 use vm_memory::{Address, ByteValued, Bytes, GuestMemoryMmap};
 
-use crate::catalogue::{Platform, TestArg, TestDef};
+use crate::catalogue::{Platform, TestArg, TestDef, Where};
 
 /// Most KVM_RUN durations kept per test (8 bytes each).
 pub const RUN_LOG_MAX: u64 = 1 << 18;
@@ -52,6 +52,21 @@ pub struct RunParams {
     /// Known-answer control: host TSC cycles of busy-waiting the VMM adds to its
     /// handling of every userspace exit but the doorbells (0: off).
     pub inject_cycles: u64,
+    /// Known-answer control for kernel-handled tests: guest TSC cycles of busy-waiting
+    /// the lab kernel adds to every iteration of their measured loop, never to the
+    /// paired empty loop (0: off). `loop_overhead` with the same work is its
+    /// calibration; userspace-handled tests do not get it (they are the control that
+    /// must not move, as kernel-handled ones are for `inject_cycles`).
+    pub guest_cycles: u64,
+}
+
+/// The guest work a run did ([`RunParams::guest_cycles`]), as the lab kernel reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GuestWork {
+    /// Iterations, warm-up included, that did the work.
+    pub iterations: u64,
+    /// TSC cycles the waits spanned in all (each from its first TSC read to its last).
+    pub spent: u64,
 }
 
 /// How a test run ended.
@@ -111,6 +126,9 @@ pub struct Measurement {
     /// Busy-waits the VMM added ([`RunParams::inject_cycles`]) over the whole run, boot
     /// and warm-up included: one per userspace exit but the doorbells.
     pub injected_waits: u64,
+    /// The guest work the lab kernel did ([`RunParams::guest_cycles`]), checked against
+    /// the iterations asked for.
+    pub guest_work: GuestWork,
 }
 
 impl Measurement {
@@ -144,6 +162,7 @@ impl Measurement {
             apic: params.irq.apic_for(def),
             per_vcpu: Vec::new(),
             injected_waits: 0,
+            guest_work: GuestWork::default(),
         }
     }
 
@@ -176,6 +195,8 @@ impl Measurement {
             m.samples.extend(r.samples);
             m.counts = m.counts.plus(&r.counts);
             m.injected_waits += r.injected_waits;
+            m.guest_work.iterations += r.guest_work.iterations;
+            m.guest_work.spent += r.guest_work.spent;
             m.kvm_counters = match (m.kvm_counters.take(), r.kvm_counters) {
                 (Some(a), Some(b)) => Some(
                     a.into_iter()
@@ -250,6 +271,7 @@ pub(crate) struct LabHook {
     end_kvm: Option<BTreeMap<String, u64>>,
     doorbells: u64,
     ready_at: Option<Instant>,
+    work: GuestWork,
     /// The protocol violation or fault that stopped the vCPU, if any.
     pub(crate) error: Option<String>,
     progress: Arc<AtomicU64>,
@@ -284,6 +306,7 @@ impl LabHook {
             end_kvm: None,
             doorbells: 0,
             ready_at: None,
+            work: GuestWork::default(),
             error: None,
             progress,
         }
@@ -365,6 +388,11 @@ impl LabHook {
                 self.doorbells += 1;
                 self.end_counts = *ctx.counts;
                 self.end_kvm = ctx.kvm_counters();
+                let c = control_or_garbage(ctx.mem);
+                self.work = GuestWork {
+                    iterations: c.work_iterations,
+                    spent: c.work_spent,
+                };
                 if let Err(e) = self.take_batch(ctx.mem, ctx.vcpu_id) {
                     return self.fail(e);
                 }
@@ -482,6 +510,18 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
     None
 }
 
+/// Why `def` cannot run with `params`: the host's reasons ([`skip_reason`]), the
+/// interrupt knobs', and guest work asked of a test whose figure would not show it.
+fn run_skip_reason(kvm: &Kvm, def: &TestDef, params: &RunParams) -> Option<String> {
+    skip_reason(kvm, def, params.ring)
+        .or_else(|| params.irq.skip_reason(def))
+        .or_else(|| {
+            (params.guest_cycles != 0 && def.one_way).then(|| {
+                "guest-cycles: the test's figure is the one-way latencies the guest sums, not its loop's time, so work added to the loop would not show in it".into()
+            })
+        })
+}
+
 fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
     let mut c = VmConfig {
         ram: vec![(0, LAB_RAM_BYTES)],
@@ -519,6 +559,7 @@ fn write_control(
         batch: p.batch,
         warmup: p.warmup,
         arg0,
+        work_cycles: guest_work_cycles(def, p),
         ..abi::Control::default()
     };
     p.irq.fill_control(def, &mut c);
@@ -533,7 +574,7 @@ pub fn run_test(
     params: RunParams,
 ) -> Result<Measurement, RunError> {
     let started = Instant::now();
-    if let Some(why) = skip_reason(kvm, def, params.ring).or_else(|| params.irq.skip_reason(def)) {
+    if let Some(why) = run_skip_reason(kvm, def, &params) {
         let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);
         return Ok(m);
@@ -554,7 +595,7 @@ pub fn run_test_on_pc_bus(
     params: RunParams,
 ) -> Result<(Measurement, usize), RunError> {
     let started = Instant::now();
-    if let Some(why) = skip_reason(kvm, def, params.ring).or_else(|| params.irq.skip_reason(def)) {
+    if let Some(why) = run_skip_reason(kvm, def, &params) {
         let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);
         return Ok((m, 0));
@@ -950,7 +991,48 @@ fn collect(
     };
     m.doorbells = hook.doorbells;
     m.samples = hook.records;
+    m.guest_work = hook.work;
+    if let Some(why) = guest_work_error(&m.params, m.def, m.guest_work) {
+        m.outcome = Outcome::Failed(why);
+        m.samples.clear();
+        return;
+    }
     account_bsp(m, f.vcpu.kvm_stats());
+}
+
+/// The guest work `def`'s loop gets ([`RunParams::guest_cycles`]): kernel-handled
+/// tests and the empty loop (the calibration) get it; userspace-handled tests do not.
+pub fn guest_work_cycles(def: &TestDef, p: &RunParams) -> u64 {
+    if (def.baseline || def.expected == Where::Kernel) && !def.one_way {
+        p.guest_cycles
+    } else {
+        0
+    }
+}
+
+/// What is wrong with the guest work a completed run reports, if anything: with
+/// [`RunParams::guest_cycles`] set, every iteration of the loop (warm-up included) must
+/// have waited at least that long; with it off, none may have waited.
+fn guest_work_error(p: &RunParams, def: &TestDef, work: GuestWork) -> Option<String> {
+    let asked = if guest_work_cycles(def, p) == 0 {
+        0
+    } else {
+        p.warmup + p.samples * p.batch
+    };
+    if work.iterations != asked {
+        return Some(format!(
+            "guest protocol error: the lab kernel did the guest work (guest-cycles {}) in {} iterations, but {asked} were asked for",
+            guest_work_cycles(def, p), work.iterations
+        ));
+    }
+    let cycles = guest_work_cycles(def, p);
+    if work.spent < work.iterations.saturating_mul(cycles) {
+        return Some(format!(
+            "guest protocol error: the lab kernel's {} waits of {cycles} cycles spanned {} cycles in all, less than they must",
+            work.iterations, work.spent
+        ));
+    }
+    None
 }
 
 /// Each counter's growth from `start` to `end` (counters present in both).
@@ -1162,6 +1244,78 @@ mod tests {
         assert_eq!(hook.records.len(), 100);
         assert_eq!(hook.records[99].g_end, 5_099);
         assert_eq!(ring_fill(&mem, 0), 0);
+    }
+
+    fn guest_params(guest_cycles: u64) -> RunParams {
+        RunParams {
+            ring: 0,
+            samples: 100,
+            batch: 3,
+            warmup: 7,
+            timeout: Duration::from_secs(1),
+            pin: None,
+            bare: false,
+            irq: Default::default(),
+            inject_cycles: 0,
+            guest_cycles,
+        }
+    }
+
+    #[test]
+    fn guest_work_goes_to_kernel_handled_loops_and_the_empty_loop_only() {
+        let p = guest_params(500);
+        let name = |n| crate::catalogue::find(n).unwrap();
+        for kernel in ["cpuid", "inl_from_kernel", "mov_to_cr8", "eoi"] {
+            assert_eq!(guest_work_cycles(name(kernel), &p), 500, "{kernel}");
+        }
+        assert_eq!(guest_work_cycles(crate::catalogue::baseline(), &p), 500);
+        for other in [
+            "inl_from_user",
+            "hlt",
+            "rdmsr_user",
+            "ipi_one_way",
+            "hlt_wake",
+        ] {
+            assert_eq!(guest_work_cycles(name(other), &p), 0, "{other}");
+        }
+        assert_eq!(guest_work_cycles(name("cpuid"), &guest_params(0)), 0);
+    }
+
+    #[test]
+    fn the_guest_work_a_run_reports_is_checked_against_what_was_asked() {
+        let cpuid = crate::catalogue::find("cpuid").unwrap();
+        let user = crate::catalogue::find("inl_from_user").unwrap();
+        let on = guest_params(500);
+        let iterations = 7 + 100 * 3;
+        let ok = GuestWork {
+            iterations,
+            spent: iterations * 500 + 9,
+        };
+        assert_eq!(guest_work_error(&on, cpuid, ok), None);
+        assert_eq!(
+            guest_work_error(&guest_params(0), cpuid, GuestWork::default()),
+            None
+        );
+        assert_eq!(guest_work_error(&on, user, GuestWork::default()), None);
+        let short = GuestWork {
+            iterations: iterations - 1,
+            ..ok
+        };
+        let e = guest_work_error(&on, cpuid, short).unwrap();
+        assert!(
+            e.contains("in 306 iterations, but 307 were asked for"),
+            "{e}"
+        );
+        let quick = GuestWork {
+            iterations,
+            spent: iterations * 500 - 1,
+        };
+        let e = guest_work_error(&on, cpuid, quick).unwrap();
+        assert!(e.contains("less than they must"), "{e}");
+        // Work the host did not ask for is a protocol error too.
+        let e = guest_work_error(&guest_params(0), cpuid, ok).unwrap();
+        assert!(e.contains("but 0 were asked for"), "{e}");
+        assert!(guest_work_error(&on, user, ok).is_some());
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn params(samples: u64, irq: IrqKnobs) -> RunParams {
         bare: false,
         irq,
         inject_cycles: 0,
+        guest_cycles: 0,
     }
 }
 

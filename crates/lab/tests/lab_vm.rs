@@ -25,6 +25,7 @@ fn params(samples: u64, batch: u64) -> RunParams {
         bare: false,
         irq: Default::default(),
         inject_cycles: 0,
+        guest_cycles: 0,
     }
 }
 
@@ -376,4 +377,107 @@ fn injected_cycles_add_to_every_userspace_exit_and_to_no_kernel_one() {
         m.injected_waits, 0,
         "a kernel-handled test has no userspace exit"
     );
+}
+
+#[test]
+fn guest_work_adds_its_calibrated_cost_to_kernel_handled_loops_only() {
+    // The guest-side known-answer control: with guest-cycles N the lab kernel waits N TSC
+    // cycles (plus a bounded overshoot) after the measured instruction of each iteration
+    // of a kernel-handled test's loop, and after nothing in the empty loop each sample is
+    // net of. The empty loop's own run with the work (loop_overhead) calibrates what the
+    // work costs. N is large enough that host noise cannot hide it.
+    const N: u64 = 50_000;
+    let kvm = kvm();
+    let baseline = catalogue::baseline();
+    let kernel = catalogue::find("cpuid").unwrap();
+    let user = catalogue::find("inl_from_user").unwrap();
+    let run = |def, cycles| {
+        let p = RunParams {
+            guest_cycles: cycles,
+            ..params(300, 1)
+        };
+        let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+        assert_eq!(m.outcome, Outcome::Completed, "{} {cycles}", def.name);
+        m
+    };
+    let paired =
+        |m: &runner::Measurement| exitlab_results::samples::paired_net(&m.samples, m.params.batch);
+    let loops = |m: &runner::Measurement| -> Vec<f64> {
+        m.samples.iter().map(|s| s.g_loop as f64).collect()
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut calibration, mut kernel_off, mut kernel_on, mut user_off, mut user_on) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut loop_off, mut loop_on) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        for cycles in [0, N] {
+            let done = if cycles == 0 { 0 } else { 10 + 300 };
+            let b = run(baseline, cycles);
+            assert_eq!(
+                b.guest_work.iterations, done,
+                "the empty loop's calibration"
+            );
+            let k = run(kernel, cycles);
+            assert_eq!(k.guest_work.iterations, done, "one wait per iteration");
+            assert!(
+                k.guest_work.spent >= done * cycles,
+                "each wait spans N at least"
+            );
+            let c = analysis::exit_check(&k);
+            assert!(c.passed, "kernel-handled: no userspace exit: {c:?}");
+            let u = run(user, cycles);
+            assert_eq!(u.guest_work, runner::GuestWork::default(), "no work for it");
+            assert_eq!(u.counts.io_in, 10 + 300, "one userspace exit per iteration");
+            if cycles == 0 {
+                assert_eq!(b.guest_work, runner::GuestWork::default());
+                kernel_off.push(median(paired(&k)));
+                user_off.push(median(paired(&u)));
+                loop_off.push(median(loops(&k)));
+            } else {
+                calibration.push(median(paired(&b)));
+                kernel_on.push(median(paired(&k)));
+                user_on.push(median(paired(&u)));
+                loop_on.push(median(loops(&k)));
+            }
+        }
+    }
+    let calibration = median(calibration);
+    assert!(
+        calibration >= N as f64,
+        "the work alone costs {calibration:.0} cycles, less than the {N} it waits"
+    );
+    let added = median(kernel_on) - median(kernel_off);
+    assert!(
+        added >= 0.9 * calibration,
+        "the work (calibrated {calibration:.0}) added only {added:.0} to cpuid's net median"
+    );
+    let moved = median(user_on) - median(user_off);
+    assert!(
+        moved.abs() < 0.5 * N as f64,
+        "inl_from_user has no work but moved by {moved:.0}"
+    );
+    // The empty loop each sample is net of does not include the work.
+    let (lo, lw) = (median(loop_off), median(loop_on));
+    assert!(
+        lw < lo + 0.5 * N as f64,
+        "the paired empty loop took {lw:.0} cycles with the work, {lo:.0} without"
+    );
+}
+
+#[test]
+fn guest_work_is_refused_where_the_figure_would_not_show_it() {
+    let kvm = kvm();
+    let def = catalogue::find("ipi_one_way").unwrap();
+    let p = RunParams {
+        guest_cycles: 1_000,
+        ..params(10, 1)
+    };
+    let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+    match &m.outcome {
+        Outcome::Skipped(why) => assert!(why.contains("guest-cycles"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -147,7 +147,8 @@ pub struct RoundFigure {
     pub median: f64,
     /// Median of the paired net cycles per iteration (sample minus the empty loop
     /// measured just before it), the figure comparisons resample; `None` when the
-    /// test has no net figure (`loop_overhead`).
+    /// test has no net figure (`loop_overhead`, but for a run with guest work, where it
+    /// is the work's calibrated cost: `bench --guest-cycles`).
     pub net_median: Option<f64>,
 }
 
