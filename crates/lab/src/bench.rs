@@ -264,6 +264,7 @@ pub fn run(
         provenance: Some(exitlab_results::results::Provenance::current()),
         incomplete,
         ab: None,
+        precision: None,
     })
 }
 

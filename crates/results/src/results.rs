@@ -74,6 +74,10 @@ pub struct Results {
     /// A's are [`Results::tests`], with [`Results::config`] the common configuration).
     #[serde(default)]
     pub ab: Option<AbRun>,
+    /// With `bench --precision`: the target, the budget, and per test whether its
+    /// interval reached the target. Absent otherwise and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<crate::variance::PrecisionRun>,
 }
 
 /// The program revision and command line that produced a results file.
@@ -138,7 +142,7 @@ impl Results {
 }
 
 /// One round of one test: the figures of one fresh VM.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundFigure {
     /// Samples taken in this round.
     pub samples: u64,
@@ -149,6 +153,19 @@ pub struct RoundFigure {
     /// measured just before it), the figure comparisons resample; `None` when the
     /// test has no net figure (`loop_overhead`).
     pub net_median: Option<f64>,
+    /// Robust standard deviation (1.4826 × the median absolute deviation) of the
+    /// round's values (paired net cycles per iteration; raw for the empty loop): the
+    /// within-round scatter the variance components ([`crate::variance`]) start from.
+    /// Absent in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robust_sd: Option<f64>,
+    /// Wall seconds of the round, VM creation to teardown (boot, warm-up, samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Seconds of the round spent taking samples: from the first sample's start to the
+    /// last one's end by the guest's TSC (doorbell exits included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_seconds: Option<f64>,
 }
 
 /// Memory of the exitlab process during a run.
@@ -458,6 +475,12 @@ pub struct TestResult {
     /// APIC mode, vCPUs and exits per vCPU of the test's VM.
     #[serde(default)]
     pub irq: Option<crate::irq::IrqResult>,
+    /// Within- and between-round variance of the test's figure, the cost of a round and
+    /// of a sample, and the samples per round that give the narrowest interval per
+    /// second ([`crate::variance`]). Absent in older files and for tests with fewer than
+    /// two completed rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variance: Option<crate::variance::VarianceComponents>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -1003,10 +1026,12 @@ pub(crate) mod tests {
                     samples: 17,
                     median: base + 50.0,
                     net_median: Some(base + 40.0 + f64::from(i % 3) - 1.0),
+                    ..Default::default()
                 })
                 .collect(),
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
             irq: None,
+            variance: None,
         }
     }
 
@@ -1128,6 +1153,7 @@ pub(crate) mod tests {
             }),
             incomplete: None,
             ab: None,
+            precision: None,
         }
     }
 

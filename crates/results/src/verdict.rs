@@ -316,6 +316,34 @@ pub fn change_with(
     out
 }
 
+/// The central figure of one test's round figures ([`CHOSEN`]: outlier rounds set
+/// aside, the median of the rest) and its 95 % interval: the expanded percentile
+/// bootstrap of the kept rounds, as a comparison draws it. `None` with fewer than
+/// [`MIN_ROUNDS`] rounds kept or a figure that is not positive.
+pub fn central_interval(rounds: &[f64]) -> Option<(f64, [f64; 2])> {
+    let rounds: Vec<f64> = rounds.iter().copied().filter(|x| x.is_finite()).collect();
+    let kept = keep(&rounds, &CHOSEN.kept(&rounds));
+    let n = kept.len();
+    if n < MIN_ROUNDS {
+        return None;
+    }
+    let est = CHOSEN.estimator;
+    let value = est.of(&mut kept.clone());
+    if value <= 0.0 {
+        return None;
+    }
+    let mut rng = SmallRng::seed_from_u64(seed_of(&kept, &[]));
+    let mut draw = vec![0.0; n];
+    let boot: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            draw.iter_mut()
+                .for_each(|d| *d = kept[rng.random_range(0..n)]);
+            est.of(&mut draw)
+        })
+        .collect();
+    Some((value, percentile_interval(boot, n)))
+}
+
 /// Keeps the values whose flag is set.
 fn keep(v: &[f64], k: &[bool]) -> Vec<f64> {
     v.iter()
