@@ -76,6 +76,15 @@ pub struct BenchArgs {
     /// sees a change of N cycles on this host.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     inject_cycles: u64,
+    /// After the planned rounds, run more rounds (of the tests not there yet) until every
+    /// test's 95% interval of its central figure is within +-PCT percent, or --budget
+    /// ends; the report says which tests reached it. The VMM overhead experiment is then
+    /// off unless --overhead.
+    #[arg(long, value_name = "PCT")]
+    precision: Option<f64>,
+    /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60].
+    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    budget: Option<f64>,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
     /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
@@ -261,6 +270,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         crate::input::check_pin(cpu)?;
     }
     a.json.check()?;
+    let precision = precision(a)?;
     let mut opts = BenchOptions {
         tests,
         params: RunParams {
@@ -275,11 +285,12 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             inject_cycles: a.inject_cycles,
         },
         raw: a.raw,
-        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),
+        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead && precision.is_none()),
         floor: std::env::current_exe()
             .ok()
             .map(exitlab_lab::floor::FloorSetup::new),
         rounds: a.rounds,
+        precision,
         cancel: None,
         knobs: Default::default(),
         phases_off: None,
@@ -293,6 +304,35 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         return Err("--format seed needs --ab (it prints the two sides run by run)".into());
     }
     Ok((opts, ab))
+}
+
+/// `--precision PCT [--budget SECONDS]`, checked.
+fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
+    let Some(pct) = a.precision else {
+        return Ok(None);
+    };
+    if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
+        return Err(format!(
+            "--precision {pct} must be a percentage in (0, 100]: the half-width of the 95% interval each test should reach"
+        ));
+    }
+    if a.ab.is_some() {
+        return Err(
+            "--precision applies to a plain run, not to --ab (give --ab more --rounds instead)"
+                .into(),
+        );
+    }
+    let budget = match a.budget {
+        Some(s) => {
+            crate::common::check_seconds("--budget", s)?;
+            Duration::from_secs_f64(s)
+        }
+        None => bench::DEFAULT_BUDGET,
+    };
+    Ok(Some(bench::Precision {
+        target_pct: pct,
+        budget,
+    }))
 }
 
 /// Surveys the host (KVM's answers from the VMM's capabilities); returns it as JSON, the
@@ -350,6 +390,10 @@ impl Display {
                     bar.set_prefix(format!("extra round {r}"));
                     bar.inc_length(u64::from(n));
                 }
+                Progress::PrecisionRound(r, n) => {
+                    bar.set_prefix(format!("precision round {r}"));
+                    bar.inc_length(u64::from(n));
+                }
                 Progress::Start(name) => bar.set_message(name.to_string()),
                 Progress::Done(_, _) => bar.inc(1),
             },
@@ -376,6 +420,14 @@ impl Display {
                 let _ = write!(
                     stderr,
                     "{}  extra round {r} ({n} tests short of quiet samples) ",
+                    if *in_rounds { "\n" } else { "" }
+                );
+                *in_rounds = true;
+            }
+            Progress::PrecisionRound(r, n) => {
+                let _ = write!(
+                    stderr,
+                    "{}  precision round {r} ({n} tests not yet within the target) ",
                     if *in_rounds { "\n" } else { "" }
                 );
                 *in_rounds = true;
@@ -474,6 +526,11 @@ fn print_results(res: &Results, format: &str) {
     match ab_text {
         Some(text) => print!("{text}"),
         None => print!("{}", report::render_table(res)),
+    }
+    if crate::verbosity::level() > 0 {
+        if let Some(v) = exitlab_results::variance::render_components(res) {
+            print!("\n{v}");
+        }
     }
     if let Some(why) = &res.incomplete {
         println!("incomplete: {why}");

@@ -56,6 +56,50 @@ fn nonsensical_numbers_are_rejected() {
 }
 
 #[test]
+fn precision_and_budget_must_be_sensible() {
+    for (args, says) in [
+        (
+            &["bench", "--precision", "0"][..],
+            "--precision 0 must be a percentage",
+        ),
+        (
+            &["bench", "--precision=-1"],
+            "--precision -1 must be a percentage",
+        ),
+        (
+            &["bench", "--precision", "nan"],
+            "--precision NaN must be a percentage",
+        ),
+        (
+            &["bench", "--precision", "101"],
+            "--precision 101 must be a percentage",
+        ),
+        (&["bench", "--precision", "abc"], "--precision"),
+        (
+            &["bench", "--precision", "1", "--budget", "0"],
+            "--budget 0 must be a number of seconds",
+        ),
+        (
+            &["bench", "--precision", "1", "--budget", "nan"],
+            "--budget NaN must be",
+        ),
+        (
+            &["bench", "--precision", "1", "--budget", "1e99"],
+            "--budget 1e99 must be",
+        ),
+        (&["bench", "--budget", "30"], "--precision"),
+        (
+            &["bench", "--precision", "1", "--ab", "ring=0,3"],
+            "--precision applies to a plain run",
+        ),
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn pinning_to_a_missing_cpu_says_how_many_there_are() {
     let o = exitlab(&["bench", "--pin", "4096"]);
     assert_eq!(o.status.code(), Some(2));

@@ -257,8 +257,12 @@ pub fn components(t: &TestResult) -> Option<VarianceComponents> {
 /// (the farther of its two ends); `None` with too few rounds (see
 /// [`crate::verdict::central_interval`]).
 pub fn half_width_pct(t: &TestResult) -> Option<f64> {
-    let c = crate::central::central(t)?;
-    let (value, [lo, hi]) = crate::verdict::central_interval(&c.rounds)?;
+    half_width_of(&crate::central::central(t)?.rounds)
+}
+
+/// [`half_width_pct`] of a test's round figures.
+pub fn half_width_of(rounds: &[f64]) -> Option<f64> {
+    let (value, [lo, hi]) = crate::verdict::central_interval(rounds)?;
     Some((value - lo).max(hi - value) / value * 100.0)
 }
 
