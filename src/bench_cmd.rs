@@ -23,6 +23,16 @@ use crate::status::{
     usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
+/// Rounds of a bench run by default, with [`DEFAULT_SAMPLES`] samples spread over them
+/// (100 a round): the variance components say a round's figure varies between rounds far
+/// more than its samples explain, so rounds, not samples, narrow the interval
+/// (`docs/statistics.md`).
+const DEFAULT_ROUNDS: u32 = 12;
+/// Samples per test of a bench run by default.
+const DEFAULT_SAMPLES: u64 = 1200;
+/// Rounds of a `--workload` run by default (each round boots Linux).
+const WORKLOAD_ROUNDS: u32 = 6;
+
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// List the tests and exit.
@@ -32,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     tests: Vec<String>,
     /// Samples per test.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = DEFAULT_SAMPLES, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     samples: u64,
     /// Iterations of the measured instruction per sample.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -68,9 +78,10 @@ pub struct BenchArgs {
     #[arg(long)]
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
-    /// a fresh VM every round), so that host drift affects all tests alike.
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    rounds: u32,
+    /// a fresh VM every round), so that host drift affects all tests alike [default: 12;
+    /// 6 with --workload].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    rounds: Option<u32>,
     /// Known-answer control: the VMM busy-waits this many host TSC cycles in its handling
     /// of every userspace exit (0: off). `--ab inject-cycles=0,N` shows whether exitlab
     /// sees a change of N cycles on this host.
@@ -289,7 +300,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         floor: std::env::current_exe()
             .ok()
             .map(exitlab_lab::floor::FloorSetup::new),
-        rounds: a.rounds,
+        rounds: a.rounds.unwrap_or(DEFAULT_ROUNDS),
         precision,
         cancel: None,
         knobs: Default::default(),
@@ -419,7 +430,7 @@ impl Display {
             Progress::ExtraRound(r, n) => {
                 let _ = write!(
                     stderr,
-                    "{}  extra round {r} ({n} tests short of quiet samples) ",
+                    "{}  extra round {r} ({n} tests replacing outlier rounds) ",
                     if *in_rounds { "\n" } else { "" }
                 );
                 *in_rounds = true;
@@ -568,7 +579,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             cpus: a.irq.cpus.as_deref(),
             apic: &a.irq.apic,
             pv_ipi: a.irq.pv_ipi.as_deref(),
-            rounds: a.rounds,
+            rounds: a.rounds.unwrap_or(WORKLOAD_ROUNDS),
             ab: a.ab.as_deref(),
             json: &a.json,
             timeout: a.timeout,
@@ -615,8 +626,8 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             a.ring,
             a.samples,
             a.batch,
-            u64::from(a.rounds).min(a.samples),
-            if u64::from(a.rounds) > a.samples {
+            u64::from(opts.rounds).min(a.samples),
+            if u64::from(opts.rounds) > a.samples {
                 " (at most one per sample)"
             } else {
                 ""

@@ -71,7 +71,7 @@ pub enum Progress<'a> {
     Start(&'a str),
     /// It finished.
     Done(&'a str, &'a TestStatus),
-    /// An extra round (1-based) for this many tests short of quiet samples is starting.
+    /// An extra round (1-based) for this many tests replacing outlier rounds is starting.
     ExtraRound(u32, u32),
     /// A `--precision` round (1-based, after the planned ones) for this many tests whose
     /// interval is not yet within the target is starting.
@@ -98,8 +98,8 @@ fn tsc_from_host(host: &serde_json::Value) -> Option<(u64, String)> {
     Some((khz, src))
 }
 
-/// How much slower than the run's quietest rounds a round's empty loop may run before
-/// the host-noise detector flags the round. On a quiet host the loop's round medians
+/// How much slower than the run's typical round a sample's empty loop may run before
+/// the host-noise detector flags the sample. On a quiet host the loop's round medians
 /// agree within about 1 %; a busy host slows the guest by 10-50 % for a while.
 pub const NOISE_TOLERANCE: f64 = 0.03;
 
@@ -676,33 +676,8 @@ fn one_round(
     Ok(m)
 }
 
-/// Share of a test's samples that should come from quiet moments of the host; a test
-/// with fewer gets extra rounds (see [`top_up_quiet_samples`]).
-pub const QUIET_SHARE_WANTED: f64 = 0.5;
-
-/// Samples of `rounds` taken while the host was quiet (paired loop within `limit`).
-fn quiet_count(rounds: &[Stored], limit: f64) -> u64 {
-    rounds
-        .iter()
-        .flat_map(|r| r.samples.iter())
-        .filter(|s| s.g_loop as f64 <= limit)
-        .count() as u64
-}
-
 /// Tests that got extra rounds, with how many each.
 type ExtraRounds = Vec<(&'static str, u32)>;
-
-/// The tests (indices) whose completed rounds hold fewer than `wanted` samples taken
-/// while the host was quiet; a test with a round that did not complete is not run again.
-fn short_of_quiet_samples(per_test: &[Vec<Stored>], limit: f64, wanted: u64) -> Vec<usize> {
-    per_test
-        .iter()
-        .enumerate()
-        .filter(|(_, done)| done.iter().all(|r| r.m.outcome == Outcome::Completed))
-        .filter(|(_, done)| quiet_count(done, limit) < wanted)
-        .map(|(i, _)| i)
-        .collect()
-}
 
 /// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
 /// round whose figure lies far from the test's other rounds (host interference on the
@@ -741,14 +716,15 @@ fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
         .collect()
 }
 
-/// After the planned rounds, runs extra rounds of the tests that have fewer than
-/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, or
-/// fewer than the planned rounds once outlier rounds are set aside, one
-/// extra round at a time, each with one round's share of samples, at most as many extra
-/// rounds as planned ones. A quiet host needs none, so the default run is not longer
-/// there; a busy host spends more time instead of reporting its busy moments. Returns
-/// the tests that got extra rounds, with how many, and the round during which the user
-/// interrupted the run, if they did.
+/// After the planned rounds, runs extra rounds of the tests that have fewer than the
+/// planned rounds once outlier rounds are set aside ([`central::outlier_rounds`]: host
+/// interference on the exit path), one extra round at a time, each with one round's
+/// share of samples, at most as many extra rounds as planned ones. The host-noise
+/// filter's share of a round no longer asks for extra rounds: the central figure does
+/// not use it, and over 298 rounds the share it flagged did not tell how far a round's
+/// figure lay from the test's others (`docs/statistics.md`). Returns the tests that got
+/// extra rounds, with how many, and the round during which the user interrupted the
+/// run, if they did.
 fn replace_outliers(
     tests: &[&'static TestDef],
     opts: &BenchOptions,
@@ -757,19 +733,9 @@ fn replace_outliers(
     progress: &mut dyn FnMut(Progress<'_>),
     one: &mut RoundRunner<'_>,
 ) -> Result<(ExtraRounds, Option<u32>), RunError> {
-    let wanted = (opts.params.samples as f64 * QUIET_SHARE_WANTED).ceil() as u64;
     let mut extra: Vec<(&'static str, u32)> = Vec::new();
     for round in 0..rounds {
-        let Some(limit) = quiet_loop_limit(per_test) else {
-            break;
-        };
-        let mut lacking = short_of_quiet_samples(per_test, limit, wanted);
-        for i in short_of_clean_rounds(tests, per_test, rounds) {
-            if !lacking.contains(&i) {
-                lacking.push(i);
-            }
-        }
-        lacking.sort_unstable();
+        let lacking = short_of_clean_rounds(tests, per_test, rounds);
         if lacking.is_empty() {
             break;
         }
@@ -801,16 +767,22 @@ fn round_loop_median(r: &Stored) -> Option<f64> {
 
 /// The host-noise detector's limit for a run. Every sample is preceded by the same
 /// empty loop, whatever the test, so the loop's median in each round tells how fast the
-/// host ran the guest then; the quietest round of the whole run is the reference, and a
-/// sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was taken while the
-/// host was busy (see [`analysis::quiet_samples`]).
+/// host ran the guest then; the run's typical round (the median of those medians) is the
+/// reference, and a sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was
+/// taken while the host was busy (see [`analysis::quiet_samples`]). The quietest round
+/// was the reference before: one round quicker than all others then made most of a
+/// run's samples "noisy" (98 % of one run's rounds, `docs/statistics.md`).
 fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
-    per_test
+    let mut medians: Vec<f64> = per_test
         .iter()
         .flatten()
         .filter_map(round_loop_median)
-        .min_by(f64::total_cmp)
-        .map(|reference| reference * (1.0 + NOISE_TOLERANCE))
+        .collect();
+    if medians.is_empty() {
+        return None;
+    }
+    medians.sort_unstable_by(f64::total_cmp);
+    Some(exitlab_results::stats::percentile(&medians, 50.0) * (1.0 + NOISE_TOLERANCE))
 }
 
 /// The note that says how many samples the host-noise detector left out and which
@@ -828,7 +800,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         return None;
     }
     let mut note = format!(
-        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's quietest round; every test kept at least {:.0}% of its samples",
+        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
         NOISE_TOLERANCE * 100.0,
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     );
@@ -844,10 +816,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
                 each.join(", ")
             }
         };
-        let _ = write!(
-            note,
-            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {list}"
-        );
+        let _ = write!(note, "; extra rounds replacing outlier rounds: {list}");
     }
     Some(note)
 }
@@ -984,15 +953,13 @@ mod tests {
         let tests = [r, other];
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
         assert!(
-            note.ends_with(
-                "extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: 6 for each of the 2 tests"
-            ),
+            note.ends_with("extra rounds replacing outlier rounds: 6 for each of the 2 tests"),
             "{note}"
         );
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
-        assert!(note.ends_with("set aside: cpuid 6, hlt 2"), "{note}");
+        assert!(note.ends_with("outlier rounds: cpuid 6, hlt 2"), "{note}");
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
-        assert!(note.ends_with("set aside: cpuid 6"), "{note}");
+        assert!(note.ends_with("outlier rounds: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {
@@ -1009,22 +976,28 @@ mod tests {
     }
 
     #[test]
-    fn the_quietest_round_of_the_run_sets_the_noise_limit() {
+    fn the_typical_round_of_the_run_sets_the_noise_limit() {
         let per_test = vec![
             vec![stored(&[1000, 1010, 1020]), stored(&[1500, 1500, 1600])],
             vec![stored(&[990, 1000, 1005])],
         ];
-        // Quietest round median 1000 (second test), plus 3 %.
-        assert_eq!(quiet_loop_limit(&per_test), Some(1030.0));
+        // Round medians 1010, 1500, 1000: the median round 1010, plus 3 %.
+        assert_eq!(quiet_loop_limit(&per_test), Some(1010.0 * 1.03));
         let mut stuck = round(&[10, 10, 10]);
         stuck.outcome = Outcome::DidNotComplete("stuck".into());
         let mut with_stuck = per_test.clone();
         with_stuck.push(vec![Stored::new(stuck, Duration::ZERO)]);
         assert_eq!(
             quiet_loop_limit(&with_stuck),
-            Some(1030.0),
+            Some(1010.0 * 1.03),
             "a round that did not complete says nothing about the host"
         );
+        // One round far quicker than the others does not make them all noisy.
+        let quick = vec![
+            vec![stored(&[1000; 3]), stored(&[1002; 3]), stored(&[998; 3])],
+            vec![stored(&[900; 3])],
+        ];
+        assert_eq!(quiet_loop_limit(&quick), Some(999.0 * 1.03));
     }
 
     /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,
@@ -1140,22 +1113,5 @@ mod tests {
         disturbed.push(round_of_net(1002));
         let per_test = vec![clean, disturbed];
         assert!(short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6).is_empty());
-    }
-
-    #[test]
-    fn tests_short_of_quiet_samples_get_extra_rounds() {
-        let mut stuck = round(&[2000]);
-        stuck.outcome = Outcome::DidNotComplete("stuck".into());
-        let per_test = vec![
-            // 4 quiet samples of 6.
-            vec![stored(&[1000, 1000, 1000]), stored(&[1000, 1500, 1500])],
-            // 2 quiet of 6.
-            vec![stored(&[1000, 1000, 1500]), stored(&[1500, 1500, 1500])],
-            // Not completed: never run again.
-            vec![Stored::new(stuck, Duration::ZERO)],
-        ];
-        assert_eq!(quiet_count(&per_test[0], 1030.0), 4);
-        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 3), vec![1]);
-        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 5), vec![0, 1]);
     }
 }
