@@ -250,11 +250,13 @@ fn collect(
         };
         if let Some(p) = opts.precision {
             let left = p.budget.saturating_sub(started.elapsed());
+            let began = Instant::now();
             let (outcome, stopped) = until_precise(
                 tests,
                 &mut per_test,
                 p,
                 left,
+                &|| began.elapsed(),
                 opts.cancel.as_deref(),
                 progress,
                 &mut one,
@@ -558,8 +560,8 @@ type RoundRunner<'a> =
 
 /// After the planned rounds, `--precision`'s rounds: a round of every test whose 95 %
 /// interval is not yet within the target, until none is left or the budget (`left`,
-/// what remains of it) would end during the next round, judged by the time each open
-/// test's last round took. The empty loop and tests that did not complete are not
+/// what remains of it) would end during the next round: `spent` (the time since these
+/// rounds began) plus the time each open test's last round took. The empty loop and tests that did not complete are not
 /// targets. Returns the outcome (its `seconds` left for the caller) and the extra round
 /// (1-based) during which the user interrupted the run, if they did.
 fn until_precise(
@@ -567,6 +569,7 @@ fn until_precise(
     per_test: &mut [Vec<Stored>],
     target: Precision,
     left: Duration,
+    spent: &dyn Fn() -> Duration,
     cancel: Option<&AtomicBool>,
     progress: &mut dyn FnMut(Progress<'_>),
     one: &mut RoundRunner<'_>,
@@ -574,10 +577,13 @@ fn until_precise(
     let targets: Vec<usize> = (0..tests.len())
         .filter(|&i| !tests[i].baseline && per_test[i].iter().all(Stored::completed))
         .collect();
-    let half_width = |done: &[Stored], def: &TestDef| {
-        variance::half_width_of(&stored_round_figures(done, !def.baseline))
-    };
-    let mut spent = Duration::ZERO;
+    // Each round's figure, kept as the rounds come (unpacking every round's samples
+    // before every round would cost more than a round).
+    let mut figures: Vec<Vec<f64>> = per_test
+        .iter()
+        .zip(tests)
+        .map(|(done, def)| stored_round_figures(done, !def.baseline))
+        .collect();
     let mut open: Vec<usize> = Vec::new();
     let ended = rounds::run(
         u32::MAX,
@@ -592,7 +598,7 @@ fn until_precise(
                         .copied()
                         .filter(|&i| {
                             !variance::reaches(
-                                half_width(&per_test[i], tests[i]),
+                                variance::half_width_of(&figures[i]),
                                 target.target_pct,
                             )
                         })
@@ -601,19 +607,22 @@ fn until_precise(
                         .iter()
                         .filter_map(|&i| per_test[i].last().map(|r| r.seconds))
                         .sum();
-                    if open.is_empty() || spent + next > left {
+                    if open.is_empty() || spent() + next > left {
                         return Ok(Flow::Stop);
                     }
                     progress(Progress::PrecisionRound(round, open.len() as u32));
                 }
                 Step::Side { side, .. } if open.contains(&side) => {
                     let r = one(side, progress)?;
-                    spent += r.seconds;
-                    let failed = !r.completed();
-                    per_test[side].push(r);
-                    if failed {
+                    if r.completed() {
+                        figures[side].extend(stored_round_figures(
+                            std::slice::from_ref(&r),
+                            !tests[side].baseline,
+                        ));
+                    } else {
                         open.retain(|&i| i != side);
                     }
+                    per_test[side].push(r);
                 }
                 Step::Side { .. } => {}
             }
@@ -631,7 +640,7 @@ fn until_precise(
             let h = done
                 .iter()
                 .all(Stored::completed)
-                .then(|| half_width(done, tests[i]))
+                .then(|| variance::half_width_of(&figures[i]))
                 .flatten();
             PrecisionTest {
                 name: tests[i].name.to_string(),
@@ -645,7 +654,7 @@ fn until_precise(
         PrecisionRun {
             target_pct: target.target_pct,
             budget_seconds: target.budget.as_secs_f64(),
-            seconds: spent.as_secs_f64(),
+            seconds: spent().as_secs_f64(),
             rounds: tests_out.iter().map(|t| t.rounds).max().unwrap_or(0),
             tests: tests_out,
         },
@@ -1032,6 +1041,8 @@ mod tests {
         ];
         let mut ran = Vec::new();
         let mut open_counts = Vec::new();
+        // A clock that moves only by the rounds' own seconds.
+        let clock = std::cell::Cell::new(Duration::ZERO);
         let mut progress = |p: Progress<'_>| {
             if let Progress::PrecisionRound(_, n) = p {
                 open_counts.push(n);
@@ -1039,7 +1050,9 @@ mod tests {
         };
         let mut one = |i: usize, _: &mut dyn FnMut(Progress<'_>)| {
             ran.push(i);
-            Ok(round_of_net(1000))
+            let r = round_of_net(1000);
+            clock.set(clock.get() + r.seconds);
+            Ok(r)
         };
         let target = Precision {
             target_pct: 1.0,
@@ -1050,6 +1063,7 @@ mod tests {
             &mut per_test,
             target,
             Duration::from_secs(budget),
+            &|| clock.get(),
             None,
             &mut progress,
             &mut one,
