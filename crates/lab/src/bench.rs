@@ -243,9 +243,20 @@ fn collect(
     };
     if interrupted.is_none() && (rounds > 1 || opts.precision.is_some()) {
         let share = (opts.params.samples / rounds).max(1);
+        // --precision's rounds take K&J's optimal samples per round for each test, from
+        // its planned rounds' variance components; extra rounds replacing outliers take
+        // a planned round's share.
+        let samples: Vec<u64> = tests
+            .iter()
+            .zip(&per_test)
+            .map(|(def, done)| match opts.precision {
+                Some(_) => optimal_share(done, !def.baseline, share),
+                None => share,
+            })
+            .collect();
         let mut one = |i: usize, progress: &mut dyn FnMut(Progress<'_>)| {
             let t = Instant::now();
-            let m = one_round(kvm, image, tests[i], opts, share, progress)?;
+            let m = one_round(kvm, image, tests[i], opts, samples[i], progress)?;
             Ok::<_, RunError>(Stored::new(m, t.elapsed()))
         };
         if let Some(p) = opts.precision {
@@ -725,6 +736,37 @@ fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
         .collect()
 }
 
+/// Fewest samples a `--precision` round takes, whatever K&J's formula says: a round's
+/// median and scatter need some samples to mean anything.
+pub const MIN_ROUND_SAMPLES: u64 = 30;
+
+/// K&J's optimal samples per round for a test from its completed rounds so far (see
+/// [`variance::optimal_samples`]), between [`MIN_ROUND_SAMPLES`] and `share` (a planned
+/// round's); `share` when the components cannot be estimated.
+fn optimal_share(done: &[Stored], net: bool, share: u64) -> u64 {
+    let rounds: Vec<RoundFigure> = done
+        .iter()
+        .take_while(|r| r.completed())
+        .filter_map(|r| {
+            let samples = r.samples.unpack();
+            let mut f = figures::round_figure(&samples, r.m.params.batch, net)?;
+            f.seconds = Some(r.seconds.as_secs_f64());
+            f.sampling_seconds = sampling_seconds(&samples, r.m.tsc_khz);
+            Some(f)
+        })
+        .collect();
+    let figure = if net {
+        central::Figure::Net
+    } else {
+        central::Figure::Raw
+    };
+    variance::of_rounds(&rounds, figure)
+        .and_then(|v| v.optimal_samples_per_round)
+        .map_or(share, |n| {
+            (n.ceil() as u64).clamp(MIN_ROUND_SAMPLES.min(share), share)
+        })
+}
+
 /// After the planned rounds, runs extra rounds of the tests that have fewer than the
 /// planned rounds once outlier rounds are set aside ([`central::outlier_rounds`]: host
 /// interference on the exit path), one extra round at a time, each with one round's
@@ -1016,6 +1058,7 @@ mod tests {
         for s in &mut m.samples {
             s.g_end = s.g_start + 100 + net;
         }
+        m.tsc_khz = Some(1_000_000);
         Stored::new(m, Duration::from_secs(1))
     }
 
@@ -1089,6 +1132,25 @@ mod tests {
         assert_eq!(out.seconds, ran.len() as f64);
         assert!(out.seconds < 100.0);
         assert_eq!(out.rounds, hlt.rounds);
+    }
+
+    #[test]
+    fn precision_rounds_take_k_and_j_s_samples_per_round_within_bounds() {
+        // Rounds whose figures differ by ~2 % (between-round variance) while each
+        // round's samples agree (no within-round scatter): n* is 0, so the floor.
+        let done = rounds_of(&[1000, 1020, 980, 1010, 990, 1000]);
+        assert_eq!(optimal_share(&done, true, 100), MIN_ROUND_SAMPLES);
+        assert_eq!(
+            optimal_share(&done, true, 20),
+            20,
+            "never more than a share"
+        );
+        // Too few rounds for the components, or no clock to cost a sample with: a
+        // planned round's share.
+        assert_eq!(optimal_share(&done[..1], true, 100), 100);
+        let mut untimed = done.clone();
+        untimed.iter_mut().for_each(|r| r.m.tsc_khz = None);
+        assert_eq!(optimal_share(&untimed, true, 100), 100);
     }
 
     #[test]

@@ -189,33 +189,49 @@ pub fn robust_sd(values: &[f64]) -> f64 {
 /// fewer than two such rounds (files written before rounds recorded their scatter).
 pub fn components(t: &TestResult) -> Option<VarianceComponents> {
     let c = crate::central::central(t)?;
-    let figures: Vec<&crate::results::RoundFigure> = t
-        .rounds
-        .iter()
-        .filter(|r| match c.figure {
-            crate::central::Figure::Net => r.net_median.is_some_and(f64::is_finite),
-            crate::central::Figure::Raw => r.median.is_finite(),
-        })
-        .collect();
-    if figures.len() != c.rounds.len() {
+    if c.rounds.is_empty() {
         return None;
     }
-    let kept: Vec<&crate::results::RoundFigure> = figures
-        .into_iter()
-        .zip(&c.kept)
-        .filter_map(|(r, k)| k.then_some(r))
+    of_rounds(&t.rounds, c.figure)
+}
+
+/// The variance components of a test's rounds (`figure`: which of their figures the
+/// central figure uses), from the rounds [`crate::central::CHOSEN`] keeps; `None` when
+/// a round has no such figure or fewer than two recorded their scatter.
+pub fn of_rounds(
+    rounds: &[crate::results::RoundFigure],
+    figure: crate::central::Figure,
+) -> Option<VarianceComponents> {
+    let values: Vec<f64> = rounds
+        .iter()
+        .map(|r| match figure {
+            crate::central::Figure::Net => r.net_median.unwrap_or(f64::NAN),
+            crate::central::Figure::Raw => r.median,
+        })
+        .collect();
+    if values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let method = crate::central::CHOSEN;
+    let kept_flags = method.kept(&values);
+    let value = method.estimate(&values);
+    let kept: Vec<(&crate::results::RoundFigure, f64)> = rounds
+        .iter()
+        .zip(&values)
+        .zip(&kept_flags)
+        .filter_map(|((r, v), k)| k.then_some((r, *v)))
         .collect();
     let moments: Vec<RoundMoments> = kept
         .iter()
-        .zip(c.kept_rounds())
         .filter_map(|(r, figure)| {
             Some(RoundMoments {
                 samples: r.samples,
-                figure,
+                figure: *figure,
                 robust_sd: r.robust_sd?,
             })
         })
         .collect();
+    let kept: Vec<&crate::results::RoundFigure> = kept.into_iter().map(|(r, _)| r).collect();
     let (within, between, n) = estimate(&moments)?;
     let timed: Vec<(f64, f64, u64)> = kept
         .iter()
@@ -236,7 +252,7 @@ pub fn components(t: &TestResult) -> Option<VarianceComponents> {
     let mut v = VarianceComponents {
         rounds: moments.len() as u32,
         samples_per_round: n,
-        figure: c.value,
+        figure: value,
         within_variance: within,
         between_variance: between,
         round_seconds,
