@@ -77,7 +77,7 @@ pub struct Results {
     /// With `bench --precision`: the target, the budget, and per test whether its
     /// interval reached the target. Absent otherwise and in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub precision: Option<crate::variance::PrecisionRun>,
+    pub precision: Option<PrecisionRun>,
 }
 
 /// The program revision and command line that produced a results file.
@@ -139,6 +139,60 @@ impl Results {
         };
         Some((side(&ab.a, &self.tests), side(&ab.b, &ab.b_tests)))
     }
+}
+
+/// The variance components of one test's figure (see `variance.rs` for the estimators
+/// and the optimal-allocation formula), with the costs of each level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VarianceComponents {
+    /// Rounds the estimates rest on (the rounds the central figure keeps).
+    pub rounds: u32,
+    /// Samples per round (harmonic mean over those rounds).
+    pub samples_per_round: f64,
+    /// The central figure, cycles per iteration (the base of the percentages).
+    pub figure: f64,
+    /// `S1²`: variance between the samples of one round, cycles² (robust, pooled).
+    pub within_variance: f64,
+    /// `T2²`: variance between rounds beyond what their samples explain, cycles²
+    /// (clamped at 0).
+    pub between_variance: f64,
+    /// Seconds a round costs besides its samples: VM creation, boot, warm-up, teardown
+    /// (mean over the rounds); `None` in files without per-round timings.
+    pub round_seconds: Option<f64>,
+    /// Seconds per sample (the rounds' sampling time over their samples).
+    pub sample_seconds: Option<f64>,
+    /// K&J's optimal samples per round for these variances and costs; `None` without
+    /// costs, or when no between-round variance is left (then more samples per round
+    /// always pay: one long round would do, were rounds not needed for the interval).
+    pub optimal_samples_per_round: Option<f64>,
+}
+
+/// The outcome of `bench --precision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionRun {
+    /// The target: every test's 95 % interval within `±target_pct` percent.
+    pub target_pct: f64,
+    /// The wall-time budget, seconds.
+    pub budget_seconds: f64,
+    /// Seconds the rounds took.
+    pub seconds: f64,
+    /// Rounds of the suite run (the longest any test ran).
+    pub rounds: u32,
+    /// Per test (the empty loop excluded), in the suite's order.
+    pub tests: Vec<PrecisionTest>,
+}
+
+/// One test's outcome under `bench --precision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionTest {
+    /// The test.
+    pub name: String,
+    /// Rounds it ran.
+    pub rounds: u32,
+    /// Its interval's half-width, percent; `None` with too few rounds for one.
+    pub half_width_pct: Option<f64>,
+    /// Whether the half-width is within the target.
+    pub reached: bool,
 }
 
 /// One round of one test: the figures of one fresh VM.
@@ -480,7 +534,7 @@ pub struct TestResult {
     /// second ([`crate::variance`]). Absent in older files and for tests with fewer than
     /// two completed rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variance: Option<crate::variance::VarianceComponents>,
+    pub variance: Option<VarianceComponents>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.

@@ -20,8 +20,7 @@
 //! the per-sample variance a round figure carries: it minimises the interval's width
 //! for a given wall time. The rounds then set the interval's width.
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::results::{PrecisionRun, PrecisionTest, VarianceComponents};
 use crate::results::{Results, TestResult};
 use crate::stats::percentile;
 
@@ -32,31 +31,6 @@ pub const MEDIAN_VARIANCE_FACTOR: f64 = std::f64::consts::FRAC_PI_2;
 
 /// `z` of a two-sided 95 % interval.
 const Z_975: f64 = 1.959_964;
-
-/// The variance components of one test's figure, with the costs of each level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VarianceComponents {
-    /// Rounds the estimates rest on (the rounds the central figure keeps).
-    pub rounds: u32,
-    /// Samples per round (harmonic mean over those rounds).
-    pub samples_per_round: f64,
-    /// The central figure, cycles per iteration (the base of the percentages).
-    pub figure: f64,
-    /// `S1²`: variance between the samples of one round, cycles² (robust, pooled).
-    pub within_variance: f64,
-    /// `T2²`: variance between rounds beyond what their samples explain, cycles²
-    /// (clamped at 0).
-    pub between_variance: f64,
-    /// Seconds a round costs besides its samples: VM creation, boot, warm-up, teardown
-    /// (mean over the rounds); `None` in files without per-round timings.
-    pub round_seconds: Option<f64>,
-    /// Seconds per sample (the rounds' sampling time over their samples).
-    pub sample_seconds: Option<f64>,
-    /// K&J's optimal samples per round for these variances and costs; `None` without
-    /// costs, or when no between-round variance is left (then more samples per round
-    /// always pay: one long round would do, were rounds not needed for the interval).
-    pub optimal_samples_per_round: Option<f64>,
-}
 
 impl VarianceComponents {
     /// The per-sample variance a round figure carries (`π/2 · S1²`).
@@ -280,34 +254,6 @@ pub fn half_width_pct(t: &TestResult) -> Option<f64> {
 pub fn half_width_of(rounds: &[f64]) -> Option<f64> {
     let (value, [lo, hi]) = crate::verdict::central_interval(rounds)?;
     Some((value - lo).max(hi - value) / value * 100.0)
-}
-
-/// The outcome of `bench --precision`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PrecisionRun {
-    /// The target: every test's 95 % interval within `±target_pct` percent.
-    pub target_pct: f64,
-    /// The wall-time budget, seconds.
-    pub budget_seconds: f64,
-    /// Seconds the rounds took.
-    pub seconds: f64,
-    /// Rounds of the suite run (the longest any test ran).
-    pub rounds: u32,
-    /// Per test (the empty loop excluded), in the suite's order.
-    pub tests: Vec<PrecisionTest>,
-}
-
-/// One test's outcome under `bench --precision`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PrecisionTest {
-    /// The test.
-    pub name: String,
-    /// Rounds it ran.
-    pub rounds: u32,
-    /// Its interval's half-width, percent; `None` with too few rounds for one.
-    pub half_width_pct: Option<f64>,
-    /// Whether the half-width is within the target.
-    pub reached: bool,
 }
 
 impl PrecisionRun {
