@@ -260,12 +260,15 @@ fn collect(
             Ok::<_, RunError>(Stored::new(m, t.elapsed()))
         };
         if let Some(p) = opts.precision {
-            let left = p.budget.saturating_sub(started.elapsed());
+            // What is left of the budget once the planned rounds ran.
+            let left = Precision {
+                budget: p.budget.saturating_sub(started.elapsed()),
+                ..p
+            };
             let began = Instant::now();
             let (outcome, stopped) = until_precise(
                 tests,
                 &mut per_test,
-                p,
                 left,
                 &|| began.elapsed(),
                 opts.cancel.as_deref(),
@@ -274,6 +277,7 @@ fn collect(
             )?;
             out.precision = Some(PrecisionRun {
                 seconds: started.elapsed().as_secs_f64(),
+                budget_seconds: p.budget.as_secs_f64(),
                 ..outcome
             });
             out.interrupted = stopped.map(|r| rounds as u32 + r);
@@ -570,8 +574,8 @@ type RoundRunner<'a> =
     dyn FnMut(usize, &mut dyn FnMut(Progress<'_>)) -> Result<Stored, RunError> + 'a;
 
 /// After the planned rounds, `--precision`'s rounds: a round of every test whose 95 %
-/// interval is not yet within the target, until none is left or the budget (`left`,
-/// what remains of it) would end during the next round: `spent` (the time since these
+/// interval is not yet within the target, until none is left or `target`'s budget (what
+/// remains of the run's) would end during the next round: `spent` (the time since these
 /// rounds began) plus the time each open test's last round took. The empty loop and tests that did not complete are not
 /// targets. Returns the outcome (its `seconds` left for the caller) and the extra round
 /// (1-based) during which the user interrupted the run, if they did.
@@ -579,7 +583,6 @@ fn until_precise(
     tests: &[&'static TestDef],
     per_test: &mut [Vec<Stored>],
     target: Precision,
-    left: Duration,
     spent: &dyn Fn() -> Duration,
     cancel: Option<&AtomicBool>,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -618,7 +621,7 @@ fn until_precise(
                         .iter()
                         .filter_map(|&i| per_test[i].last().map(|r| r.seconds))
                         .sum();
-                    if open.is_empty() || spent() + next > left {
+                    if open.is_empty() || spent() + next > target.budget {
                         return Ok(Flow::Stop);
                     }
                     progress(Progress::PrecisionRound(round, open.len() as u32));
@@ -1099,13 +1102,12 @@ mod tests {
         };
         let target = Precision {
             target_pct: 1.0,
-            budget: Duration::from_secs(60),
+            budget: Duration::from_secs(budget),
         };
         let (out, stopped) = until_precise(
             &tests,
             &mut per_test,
             target,
-            Duration::from_secs(budget),
             &|| clock.get(),
             None,
             &mut progress,
