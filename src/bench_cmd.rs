@@ -23,6 +23,16 @@ use crate::status::{
     usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
+/// Rounds of a bench run by default, with [`DEFAULT_SAMPLES`] samples spread over them
+/// (100 a round): the variance components say a round's figure varies between rounds far
+/// more than its samples explain, so rounds, not samples, narrow the interval
+/// (`docs/statistics.md`).
+const DEFAULT_ROUNDS: u32 = 12;
+/// Samples per test of a bench run by default.
+const DEFAULT_SAMPLES: u64 = 1200;
+/// Rounds of a `--workload` run by default (each round boots Linux).
+const WORKLOAD_ROUNDS: u32 = 6;
+
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// List the tests and exit.
@@ -32,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     tests: Vec<String>,
     /// Samples per test.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = DEFAULT_SAMPLES, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     samples: u64,
     /// Iterations of the measured instruction per sample.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -68,9 +78,10 @@ pub struct BenchArgs {
     #[arg(long)]
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
-    /// a fresh VM every round), so that host drift affects all tests alike.
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    rounds: u32,
+    /// a fresh VM every round), so that host drift affects all tests alike [default: 12;
+    /// 6 with --workload].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    rounds: Option<u32>,
     /// Known-answer control: the VMM busy-waits this many host TSC cycles in its handling
     /// of every userspace exit (0: off). `--ab inject-cycles=0,N` shows whether exitlab
     /// sees a change of N cycles on this host.
@@ -82,6 +93,15 @@ pub struct BenchArgs {
     /// work is its calibration. `--ab guest-cycles=0,N` shows whether exitlab sees it.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_guest::abi::MAX_WORK_CYCLES))]
     guest_cycles: u64,
+    /// After the planned rounds, run more rounds (of the tests not there yet) until every
+    /// test's 95% interval of its central figure is within +-PCT percent, or --budget
+    /// ends; the report says which tests reached it. The VMM overhead experiment is then
+    /// off unless --overhead.
+    #[arg(long, value_name = "PCT")]
+    precision: Option<f64>,
+    /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60].
+    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    budget: Option<f64>,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
     /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
@@ -268,6 +288,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         crate::input::check_pin(cpu)?;
     }
     a.json.check()?;
+    let precision = precision(a)?;
     let mut opts = BenchOptions {
         tests,
         params: RunParams {
@@ -283,11 +304,12 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             guest_cycles: a.guest_cycles,
         },
         raw: a.raw,
-        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead),
+        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead && precision.is_none()),
         floor: std::env::current_exe()
             .ok()
             .map(exitlab_lab::floor::FloorSetup::new),
-        rounds: a.rounds,
+        rounds: a.rounds.unwrap_or(DEFAULT_ROUNDS),
+        precision,
         cancel: None,
         knobs: Default::default(),
         phases_off: None,
@@ -301,6 +323,35 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         return Err("--format seed needs --ab (it prints the two sides run by run)".into());
     }
     Ok((opts, ab))
+}
+
+/// `--precision PCT [--budget SECONDS]`, checked.
+fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
+    let Some(pct) = a.precision else {
+        return Ok(None);
+    };
+    if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
+        return Err(format!(
+            "--precision {pct} must be a percentage in (0, 100]: the half-width of the 95% interval each test should reach"
+        ));
+    }
+    if a.ab.is_some() {
+        return Err(
+            "--precision applies to a plain run, not to --ab (give --ab more --rounds instead)"
+                .into(),
+        );
+    }
+    let budget = match a.budget {
+        Some(s) => {
+            crate::common::check_seconds("--budget", s)?;
+            Duration::from_secs_f64(s)
+        }
+        None => bench::DEFAULT_BUDGET,
+    };
+    Ok(Some(bench::Precision {
+        target_pct: pct,
+        budget,
+    }))
 }
 
 /// Surveys the host (KVM's answers from the VMM's capabilities); returns it as JSON, the
@@ -358,6 +409,10 @@ impl Display {
                     bar.set_prefix(format!("extra round {r}"));
                     bar.inc_length(u64::from(n));
                 }
+                Progress::PrecisionRound(r, n) => {
+                    bar.set_prefix(format!("precision round {r}"));
+                    bar.inc_length(u64::from(n));
+                }
                 Progress::Start(name) => bar.set_message(name.to_string()),
                 Progress::Done(_, _) => bar.inc(1),
             },
@@ -383,7 +438,15 @@ impl Display {
             Progress::ExtraRound(r, n) => {
                 let _ = write!(
                     stderr,
-                    "{}  extra round {r} ({n} tests short of quiet samples) ",
+                    "{}  extra round {r} ({n} tests replacing outlier rounds) ",
+                    if *in_rounds { "\n" } else { "" }
+                );
+                *in_rounds = true;
+            }
+            Progress::PrecisionRound(r, n) => {
+                let _ = write!(
+                    stderr,
+                    "{}  precision round {r} ({n} tests not yet within the target) ",
                     if *in_rounds { "\n" } else { "" }
                 );
                 *in_rounds = true;
@@ -483,6 +546,11 @@ fn print_results(res: &Results, format: &str) {
         Some(text) => print!("{text}"),
         None => print!("{}", report::render_table(res)),
     }
+    if crate::verbosity::level() > 0 {
+        if let Some(v) = exitlab_results::variance::render_components(res) {
+            print!("\n{v}");
+        }
+    }
     if let Some(why) = &res.incomplete {
         println!("incomplete: {why}");
     }
@@ -519,7 +587,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             cpus: a.irq.cpus.as_deref(),
             apic: &a.irq.apic,
             pv_ipi: a.irq.pv_ipi.as_deref(),
-            rounds: a.rounds,
+            rounds: a.rounds.unwrap_or(WORKLOAD_ROUNDS),
             ab: a.ab.as_deref(),
             json: &a.json,
             timeout: a.timeout,
@@ -566,8 +634,8 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             a.ring,
             a.samples,
             a.batch,
-            u64::from(a.rounds).min(a.samples),
-            if u64::from(a.rounds) > a.samples {
+            u64::from(opts.rounds).min(a.samples),
+            if u64::from(opts.rounds) > a.samples {
                 " (at most one per sample)"
             } else {
                 ""

@@ -182,6 +182,12 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
                 } else {
                     report::render_table(r)
                 });
+                if crate::verbosity::level() > 0 {
+                    if let Some(v) = exitlab_results::variance::render_components(r) {
+                        s.push('\n');
+                        s.push_str(&v);
+                    }
+                }
                 if let Some(ab) = report::render_ab(r) {
                     s.push('\n');
                     s.push_str(&ab);

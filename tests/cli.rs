@@ -56,6 +56,107 @@ fn nonsensical_numbers_are_rejected() {
 }
 
 #[test]
+fn precision_and_budget_must_be_sensible() {
+    for (args, says) in [
+        (
+            &["bench", "--precision", "0"][..],
+            "--precision 0 must be a percentage",
+        ),
+        (
+            &["bench", "--precision=-1"],
+            "--precision -1 must be a percentage",
+        ),
+        (
+            &["bench", "--precision", "nan"],
+            "--precision NaN must be a percentage",
+        ),
+        (
+            &["bench", "--precision", "101"],
+            "--precision 101 must be a percentage",
+        ),
+        (&["bench", "--precision", "abc"], "--precision"),
+        (
+            &["bench", "--precision", "1", "--budget", "0"],
+            "--budget 0 must be a number of seconds",
+        ),
+        (
+            &["bench", "--precision", "1", "--budget", "nan"],
+            "--budget NaN must be",
+        ),
+        (
+            &["bench", "--precision", "1", "--budget", "1e99"],
+            "--budget 1e99 must be",
+        ),
+        (&["bench", "--budget", "30"], "--precision"),
+        (
+            &["bench", "--precision", "1", "--ab", "ring=0,3"],
+            "--precision applies to a plain run",
+        ),
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_precision_run_says_which_tests_reached_the_target() {
+    let dir = tempdir_named("precision");
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    // A target any five rounds reach: no test is short of it.
+    let wide = read(&small_run(&dir, "wide.json", &["--precision", "50"]));
+    let p = &wide["precision"];
+    assert_eq!(p["target_pct"], 50.0);
+    assert_eq!(p["budget_seconds"], 60.0);
+    let tests = p["tests"].as_array().unwrap();
+    let names: Vec<&str> = tests.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cpuid", "outl_to_user"]);
+    assert!(tests.iter().all(|t| t["reached"] == true), "{p}");
+    // The rounds recorded their costs, and the tests their variance components.
+    assert!(
+        wide["tests"][1]["variance"]["round_seconds"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    // A target no run reaches, with a budget of one second: the planned rounds run,
+    // then the report names every test with its half-width.
+    let tight = dir.join("tight.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid,outl_to_user",
+        "--samples",
+        "150",
+        "--ring",
+        "3",
+        "--rounds",
+        "5",
+        "--quiet",
+        "--precision",
+        "0.0001",
+        "--budget",
+        "1",
+        "--json",
+        tight.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("precision not reached when the budget ended: cpuid ±"),
+        "{out}"
+    );
+    let p = read(&tight)["precision"].clone();
+    for t in p["tests"].as_array().unwrap() {
+        assert_eq!(t["reached"], false, "{p}");
+        assert!(t["half_width_pct"].as_f64().unwrap() > 0.0001, "{p}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn pinning_to_a_missing_cpu_says_how_many_there_are() {
     let o = exitlab(&["bench", "--pin", "4096"]);
     assert_eq!(o.status.code(), Some(2));

@@ -205,7 +205,7 @@ fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all:
     format!(
         "{HOST_NOISE_NOTE}{dropped} of {total} samples left out of the figures over both sides \
          (in {noisy} of the {all} runs, one per side and round): their empty loop ran slower \
-         than its run's quietest round allows (exit checks count them)"
+         than its run's typical round allows (exit checks count them)"
     )
 }
 

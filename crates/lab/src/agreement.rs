@@ -480,6 +480,7 @@ fn exitlab_round(
         overhead: false,
         floor: None,
         rounds: 1,
+        precision: None,
         cancel: None,
         knobs: Default::default(),
         // Only totals are compared here; phases are not reported.

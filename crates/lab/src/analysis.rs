@@ -331,6 +331,7 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         raw_samples: None,
         rounds: Vec::new(),
         net_percentiles: None,
+        variance: None,
         irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
             cpus: m.params.irq.cpus_for(def),

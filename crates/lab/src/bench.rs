@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use exitlab_vmm::Kvm;
 
 use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
+use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use exitlab_guest::abi::Sample;
 use exitlab_results::central;
@@ -22,6 +23,7 @@ use exitlab_results::results::{
     BenchConfig, Overhead, ProcessStats, Results, TestResult, TestStatus, Tool,
 };
 use exitlab_results::stats::summarize;
+use exitlab_results::variance::{self, PrecisionRun, PrecisionTest};
 
 /// Test used for the VMM overhead experiment.
 pub const OVERHEAD_TEST: &str = "inl_from_user";
@@ -50,6 +52,10 @@ pub struct BenchOptions {
     /// Set (by a signal handler) to stop after the test that is running: the results
     /// then hold the rounds that completed and say that the run is incomplete.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// `--precision`: after the planned rounds, rounds until every test's interval is
+    /// within the target or the budget ends (instead of the extra rounds that replace
+    /// outlier rounds).
+    pub precision: Option<Precision>,
     /// Knobs to record in the results besides the run parameters (name, value).
     pub knobs: BTreeMap<String, String>,
     /// Why phase figures cannot be trusted on this host (an unstable TSC), if they
@@ -65,8 +71,11 @@ pub enum Progress<'a> {
     Start(&'a str),
     /// It finished.
     Done(&'a str, &'a TestStatus),
-    /// An extra round (1-based) for this many tests short of quiet samples is starting.
+    /// An extra round (1-based) for this many tests replacing outlier rounds is starting.
     ExtraRound(u32, u32),
+    /// A `--precision` round (1-based, after the planned ones) for this many tests whose
+    /// interval is not yet within the target is starting.
+    PrecisionRound(u32, u32),
 }
 
 fn status_of(o: &Outcome) -> TestStatus {
@@ -89,10 +98,33 @@ fn tsc_from_host(host: &serde_json::Value) -> Option<(u64, String)> {
     Some((khz, src))
 }
 
-/// How much slower than the run's quietest rounds a round's empty loop may run before
-/// the host-noise detector flags the round. On a quiet host the loop's round medians
+/// How much slower than the run's typical round a sample's empty loop may run before
+/// the host-noise detector flags the sample. On a quiet host the loop's round medians
 /// agree within about 1 %; a busy host slows the guest by 10-50 % for a while.
 pub const NOISE_TOLERANCE: f64 = 0.03;
+
+/// What `bench --precision` asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Precision {
+    /// Every test's 95 % interval of its central figure within `±target_pct` percent.
+    pub target_pct: f64,
+    /// Wall time for the whole run's rounds, the planned ones included.
+    pub budget: Duration,
+}
+
+/// `--budget`'s default.
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
+
+/// The rounds a run collected, per test in the suite's order.
+struct Collected {
+    per_test: Vec<Vec<Stored>>,
+    /// The round (1-based) during which the user interrupted the run.
+    interrupted: Option<u32>,
+    /// Tests that got extra rounds (replacing outlier rounds), with how many.
+    extra: ExtraRounds,
+    /// With `--precision`: the outcome.
+    precision: Option<PrecisionRun>,
+}
 
 /// Runs the suite.
 pub fn run(
@@ -110,87 +142,25 @@ pub fn run(
         .unwrap_or(0);
     let tests = suite_order(&opts.tests);
     let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
-    let (mut per_test, mut interrupted) = run_rounds(kvm, image, &tests, opts, rounds, progress)?;
-    // A one-round run is one step of a design that interleaves runs (A/B): it gets no
-    // extra rounds, which would break the interleaving.
-    let extra = if interrupted.is_none() && rounds > 1 {
-        let (extra, stopped) =
-            top_up_quiet_samples(kvm, image, &tests, opts, rounds, &mut per_test, progress)?;
-        interrupted = stopped;
-        extra
-    } else {
-        Vec::new()
-    };
-    let mut base = Baseline {
-        quiet_loop_limit: quiet_loop_limit(&per_test),
-        ..Baseline::default()
-    };
-    // What the report needs of the measurements once each is analysed (their samples
-    // are dropped then): the first pinning failure and the largest resident memory
-    // outside guest RAM, which the VMM overhead experiment's VMs add to.
-    let mut pin_error: Option<String> = None;
-    let mut rss_outside_guest: Option<u64> = None;
-    let mut results = Vec::with_capacity(tests.len());
-    let mut tsc_khz: Option<(u64, String)> = None;
-    for (def, rounds) in tests.iter().zip(per_test) {
-        let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
-        // The baseline has no net figure: it is the empty loop itself.
-        let net = !def.baseline;
-        let (figures, kept_samples) = round_figures(&rounds, net);
-        let Some(m) = Measurement::merge(rounds) else {
-            continue;
-        };
-        if tsc_khz.is_none() {
-            if let Some(k) = m.tsc_khz {
-                tsc_khz = Some((k.into(), "KVM_GET_TSC_KHZ".into()));
-            }
-        }
-        let khz = tsc_khz
-            .as_ref()
-            .map(|t| t.0)
-            .or_else(|| tsc_from_host(&host).map(|t| t.0))
-            .unwrap_or(0);
-        if def.baseline && m.outcome == Outcome::Completed {
-            // Set before the loop's own analysis: the exits KVM counts during the empty
-            // loop (a busy host's interrupts) are no test's, the loop's included.
-            let p = &m.params;
-            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
-        }
-        let mut r = analysis::analyse(&m, &base, khz, opts.raw);
-        r.rounds = figures;
-        // The CDF is drawn from the rounds the central figure rests on.
-        r.net_percentiles = (m.outcome == Outcome::Completed)
-            .then(|| figures::net_percentiles(&kept_samples, m.params.batch, net))
-            .flatten();
-        central::store(&mut r, khz);
-        let outliers = central::central(&r).map_or(0, |c| c.outliers() as u32);
-        if let Some(spread) = r.round_spread.as_mut() {
-            spread.outlier_rounds = outliers;
-        }
-        if opts.phases_off.is_some() {
-            r.phases = None;
-        }
-        if m.outcome != Outcome::Completed {
-            // Not run to the end: report what was asked for, not one round's share.
-            r.samples = opts.params.samples;
-        }
-        results.push(r);
-        pin_error = pin_error.or(m.pin_error);
-        rss_outside_guest = rss_outside_guest.max(m.vmm_rss_bytes);
-    }
+    let collected = collect(kvm, image, &tests, opts, rounds, started, progress)?;
+    let assembled = assemble(&tests, collected.per_test, opts, &host);
     let mut notes = notes;
-    if let Some(e) = &pin_error {
+    if let Some(e) = &assembled.pin_error {
         notes.push(format!(
             "pinning the vCPU thread failed: {e}; the vCPU ran unpinned"
         ));
     }
-    notes.extend(noise_note(&results, base.quiet_loop_limit, &extra));
+    let results = assembled.results;
+    notes.extend(noise_note(
+        &results,
+        assembled.quiet_loop_limit,
+        &collected.extra,
+    ));
     notes.extend(analysis::guest_work_note(
         &results,
         opts.params.guest_cycles,
     ));
-    let mut incomplete = interrupted.map(|round| {
+    let incomplete = collected.interrupted.map(|round| {
         let when = match u64::from(round).checked_sub(rounds) {
             Some(extra) if extra > 0 => {
                 format!("extra round {extra} (after the {rounds} planned ones)")
@@ -202,38 +172,22 @@ pub fn run(
             results.iter().filter(|r| !r.rounds.is_empty()).count()
         )
     });
-    let (mut vmm_overhead, mut floor) = (None, None);
-    if opts.overhead && incomplete.is_none() {
-        progress(Progress::Start(OVERHEAD_LABEL));
-        let stamps = overhead(kvm, image, opts, &mut rss_outside_guest)?;
-        let kernel = match (&stamps, &opts.floor) {
-            (Some(_), Some(setup)) => crate::floor::compare(setup, &|| cancelled(opts)).map(Some),
-            (Some(_), None) => Some(None),
-            (None, _) => None,
-        };
-        let status = match (stamps, kernel) {
-            (Some(stamps), Some(kernel)) => {
-                match stamps {
-                    Ok(o) => vmm_overhead = Some(o),
-                    Err(why) => notes.push(format!(
-                        "VMM overhead (in-process stamps) not measured: {why}"
-                    )),
-                }
-                floor = kernel;
-                TestStatus::Ok
-            }
-            _ => {
-                let why = format!(
-                    "interrupted during the VMM overhead experiment: the {} test(s) completed all their rounds; the experiment's figures were dropped",
-                    results.len()
-                );
-                incomplete = Some(why.clone());
-                TestStatus::DidNotComplete { reason: why }
-            }
-        };
-        progress(Progress::Done(OVERHEAD_LABEL, &status));
-    }
-    let (tsc_khz, tsc_khz_source) = tsc_khz
+    let mut rss_outside_guest = assembled.rss_outside_guest;
+    let after = if opts.overhead && incomplete.is_none() {
+        overhead_step(
+            kvm,
+            image,
+            opts,
+            &mut rss_outside_guest,
+            results.len(),
+            progress,
+        )?
+    } else {
+        OverheadStep::default()
+    };
+    notes.extend(after.notes);
+    let (tsc_khz, tsc_khz_source) = assembled
+        .tsc_khz
         .or_else(|| tsc_from_host(&host))
         .unwrap_or((0, "unknown".into()));
     Ok(Results {
@@ -258,31 +212,245 @@ pub fn run(
             irq: Some(opts.params.irq.record(opts.params.pin)),
         },
         tests: results,
-        vmm_overhead,
-        floor,
+        vmm_overhead: after.vmm_overhead,
+        floor: after.floor,
         notes,
         process: rss_outside_guest.map(|outside| ProcessStats {
             vmm_rss_outside_guest_bytes: outside,
             peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
         }),
         provenance: Some(exitlab_results::results::Provenance::current()),
-        incomplete,
+        incomplete: incomplete.or(after.incomplete),
         ab: None,
+        precision: collected.precision,
     })
 }
 
+/// Runs the planned rounds, then either the rounds `--precision` asks for or the extra
+/// rounds that replace outlier rounds. A one-round run is one step of a design that
+/// interleaves runs (A/B): it gets no extra rounds, which would break the interleaving.
+fn collect(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    tests: &[&'static TestDef],
+    opts: &BenchOptions,
+    rounds: u64,
+    started: Instant,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Collected, RunError> {
+    let (mut per_test, interrupted) = run_rounds(kvm, image, tests, opts, rounds, progress)?;
+    let mut out = Collected {
+        per_test: Vec::new(),
+        interrupted,
+        extra: Vec::new(),
+        precision: None,
+    };
+    if interrupted.is_none() && (rounds > 1 || opts.precision.is_some()) {
+        let share = (opts.params.samples / rounds).max(1);
+        // --precision's rounds take K&J's optimal samples per round for each test, from
+        // its planned rounds' variance components; extra rounds replacing outliers take
+        // a planned round's share.
+        let samples: Vec<u64> = tests
+            .iter()
+            .zip(&per_test)
+            .map(|(def, done)| match opts.precision {
+                Some(_) => optimal_share(done, !def.baseline, share),
+                None => share,
+            })
+            .collect();
+        let mut one = |i: usize, progress: &mut dyn FnMut(Progress<'_>)| {
+            let t = Instant::now();
+            let m = one_round(kvm, image, tests[i], opts, samples[i], progress)?;
+            Ok::<_, RunError>(Stored::new(m, t.elapsed()))
+        };
+        if let Some(p) = opts.precision {
+            // What is left of the budget once the planned rounds ran.
+            let left = Precision {
+                budget: p.budget.saturating_sub(started.elapsed()),
+                ..p
+            };
+            let began = Instant::now();
+            let (outcome, stopped) = until_precise(
+                tests,
+                &mut per_test,
+                left,
+                &|| began.elapsed(),
+                opts.cancel.as_deref(),
+                progress,
+                &mut one,
+            )?;
+            out.precision = Some(PrecisionRun {
+                seconds: started.elapsed().as_secs_f64(),
+                budget_seconds: p.budget.as_secs_f64(),
+                ..outcome
+            });
+            out.interrupted = stopped.map(|r| rounds as u32 + r);
+        } else {
+            let (extra, stopped) =
+                replace_outliers(tests, opts, rounds, &mut per_test, progress, &mut one)?;
+            out.extra = extra;
+            out.interrupted = stopped;
+        }
+    }
+    out.per_test = per_test;
+    Ok(out)
+}
+
+/// What the analysis of every test's rounds gives the report.
+struct Assembled {
+    results: Vec<TestResult>,
+    quiet_loop_limit: Option<f64>,
+    /// The first pinning failure.
+    pin_error: Option<String>,
+    /// The largest resident memory outside guest RAM.
+    rss_outside_guest: Option<u64>,
+    /// The TSC frequency the figures were converted with, and its source.
+    tsc_khz: Option<(u64, String)>,
+}
+
+/// Analyses each test's rounds into its result: figures, central figure, variance
+/// components (the samples are dropped once each test is analysed).
+fn assemble(
+    tests: &[&'static TestDef],
+    per_test: Vec<Vec<Stored>>,
+    opts: &BenchOptions,
+    host: &serde_json::Value,
+) -> Assembled {
+    let mut base = Baseline {
+        quiet_loop_limit: quiet_loop_limit(&per_test),
+        ..Baseline::default()
+    };
+    let mut out = Assembled {
+        results: Vec::with_capacity(tests.len()),
+        quiet_loop_limit: base.quiet_loop_limit,
+        pin_error: None,
+        rss_outside_guest: None,
+        tsc_khz: None,
+    };
+    for (def, rounds) in tests.iter().zip(per_test) {
+        let seconds: Vec<f64> = rounds.iter().map(|r| r.seconds.as_secs_f64()).collect();
+        let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
+        // The baseline has no net figure: it is the empty loop itself.
+        let net = !def.baseline;
+        let (figures, kept_samples) = round_figures(&rounds, &seconds, net);
+        let Some(m) = Measurement::merge(rounds) else {
+            continue;
+        };
+        if out.tsc_khz.is_none() {
+            if let Some(k) = m.tsc_khz {
+                out.tsc_khz = Some((k.into(), "KVM_GET_TSC_KHZ".into()));
+            }
+        }
+        let khz = out
+            .tsc_khz
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| tsc_from_host(host).map(|t| t.0))
+            .unwrap_or(0);
+        if def.baseline && m.outcome == Outcome::Completed {
+            // Set before the loop's own analysis: the exits KVM counts during the empty
+            // loop (a busy host's interrupts) are no test's, the loop's included.
+            let p = &m.params;
+            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
+            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
+        }
+        let mut r = analysis::analyse(&m, &base, khz, opts.raw);
+        r.rounds = figures;
+        // The CDF is drawn from the rounds the central figure rests on.
+        r.net_percentiles = (m.outcome == Outcome::Completed)
+            .then(|| figures::net_percentiles(&kept_samples, m.params.batch, net))
+            .flatten();
+        central::store(&mut r, khz);
+        r.variance = variance::components(&r);
+        let outliers = central::central(&r).map_or(0, |c| c.outliers() as u32);
+        if let Some(spread) = r.round_spread.as_mut() {
+            spread.outlier_rounds = outliers;
+        }
+        if opts.phases_off.is_some() {
+            r.phases = None;
+        }
+        if m.outcome != Outcome::Completed {
+            // Not run to the end: report what was asked for, not one round's share.
+            r.samples = opts.params.samples;
+        }
+        out.results.push(r);
+        out.pin_error = out.pin_error.or(m.pin_error);
+        out.rss_outside_guest = out.rss_outside_guest.max(m.vmm_rss_bytes);
+    }
+    out
+}
+
+/// What the VMM overhead experiment adds to the results.
+#[derive(Default)]
+struct OverheadStep {
+    vmm_overhead: Option<Overhead>,
+    floor: Option<exitlab_results::results::FloorView>,
+    notes: Vec<String>,
+    incomplete: Option<String>,
+}
+
+/// Runs the VMM overhead experiment (after the tests, `tests_done` of them), shown as
+/// one step.
+fn overhead_step(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &BenchOptions,
+    rss_outside_guest: &mut Option<u64>,
+    tests_done: usize,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<OverheadStep, RunError> {
+    let mut out = OverheadStep::default();
+    progress(Progress::Start(OVERHEAD_LABEL));
+    let stamps = overhead(kvm, image, opts, rss_outside_guest)?;
+    let kernel = match (&stamps, &opts.floor) {
+        (Some(_), Some(setup)) => crate::floor::compare(setup, &|| cancelled(opts)).map(Some),
+        (Some(_), None) => Some(None),
+        (None, _) => None,
+    };
+    let status = match (stamps, kernel) {
+        (Some(stamps), Some(kernel)) => {
+            match stamps {
+                Ok(o) => out.vmm_overhead = Some(o),
+                Err(why) => out.notes.push(format!(
+                    "VMM overhead (in-process stamps) not measured: {why}"
+                )),
+            }
+            out.floor = kernel;
+            TestStatus::Ok
+        }
+        _ => {
+            let why = format!(
+                "interrupted during the VMM overhead experiment: the {tests_done} test(s) completed all their rounds; the experiment's figures were dropped"
+            );
+            out.incomplete = Some(why.clone());
+            TestStatus::DidNotComplete { reason: why }
+        }
+    };
+    progress(Progress::Done(OVERHEAD_LABEL, &status));
+    Ok(out)
+}
+
 /// The figure of each completed round of a test (in order, up to the first round that
-/// did not complete), and the samples of the rounds the central figure keeps (every
-/// round but the outliers, see [`central::outlier_rounds`]).
-fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sample>) {
+/// did not complete; `seconds` is each round's wall time), and the samples of the rounds
+/// the central figure keeps (every round but the outliers, see
+/// [`central::outlier_rounds`]).
+fn round_figures(
+    rounds: &[Measurement],
+    seconds: &[f64],
+    net: bool,
+) -> (Vec<RoundFigure>, Vec<Sample>) {
     let done: Vec<(RoundFigure, &Measurement)> = rounds
         .iter()
-        .take_while(|m| m.outcome == Outcome::Completed)
+        .zip(seconds)
+        .take_while(|(m, _)| m.outcome == Outcome::Completed)
         // With guest work on, the empty loop's rounds also get a net median: the work's
         // calibration (the baseline's own figure stays raw).
-        .filter_map(|m| {
+        .filter_map(|(m, &secs)| {
             let net = net || m.params.guest_cycles != 0;
-            Some((figures::round_figure(&m.samples, m.params.batch, net)?, m))
+            let mut f = figures::round_figure(&m.samples, m.params.batch, net)?;
+            f.seconds = Some(secs);
+            f.sampling_seconds = sampling_seconds(&m.samples, m.tsc_khz);
+            Some((f, m))
         })
         .collect();
     let values: Vec<f64> = done
@@ -303,6 +471,14 @@ fn round_figures(rounds: &[Measurement], net: bool) -> (Vec<RoundFigure>, Vec<Sa
         .flat_map(|((_, m), _)| m.samples.iter().copied())
         .collect();
     (done.into_iter().map(|(f, _)| f).collect(), samples)
+}
+
+/// Seconds from the first sample's start to the last one's end by the guest's TSC.
+fn sampling_seconds(samples: &[Sample], tsc_khz: Option<u32>) -> Option<f64> {
+    let khz = f64::from(tsc_khz.filter(|k| *k > 0)?);
+    let (first, last) = (samples.first()?, samples.last()?);
+    let cycles = last.g_end.checked_sub(first.g_start)?;
+    Some(cycles as f64 / (khz * 1000.0))
 }
 
 /// The tests in the order they run: the baseline (the empty loop) first, added if
@@ -331,13 +507,24 @@ fn cancelled(opts: &BenchOptions) -> bool {
 struct Stored {
     m: Measurement,
     samples: PackedSamples,
+    /// Wall time of the round, VM creation to teardown.
+    seconds: Duration,
 }
 
 impl Stored {
-    fn new(mut m: Measurement) -> Stored {
+    fn new(mut m: Measurement, seconds: Duration) -> Stored {
         let samples = PackedSamples::pack(&m.samples);
         m.samples = Vec::new();
-        Stored { m, samples }
+        Stored {
+            m,
+            samples,
+            seconds,
+        }
+    }
+
+    /// Whether the round ran to the end.
+    fn completed(&self) -> bool {
+        self.m.outcome == Outcome::Completed
     }
 
     /// The measurement with its samples unpacked.
@@ -348,10 +535,11 @@ impl Stored {
     }
 }
 
-/// Runs `rounds` rounds of the whole suite, each test in a fresh VM every round with its
-/// share of the samples, so that slow drifts of the host spread over all tests alike.
-/// A test that did not complete, failed or was skipped is not run again. Also returns
-/// the round (1-based) during which the user interrupted the run, if they did.
+/// Runs `rounds` rounds of the whole suite (through [`rounds::run`], the tests in the
+/// suite's order every round), each test in a fresh VM every round with its share of
+/// the samples, so that slow drifts of the host spread over all tests alike. A test that
+/// did not complete, failed or was skipped is not run again. Also returns the round
+/// (1-based) during which the user interrupted the run, if they did.
 fn run_rounds(
     kvm: &Arc<Kvm>,
     image: &[u8],
@@ -361,25 +549,138 @@ fn run_rounds(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<(Vec<Vec<Stored>>, Option<u32>), RunError> {
     let mut per_test: Vec<Vec<Stored>> = tests.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        progress(Progress::Round(round as u32 + 1, rounds as u32));
-        let share = opts.params.samples / rounds + u64::from(round < opts.params.samples % rounds);
-        for (def, done) in tests.iter().zip(per_test.iter_mut()) {
-            if done
-                .last()
-                .is_some_and(|r| r.m.outcome != Outcome::Completed)
-            {
-                continue;
+    let ended = rounds::run(
+        rounds as u32,
+        tests.len(),
+        Order::Fixed,
+        opts.cancel.as_deref(),
+        |step| -> Result<Flow, RunError> {
+            match step {
+                Step::Round(round) => progress(Progress::Round(round, rounds as u32)),
+                Step::Side { round, side } => {
+                    let done = &mut per_test[side];
+                    if done.last().is_some_and(|r| !r.completed()) {
+                        return Ok(Flow::Continue);
+                    }
+                    let r = u64::from(round - 1);
+                    let share =
+                        opts.params.samples / rounds + u64::from(r < opts.params.samples % rounds);
+                    let t = Instant::now();
+                    let m = one_round(kvm, image, tests[side], opts, share, progress)?;
+                    done.push(Stored::new(m, t.elapsed()));
+                }
             }
-            if cancelled(opts) {
-                return Ok((per_test, Some(round as u32 + 1)));
+            Ok(Flow::Continue)
+        },
+    )?;
+    Ok((per_test, ended.round()))
+}
+
+/// Runs one more round of test `i` (its index in the suite) and returns it.
+type RoundRunner<'a> =
+    dyn FnMut(usize, &mut dyn FnMut(Progress<'_>)) -> Result<Stored, RunError> + 'a;
+
+/// After the planned rounds, `--precision`'s rounds: a round of every test whose 95 %
+/// interval is not yet within the target, until none is left or `target`'s budget (what
+/// remains of the run's) would end during the next round: `spent` (the time since these
+/// rounds began) plus the time each open test's last round took. The empty loop and tests that did not complete are not
+/// targets. Returns the outcome (its `seconds` left for the caller) and the extra round
+/// (1-based) during which the user interrupted the run, if they did.
+fn until_precise(
+    tests: &[&'static TestDef],
+    per_test: &mut [Vec<Stored>],
+    target: Precision,
+    spent: &dyn Fn() -> Duration,
+    cancel: Option<&AtomicBool>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    one: &mut RoundRunner<'_>,
+) -> Result<(PrecisionRun, Option<u32>), RunError> {
+    let targets: Vec<usize> = (0..tests.len())
+        .filter(|&i| !tests[i].baseline && per_test[i].iter().all(Stored::completed))
+        .collect();
+    // Each round's figure, kept as the rounds come (unpacking every round's samples
+    // before every round would cost more than a round).
+    let mut figures: Vec<Vec<f64>> = per_test
+        .iter()
+        .zip(tests)
+        .map(|(done, def)| stored_round_figures(done, !def.baseline))
+        .collect();
+    let mut open: Vec<usize> = Vec::new();
+    let ended = rounds::run(
+        u32::MAX,
+        tests.len(),
+        Order::Fixed,
+        cancel,
+        |step| -> Result<Flow, RunError> {
+            match step {
+                Step::Round(round) => {
+                    open = targets
+                        .iter()
+                        .copied()
+                        .filter(|&i| {
+                            !variance::reaches(
+                                variance::half_width_of(&figures[i]),
+                                target.target_pct,
+                            )
+                        })
+                        .collect();
+                    let next: Duration = open
+                        .iter()
+                        .filter_map(|&i| per_test[i].last().map(|r| r.seconds))
+                        .sum();
+                    if open.is_empty() || spent() + next > target.budget {
+                        return Ok(Flow::Stop);
+                    }
+                    progress(Progress::PrecisionRound(round, open.len() as u32));
+                }
+                Step::Side { side, .. } if open.contains(&side) => {
+                    let r = one(side, progress)?;
+                    if r.completed() {
+                        figures[side].extend(stored_round_figures(
+                            std::slice::from_ref(&r),
+                            !tests[side].baseline,
+                        ));
+                    } else {
+                        open.retain(|&i| i != side);
+                    }
+                    per_test[side].push(r);
+                }
+                Step::Side { .. } => {}
             }
-            done.push(Stored::new(one_round(
-                kvm, image, def, opts, share, progress,
-            )?));
-        }
-    }
-    Ok((per_test, None))
+            Ok(Flow::Continue)
+        },
+    )?;
+    let interrupted = match ended {
+        rounds::Ended::Cancelled { round } => Some(round),
+        _ => None,
+    };
+    let tests_out: Vec<PrecisionTest> = targets
+        .iter()
+        .map(|&i| {
+            let done = &per_test[i];
+            let h = done
+                .iter()
+                .all(Stored::completed)
+                .then(|| variance::half_width_of(&figures[i]))
+                .flatten();
+            PrecisionTest {
+                name: tests[i].name.to_string(),
+                rounds: done.len() as u32,
+                half_width_pct: h,
+                reached: variance::reaches(h, target.target_pct),
+            }
+        })
+        .collect();
+    Ok((
+        PrecisionRun {
+            target_pct: target.target_pct,
+            budget_seconds: target.budget.as_secs_f64(),
+            seconds: spent().as_secs_f64(),
+            rounds: tests_out.iter().map(|t| t.rounds).max().unwrap_or(0),
+            tests: tests_out,
+        },
+        interrupted,
+    ))
 }
 
 /// One round of `def` with `samples` samples, in a fresh VM, shown as it starts and ends.
@@ -405,33 +706,8 @@ fn one_round(
     Ok(m)
 }
 
-/// Share of a test's samples that should come from quiet moments of the host; a test
-/// with fewer gets extra rounds (see [`top_up_quiet_samples`]).
-pub const QUIET_SHARE_WANTED: f64 = 0.5;
-
-/// Samples of `rounds` taken while the host was quiet (paired loop within `limit`).
-fn quiet_count(rounds: &[Stored], limit: f64) -> u64 {
-    rounds
-        .iter()
-        .flat_map(|r| r.samples.iter())
-        .filter(|s| s.g_loop as f64 <= limit)
-        .count() as u64
-}
-
 /// Tests that got extra rounds, with how many each.
 type ExtraRounds = Vec<(&'static str, u32)>;
-
-/// The tests (indices) whose completed rounds hold fewer than `wanted` samples taken
-/// while the host was quiet; a test with a round that did not complete is not run again.
-fn short_of_quiet_samples(per_test: &[Vec<Stored>], limit: f64, wanted: u64) -> Vec<usize> {
-    per_test
-        .iter()
-        .enumerate()
-        .filter(|(_, done)| done.iter().all(|r| r.m.outcome == Outcome::Completed))
-        .filter(|(_, done)| quiet_count(done, limit) < wanted)
-        .map(|(i, _)| i)
-        .collect()
-}
 
 /// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
 /// round whose figure lies far from the test's other rounds (host interference on the
@@ -470,37 +746,57 @@ fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
         .collect()
 }
 
-/// After the planned rounds, runs extra rounds of the tests that have fewer than
-/// [`QUIET_SHARE_WANTED`] of the samples asked for from quiet moments of the host, or
-/// fewer than the planned rounds once outlier rounds are set aside, one
-/// extra round at a time, each with one round's share of samples, at most as many extra
-/// rounds as planned ones. A quiet host needs none, so the default run is not longer
-/// there; a busy host spends more time instead of reporting its busy moments. Returns
-/// the tests that got extra rounds, with how many, and the round during which the user
-/// interrupted the run, if they did.
-fn top_up_quiet_samples(
-    kvm: &Arc<Kvm>,
-    image: &[u8],
+/// Fewest samples a `--precision` round takes, whatever K&J's formula says: a round's
+/// median and scatter need some samples to mean anything.
+pub const MIN_ROUND_SAMPLES: u64 = 30;
+
+/// K&J's optimal samples per round for a test from its completed rounds so far (see
+/// [`variance::optimal_samples`]), between [`MIN_ROUND_SAMPLES`] and `share` (a planned
+/// round's); `share` when the components cannot be estimated.
+fn optimal_share(done: &[Stored], net: bool, share: u64) -> u64 {
+    let rounds: Vec<RoundFigure> = done
+        .iter()
+        .take_while(|r| r.completed())
+        .filter_map(|r| {
+            let samples = r.samples.unpack();
+            let mut f = figures::round_figure(&samples, r.m.params.batch, net)?;
+            f.seconds = Some(r.seconds.as_secs_f64());
+            f.sampling_seconds = sampling_seconds(&samples, r.m.tsc_khz);
+            Some(f)
+        })
+        .collect();
+    let figure = if net {
+        central::Figure::Net
+    } else {
+        central::Figure::Raw
+    };
+    variance::of_rounds(&rounds, figure)
+        .and_then(|v| v.optimal_samples_per_round)
+        .map_or(share, |n| {
+            (n.ceil() as u64).clamp(MIN_ROUND_SAMPLES.min(share), share)
+        })
+}
+
+/// After the planned rounds, runs extra rounds of the tests that have fewer than the
+/// planned rounds once outlier rounds are set aside ([`central::outlier_rounds`]: host
+/// interference on the exit path), one extra round at a time, each with one round's
+/// share of samples, at most as many extra rounds as planned ones. The host-noise
+/// filter's share of a round no longer asks for extra rounds: the central figure does
+/// not use it, and over 298 rounds the share it flagged did not tell how far a round's
+/// figure lay from the test's others (`docs/statistics.md`). Returns the tests that got
+/// extra rounds, with how many, and the round during which the user interrupted the
+/// run, if they did.
+fn replace_outliers(
     tests: &[&'static TestDef],
     opts: &BenchOptions,
     rounds: u64,
     per_test: &mut [Vec<Stored>],
     progress: &mut dyn FnMut(Progress<'_>),
+    one: &mut RoundRunner<'_>,
 ) -> Result<(ExtraRounds, Option<u32>), RunError> {
-    let share = (opts.params.samples / rounds).max(1);
-    let wanted = (opts.params.samples as f64 * QUIET_SHARE_WANTED).ceil() as u64;
     let mut extra: Vec<(&'static str, u32)> = Vec::new();
     for round in 0..rounds {
-        let Some(limit) = quiet_loop_limit(per_test) else {
-            break;
-        };
-        let mut lacking = short_of_quiet_samples(per_test, limit, wanted);
-        for i in short_of_clean_rounds(tests, per_test, rounds) {
-            if !lacking.contains(&i) {
-                lacking.push(i);
-            }
-        }
-        lacking.sort_unstable();
+        let lacking = short_of_clean_rounds(tests, per_test, rounds);
         if lacking.is_empty() {
             break;
         }
@@ -509,13 +805,11 @@ fn top_up_quiet_samples(
             if cancelled(opts) {
                 return Ok((extra, Some(rounds as u32 + round as u32 + 1)));
             }
-            let def = tests[i];
-            per_test[i].push(Stored::new(one_round(
-                kvm, image, def, opts, share, progress,
-            )?));
-            match extra.iter_mut().find(|(n, _)| *n == def.name) {
+            per_test[i].push(one(i, progress)?);
+            let name = tests[i].name;
+            match extra.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, k)) => *k += 1,
-                None => extra.push((def.name, 1)),
+                None => extra.push((name, 1)),
             }
         }
     }
@@ -534,16 +828,22 @@ fn round_loop_median(r: &Stored) -> Option<f64> {
 
 /// The host-noise detector's limit for a run. Every sample is preceded by the same
 /// empty loop, whatever the test, so the loop's median in each round tells how fast the
-/// host ran the guest then; the quietest round of the whole run is the reference, and a
-/// sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was taken while the
-/// host was busy (see [`analysis::quiet_samples`]).
+/// host ran the guest then; the run's typical round (the median of those medians) is the
+/// reference, and a sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was
+/// taken while the host was busy (see [`analysis::quiet_samples`]). The quietest round
+/// was the reference before: one round quicker than all others then made most of a
+/// run's samples "noisy" (98 % of one run's rounds, `docs/statistics.md`).
 fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
-    per_test
+    let mut medians: Vec<f64> = per_test
         .iter()
         .flatten()
         .filter_map(round_loop_median)
-        .min_by(f64::total_cmp)
-        .map(|reference| reference * (1.0 + NOISE_TOLERANCE))
+        .collect();
+    if medians.is_empty() {
+        return None;
+    }
+    medians.sort_unstable_by(f64::total_cmp);
+    Some(exitlab_results::stats::percentile(&medians, 50.0) * (1.0 + NOISE_TOLERANCE))
 }
 
 /// The note that says how many samples the host-noise detector left out and which
@@ -561,7 +861,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
         return None;
     }
     let mut note = format!(
-        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's quietest round; every test kept at least {:.0}% of its samples",
+        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
         NOISE_TOLERANCE * 100.0,
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     );
@@ -577,10 +877,7 @@ fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)])
                 each.join(", ")
             }
         };
-        let _ = write!(
-            note,
-            "; extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: {list}"
-        );
+        let _ = write!(note, "; extra rounds replacing outlier rounds: {list}");
     }
     Some(note)
 }
@@ -718,56 +1015,166 @@ mod tests {
         let tests = [r, other];
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
         assert!(
-            note.ends_with(
-                "extra rounds for tests short of quiet samples or of rounds once outlier rounds were set aside: 6 for each of the 2 tests"
-            ),
+            note.ends_with("extra rounds replacing outlier rounds: 6 for each of the 2 tests"),
             "{note}"
         );
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
-        assert!(note.ends_with("set aside: cpuid 6, hlt 2"), "{note}");
+        assert!(note.ends_with("outlier rounds: cpuid 6, hlt 2"), "{note}");
         let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
-        assert!(note.ends_with("set aside: cpuid 6"), "{note}");
+        assert!(note.ends_with("outlier rounds: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {
-        Stored::new(round(loops))
+        Stored::new(round(loops), Duration::from_millis(5))
     }
 
     #[test]
     fn a_stored_round_gives_back_its_samples() {
         let m = round(&[1000, 1010, 1020]);
-        let s = Stored::new(m.clone());
+        let s = Stored::new(m.clone(), Duration::from_millis(5));
         assert!(s.m.samples.is_empty());
         assert_eq!(s.samples.len(), 3);
         assert_eq!(s.into_measurement().samples, m.samples);
     }
 
     #[test]
-    fn the_quietest_round_of_the_run_sets_the_noise_limit() {
+    fn the_typical_round_of_the_run_sets_the_noise_limit() {
         let per_test = vec![
             vec![stored(&[1000, 1010, 1020]), stored(&[1500, 1500, 1600])],
             vec![stored(&[990, 1000, 1005])],
         ];
-        // Quietest round median 1000 (second test), plus 3 %.
-        assert_eq!(quiet_loop_limit(&per_test), Some(1030.0));
+        // Round medians 1010, 1500, 1000: the median round 1010, plus 3 %.
+        assert_eq!(quiet_loop_limit(&per_test), Some(1010.0 * 1.03));
         let mut stuck = round(&[10, 10, 10]);
         stuck.outcome = Outcome::DidNotComplete("stuck".into());
         let mut with_stuck = per_test.clone();
-        with_stuck.push(vec![Stored::new(stuck)]);
+        with_stuck.push(vec![Stored::new(stuck, Duration::ZERO)]);
         assert_eq!(
             quiet_loop_limit(&with_stuck),
-            Some(1030.0),
+            Some(1010.0 * 1.03),
             "a round that did not complete says nothing about the host"
         );
+        // One round far quicker than the others does not make them all noisy.
+        let quick = vec![
+            vec![stored(&[1000; 3]), stored(&[1002; 3]), stored(&[998; 3])],
+            vec![stored(&[900; 3])],
+        ];
+        assert_eq!(quiet_loop_limit(&quick), Some(999.0 * 1.03));
     }
 
-    /// A completed round of `cpuid` whose 30 samples all have the net figure `net`.
+    /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,
+    /// that took a second.
     fn round_of_net(net: u64) -> Stored {
         let mut m = round(&[100; 30]);
         for s in &mut m.samples {
             s.g_end = s.g_start + 100 + net;
         }
-        Stored::new(m)
+        m.tsc_khz = Some(1_000_000);
+        Stored::new(m, Duration::from_secs(1))
+    }
+
+    fn rounds_of(nets: &[u64]) -> Vec<Stored> {
+        nets.iter().map(|&n| round_of_net(n)).collect()
+    }
+
+    /// The empty loop, a test whose six rounds agree within 0.2 % and one whose rounds
+    /// scatter by ±10 %; each further round of any test gives 1,000 net cycles and takes
+    /// a second. Runs `until_precise` with a target of ±1 % and `budget` seconds left;
+    /// returns the outcome, the tests (indices) run, in order, and the open tests each
+    /// precision round announced.
+    fn precise(budget: u64) -> (PrecisionRun, Vec<usize>, Vec<u32>) {
+        let tests = [
+            catalogue::baseline(),
+            catalogue::find("cpuid").unwrap(),
+            catalogue::find("hlt").unwrap(),
+        ];
+        let mut per_test = vec![
+            rounds_of(&[1000; 6]),
+            rounds_of(&[1000, 1001, 999, 1000, 1002, 998]),
+            rounds_of(&[1000, 1100, 900, 1050, 950, 1080]),
+        ];
+        let mut ran = Vec::new();
+        let mut open_counts = Vec::new();
+        // A clock that moves only by the rounds' own seconds.
+        let clock = std::cell::Cell::new(Duration::ZERO);
+        let mut progress = |p: Progress<'_>| {
+            if let Progress::PrecisionRound(_, n) = p {
+                open_counts.push(n);
+            }
+        };
+        let mut one = |i: usize, _: &mut dyn FnMut(Progress<'_>)| {
+            ran.push(i);
+            let r = round_of_net(1000);
+            clock.set(clock.get() + r.seconds);
+            Ok(r)
+        };
+        let target = Precision {
+            target_pct: 1.0,
+            budget: Duration::from_secs(budget),
+        };
+        let (out, stopped) = until_precise(
+            &tests,
+            &mut per_test,
+            target,
+            &|| clock.get(),
+            None,
+            &mut progress,
+            &mut one,
+        )
+        .unwrap();
+        assert_eq!(stopped, None);
+        (out, ran, open_counts)
+    }
+
+    #[test]
+    fn precision_rounds_run_only_the_tests_short_of_the_target_until_they_reach_it() {
+        let (out, ran, open) = precise(100);
+        // Only hlt was short of ±1 %: neither the empty loop nor cpuid ran again.
+        assert!(!ran.is_empty() && ran.iter().all(|&i| i == 2), "{ran:?}");
+        assert!(open.iter().all(|&n| n == 1), "{open:?}");
+        let names: Vec<&str> = out.tests.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["cpuid", "hlt"], "the empty loop is no target");
+        assert!(out.tests.iter().all(|t| t.reached), "{out:?}");
+        let hlt = &out.tests[1];
+        assert_eq!(hlt.rounds as usize, 6 + ran.len());
+        assert!(hlt.half_width_pct.unwrap() <= 1.0);
+        // It stopped as soon as hlt reached the target, long before the budget.
+        assert_eq!(out.seconds, ran.len() as f64);
+        assert!(out.seconds < 100.0);
+        assert_eq!(out.rounds, hlt.rounds);
+    }
+
+    #[test]
+    fn precision_rounds_take_k_and_j_s_samples_per_round_within_bounds() {
+        // Rounds whose figures differ by ~2 % (between-round variance) while each
+        // round's samples agree (no within-round scatter): n* is 0, so the floor.
+        let done = rounds_of(&[1000, 1020, 980, 1010, 990, 1000]);
+        assert_eq!(optimal_share(&done, true, 100), MIN_ROUND_SAMPLES);
+        assert_eq!(
+            optimal_share(&done, true, 20),
+            20,
+            "never more than a share"
+        );
+        // Too few rounds for the components, or no clock to cost a sample with: a
+        // planned round's share.
+        assert_eq!(optimal_share(&done[..1], true, 100), 100);
+        let mut untimed = done.clone();
+        untimed.iter_mut().for_each(|r| r.m.tsc_khz = None);
+        assert_eq!(optimal_share(&untimed, true, 100), 100);
+    }
+
+    #[test]
+    fn precision_rounds_stop_at_the_budget_and_name_the_tests_short_of_the_target() {
+        // Three seconds left: three rounds of hlt (a second each), then the next would
+        // overrun the budget.
+        let (out, ran, _) = precise(3);
+        assert_eq!(ran, [2, 2, 2]);
+        assert_eq!(out.seconds, 3.0);
+        let missed: Vec<&PrecisionTest> = out.unreached().collect();
+        assert_eq!(missed.len(), 1, "{out:?}");
+        assert_eq!((missed[0].name.as_str(), missed[0].rounds), ("hlt", 9));
+        assert!(missed[0].half_width_pct.unwrap() > 1.0);
+        assert!(out.tests[0].reached);
     }
 
     #[test]
@@ -792,22 +1199,5 @@ mod tests {
         disturbed.push(round_of_net(1002));
         let per_test = vec![clean, disturbed];
         assert!(short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6).is_empty());
-    }
-
-    #[test]
-    fn tests_short_of_quiet_samples_get_extra_rounds() {
-        let mut stuck = round(&[2000]);
-        stuck.outcome = Outcome::DidNotComplete("stuck".into());
-        let per_test = vec![
-            // 4 quiet samples of 6.
-            vec![stored(&[1000, 1000, 1000]), stored(&[1000, 1500, 1500])],
-            // 2 quiet of 6.
-            vec![stored(&[1000, 1000, 1500]), stored(&[1500, 1500, 1500])],
-            // Not completed: never run again.
-            vec![Stored::new(stuck)],
-        ];
-        assert_eq!(quiet_count(&per_test[0], 1030.0), 4);
-        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 3), vec![1]);
-        assert_eq!(short_of_quiet_samples(&per_test, 1030.0, 5), vec![0, 1]);
     }
 }

@@ -411,6 +411,7 @@ mod tests {
             overhead: false,
             floor: None,
             rounds: 1,
+            precision: None,
             cancel: None,
             knobs: BTreeMap::new(),
             phases_off: None,

@@ -461,6 +461,7 @@ mod tests {
                 } else {
                     level * (1.0 + spread * o)
                 }),
+                ..Default::default()
             })
             .collect();
     }

@@ -21,4 +21,5 @@ pub mod stats;
 pub mod testing;
 pub mod trace_report;
 pub mod trials;
+pub mod variance;
 pub mod verdict;

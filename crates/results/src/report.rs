@@ -247,6 +247,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
     lines.extend(kvm_counter_lines(results));
     lines.extend(round_spread_line(results));
     lines.extend(crate::central::outliers_line(&results.tests));
+    lines.extend(crate::variance::precision_lines(results));
     if tests
         .iter()
         .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)

@@ -74,6 +74,10 @@ pub struct Results {
     /// A's are [`Results::tests`], with [`Results::config`] the common configuration).
     #[serde(default)]
     pub ab: Option<AbRun>,
+    /// With `bench --precision`: the target, the budget, and per test whether its
+    /// interval reached the target. Absent otherwise and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<PrecisionRun>,
 }
 
 /// The program revision and command line that produced a results file.
@@ -137,8 +141,62 @@ impl Results {
     }
 }
 
-/// One round of one test: the figures of one fresh VM.
+/// The variance components of one test's figure (see `variance.rs` for the estimators
+/// and the optimal-allocation formula), with the costs of each level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VarianceComponents {
+    /// Rounds the estimates rest on (the rounds the central figure keeps).
+    pub rounds: u32,
+    /// Samples per round (harmonic mean over those rounds).
+    pub samples_per_round: f64,
+    /// The central figure, cycles per iteration (the base of the percentages).
+    pub figure: f64,
+    /// `S1²`: variance between the samples of one round, cycles² (robust, pooled).
+    pub within_variance: f64,
+    /// `T2²`: variance between rounds beyond what their samples explain, cycles²
+    /// (clamped at 0).
+    pub between_variance: f64,
+    /// Seconds a round costs besides its samples: VM creation, boot, warm-up, teardown
+    /// (mean over the rounds); `None` in files without per-round timings.
+    pub round_seconds: Option<f64>,
+    /// Seconds per sample (the rounds' sampling time over their samples).
+    pub sample_seconds: Option<f64>,
+    /// K&J's optimal samples per round for these variances and costs; `None` without
+    /// costs, or when no between-round variance is left (then more samples per round
+    /// always pay: one long round would do, were rounds not needed for the interval).
+    pub optimal_samples_per_round: Option<f64>,
+}
+
+/// The outcome of `bench --precision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionRun {
+    /// The target: every test's 95 % interval within `±target_pct` percent.
+    pub target_pct: f64,
+    /// The wall-time budget, seconds.
+    pub budget_seconds: f64,
+    /// Seconds the rounds took.
+    pub seconds: f64,
+    /// Rounds of the suite run (the longest any test ran).
+    pub rounds: u32,
+    /// Per test (the empty loop excluded), in the suite's order.
+    pub tests: Vec<PrecisionTest>,
+}
+
+/// One test's outcome under `bench --precision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionTest {
+    /// The test.
+    pub name: String,
+    /// Rounds it ran.
+    pub rounds: u32,
+    /// Its interval's half-width, percent; `None` with too few rounds for one.
+    pub half_width_pct: Option<f64>,
+    /// Whether the half-width is within the target.
+    pub reached: bool,
+}
+
+/// One round of one test: the figures of one fresh VM.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoundFigure {
     /// Samples taken in this round.
     pub samples: u64,
@@ -150,6 +208,19 @@ pub struct RoundFigure {
     /// test has no net figure (`loop_overhead`, but for a run with guest work, where it
     /// is the work's calibrated cost: `bench --guest-cycles`).
     pub net_median: Option<f64>,
+    /// Robust standard deviation (1.4826 × the median absolute deviation) of the
+    /// round's values (paired net cycles per iteration; raw for the empty loop): the
+    /// within-round scatter the variance components ([`crate::variance`]) start from.
+    /// Absent in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robust_sd: Option<f64>,
+    /// Wall seconds of the round, VM creation to teardown (boot, warm-up, samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Seconds of the round spent taking samples: from the first sample's start to the
+    /// last one's end by the guest's TSC (doorbell exits included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_seconds: Option<f64>,
 }
 
 /// Memory of the exitlab process during a run.
@@ -459,6 +530,12 @@ pub struct TestResult {
     /// APIC mode, vCPUs and exits per vCPU of the test's VM.
     #[serde(default)]
     pub irq: Option<crate::irq::IrqResult>,
+    /// Within- and between-round variance of the test's figure, the cost of a round and
+    /// of a sample, and the samples per round that give the narrowest interval per
+    /// second ([`crate::variance`]). Absent in older files and for tests with fewer than
+    /// two completed rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variance: Option<VarianceComponents>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -1004,10 +1081,12 @@ pub(crate) mod tests {
                     samples: 17,
                     median: base + 50.0,
                     net_median: Some(base + 40.0 + f64::from(i % 3) - 1.0),
+                    ..Default::default()
                 })
                 .collect(),
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
             irq: None,
+            variance: None,
         }
     }
 
@@ -1129,6 +1208,7 @@ pub(crate) mod tests {
             }),
             incomplete: None,
             ab: None,
+            precision: None,
         }
     }
 

@@ -316,6 +316,22 @@ pub fn change_with(
     out
 }
 
+/// The central figure of one test's round figures ([`CHOSEN`]: outlier rounds set
+/// aside, the median of the rest) and its 95 % interval: the distribution-free interval
+/// of a median from the kept rounds' order statistics (see [`sign_test_interval`]),
+/// which holds for any distribution of rounds and costs a sort, so `bench --precision`
+/// can ask for it after every round. `None` with fewer than [`MIN_ROUNDS`] rounds kept
+/// or a figure that is not positive.
+pub fn central_interval(rounds: &[f64]) -> Option<(f64, [f64; 2])> {
+    let rounds: Vec<f64> = rounds.iter().copied().filter(|x| x.is_finite()).collect();
+    let mut kept = keep(&rounds, &CHOSEN.kept(&rounds));
+    if kept.len() < MIN_ROUNDS {
+        return None;
+    }
+    let value = CHOSEN.estimator.of(&mut kept);
+    (value > 0.0).then(|| (value, sign_test_interval(&kept)))
+}
+
 /// Keeps the values whose flag is set.
 fn keep(v: &[f64], k: &[bool]) -> Vec<f64> {
     v.iter()
@@ -506,6 +522,18 @@ fn refusal(before: &[f64], after: &[f64], pairing: Pairing) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_central_interval_is_the_order_statistics_interval_of_the_kept_rounds() {
+        // 20 rounds 1..=20: [x(6), x(15)] covers the median with 95.9 %.
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(central_interval(&v), Some((10.5, [6.0, 15.0])));
+        // Six rounds, one far out: it is set aside; five left give their range.
+        let v = [100.0, 101.0, 99.0, 100.5, 99.5, 150.0];
+        assert_eq!(central_interval(&v), Some((100.0, [99.0, 101.0])));
+        // Too few rounds for an interval.
+        assert_eq!(central_interval(&[1.0, 2.0, 3.0, 4.0]), None);
+    }
 
     /// Pseudo-normal values: sum of 12 uniforms minus 6.
     fn normal(rng: &mut SmallRng, mean: f64, sd: f64) -> f64 {
