@@ -769,6 +769,7 @@ mod tests {
             samples: 100,
             median: 1_400.0,
             net_median: net,
+            ..Default::default()
         };
         let mut base = unfinished_result(&Measurement::new(catalogue::baseline(), params));
         let mut cpuid =

@@ -507,7 +507,23 @@ pub fn skip_reason(kvm: &Kvm, def: &TestDef, ring: u8) -> Option<String> {
     if def.arg == TestArg::XsaveMaxSubleaf && caps.xsave_max_subleaf.is_none() {
         return Some(NO_XSAVE.into());
     }
+    if def.hypercall && kvm_is_paravirtual() {
+        return Some(NO_HYPERCALLS.into());
+    }
     None
+}
+
+/// Why a hypercall test is skipped on `kvm_pvm`.
+pub const NO_HYPERCALLS: &str = "this host's KVM is paravirtual (kvm_pvm), which never completes a guest's hypercall: the test would stall until the no-progress watchdog";
+
+/// Whether the KVM module serving /dev/kvm is the paravirtual `kvm_pvm` (read once).
+fn kvm_is_paravirtual() -> bool {
+    static PVM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PVM.get_or_init(|| {
+        exitlab_host::modules::kvm_modules(std::path::Path::new("/sys/module"))
+            .iter()
+            .any(|m| m == "kvm_pvm")
+    })
 }
 
 /// Why `def` cannot run with `params`: the host's reasons ([`skip_reason`]), the

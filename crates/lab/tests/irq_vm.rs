@@ -227,9 +227,11 @@ fn halt_poll_knob_is_probed_applied_and_recorded() {
 }
 
 #[test]
-fn pv_send_ipi_is_skipped_when_hidden_and_otherwise_completes_or_is_reported_stuck() {
+fn pv_send_ipi_is_skipped_when_hidden_or_on_kvm_pvm_and_otherwise_completes() {
     let m = run("pv_send_ipi", 10, knobs(|k| k.pv_ipi = Some(false)));
     match &m.outcome {
+        // The host's reason, where it has one, comes before the knob's.
+        Outcome::Skipped(why) if why == runner::NO_HYPERCALLS => {}
         Outcome::Skipped(why) => assert!(why.contains("KVM_FEATURE_PV_SEND_IPI"), "{why}"),
         o => panic!("pv_send_ipi with --pv-ipi off: {o:?}"),
     }
@@ -244,10 +246,22 @@ fn pv_send_ipi_is_skipped_when_hidden_and_otherwise_completes_or_is_reported_stu
         Outcome::Completed => {
             completed_in_kernel(&m);
         }
-        // Where a hypercall never completes (this host's kvm_pvm), it is stopped.
-        Outcome::DidNotComplete(why) => assert!(why.contains("no progress"), "{why}"),
+        // Where a hypercall never completes (kvm_pvm), it is skipped saying so.
+        Outcome::Skipped(why) => {
+            assert_eq!(why, runner::NO_HYPERCALLS);
+            assert!(std::path::Path::new("/sys/module/kvm_pvm").exists());
+        }
         Outcome::Failed(why) => assert!(why.contains("guest CPUID lacks"), "{why}"),
-        Outcome::Skipped(why) => panic!("skipped: {why}"),
+        // A nested KVM (the CI's L1 on an emulated SVM) is known to lose IPIs of its own
+        // (docs/host-and-l1.md); there the watchdog must stop the run. Elsewhere a stall is
+        // a failure.
+        Outcome::DidNotComplete(why) => {
+            assert!(
+                exitlab_host::survey().virtualization.hypervisor_bit,
+                "pv_send_ipi did not complete: {why}"
+            );
+            assert!(why.contains("no progress"), "{why}");
+        }
     }
 }
 
