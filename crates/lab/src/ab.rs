@@ -128,6 +128,9 @@ pub fn run(
                 noisy_runs += 1;
             } else if n.starts_with(analysis::GUEST_WORK_NOTE) {
                 // Each side-run's own calibration: the file gets one over all rounds.
+            } else if n.starts_with(bench::HOST_STATE_NOTE) {
+                // A side-run is one round: its slow rounds are tests of that round, and
+                // the sides' rounds are paired, so a state both shared cancels.
             } else if !out.notes.contains(n) {
                 out.notes.push(n.clone());
             }

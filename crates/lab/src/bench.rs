@@ -156,6 +156,7 @@ pub fn run(
         assembled.quiet_loop_limit,
         &collected.extra,
     ));
+    notes.extend(assembled.slow_state.as_ref().map(slow_state_note));
     notes.extend(analysis::guest_work_note(
         &results,
         opts.params.guest_cycles,
@@ -300,6 +301,8 @@ fn collect(
 struct Assembled {
     results: Vec<TestResult>,
     quiet_loop_limit: Option<f64>,
+    /// Rounds taken while the host ran the guest's empty loop far slower than its best.
+    slow_state: Option<SlowState>,
     /// The first pinning failure.
     pin_error: Option<String>,
     /// The largest resident memory outside guest RAM.
@@ -323,6 +326,7 @@ fn assemble(
     let mut out = Assembled {
         results: Vec::with_capacity(tests.len()),
         quiet_loop_limit: base.quiet_loop_limit,
+        slow_state: slow_state(&per_test),
         pin_error: None,
         rss_outside_guest: None,
         tsc_khz: None,
@@ -846,6 +850,68 @@ fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
     Some(exitlab_results::stats::percentile(&medians, 50.0) * (1.0 + NOISE_TOLERANCE))
 }
 
+/// How much slower than the run's quick rounds (their 5th percentile) a round's empty
+/// loop must run for the round to count as taken in a slower host state. This project's
+/// host has such a state: the loop took 10,450-11,230 cycles in 37 of 40 runs and
+/// 16,400-17,800 in the others, every figure ~1.5x, and 15 % of all rounds were in it
+/// (`docs/statistics.md`, "Forty default runs").
+pub const SLOW_STATE_FACTOR: f64 = 1.2;
+
+/// The rounds of a run taken in a slower host state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SlowState {
+    /// Completed rounds, all tests.
+    rounds: usize,
+    /// Of them, in the slow state.
+    slow: usize,
+    /// The 5th percentile of the rounds' empty-loop medians, cycles.
+    quick: f64,
+    /// The median of the slow rounds' empty-loop medians, cycles.
+    slow_median: f64,
+}
+
+/// Counts the rounds whose empty loop ran more than [`SLOW_STATE_FACTOR`] times the
+/// run's quick rounds; `None` when there is none (or no completed round).
+fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
+    let mut medians: Vec<f64> = per_test
+        .iter()
+        .flatten()
+        .filter_map(round_loop_median)
+        .collect();
+    if medians.is_empty() {
+        return None;
+    }
+    medians.sort_unstable_by(f64::total_cmp);
+    let quick = exitlab_results::stats::percentile(&medians, 5.0);
+    let slow: Vec<f64> = medians
+        .iter()
+        .copied()
+        .filter(|m| *m > quick * SLOW_STATE_FACTOR)
+        .collect();
+    (!slow.is_empty()).then(|| SlowState {
+        rounds: medians.len(),
+        slow: slow.len(),
+        quick,
+        slow_median: exitlab_results::stats::percentile(&slow, 50.0),
+    })
+}
+
+/// How the note on a slower host state starts.
+pub const HOST_STATE_NOTE: &str = "host state: ";
+
+/// The note on rounds taken in a slower host state, if any.
+fn slow_state_note(s: &SlowState) -> String {
+    format!(
+        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Rounds in two states widen the intervals; runs taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        s.slow,
+        s.rounds,
+        (SLOW_STATE_FACTOR - 1.0) * 100.0,
+        exitlab_results::format::fmt_cycles(s.slow_median),
+        exitlab_results::format::fmt_cycles(s.quick),
+        s.slow_median / s.quick,
+    )
+}
+
 /// The note that says how many samples the host-noise detector left out and which
 /// tests got extra rounds, if any.
 fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)]) -> Option<String> {
@@ -1060,6 +1126,26 @@ mod tests {
             vec![stored(&[900; 3])],
         ];
         assert_eq!(quiet_loop_limit(&quick), Some(999.0 * 1.03));
+    }
+
+    #[test]
+    fn rounds_whose_empty_loop_runs_far_slower_are_counted_as_a_slow_host_state() {
+        // 40 rounds at ~1,000 cycles and 6 at ~1,550 (the host's slow state), in two tests.
+        let mut a: Vec<Stored> = (0..20).map(|i| stored(&[1000 + i; 3])).collect();
+        a.extend((0..3).map(|_| stored(&[1550; 3])));
+        let mut b: Vec<Stored> = (0..20).map(|i| stored(&[990 + i; 3])).collect();
+        b.extend((0..3).map(|_| stored(&[1560; 3])));
+        let s = slow_state(&[a.clone(), b]).expect("a slow state");
+        assert_eq!((s.rounds, s.slow), (46, 6));
+        assert!((990.0..1000.0).contains(&s.quick), "{s:?}");
+        assert_eq!(s.slow_median, 1555.0);
+        let note = slow_state_note(&s);
+        assert!(note.starts_with("host state: in 6 of 46 rounds"), "{note}");
+        assert!(note.contains("1.56x") || note.contains("1.57x"), "{note}");
+        // A spread of a few percent is not a state: no note.
+        let even: Vec<Stored> = (0..20).map(|i| stored(&[1000 + 5 * i; 3])).collect();
+        assert_eq!(slow_state(&[even]), None);
+        assert_eq!(slow_state(&[]), None);
     }
 
     /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,
