@@ -830,6 +830,17 @@ fn round_loop_median(r: &Stored) -> Option<f64> {
     summarize(&loops).ok().map(|s| s.median)
 }
 
+/// The empty-loop medians of every completed round of a run, sorted.
+fn round_loop_medians(per_test: &[Vec<Stored>]) -> Vec<f64> {
+    let mut medians: Vec<f64> = per_test
+        .iter()
+        .flatten()
+        .filter_map(round_loop_median)
+        .collect();
+    medians.sort_unstable_by(f64::total_cmp);
+    medians
+}
+
 /// The host-noise detector's limit for a run. Every sample is preceded by the same
 /// empty loop, whatever the test, so the loop's median in each round tells how fast the
 /// host ran the guest then; the run's typical round (the median of those medians) is the
@@ -838,15 +849,10 @@ fn round_loop_median(r: &Stored) -> Option<f64> {
 /// was the reference before: one round quicker than all others then made most of a
 /// run's samples "noisy" (98 % of one run's rounds, `docs/statistics.md`).
 fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
-    let mut medians: Vec<f64> = per_test
-        .iter()
-        .flatten()
-        .filter_map(round_loop_median)
-        .collect();
+    let medians = round_loop_medians(per_test);
     if medians.is_empty() {
         return None;
     }
-    medians.sort_unstable_by(f64::total_cmp);
     Some(exitlab_results::stats::percentile(&medians, 50.0) * (1.0 + NOISE_TOLERANCE))
 }
 
@@ -873,15 +879,10 @@ struct SlowState {
 /// Counts the rounds whose empty loop ran more than [`SLOW_STATE_FACTOR`] times the
 /// run's quick rounds; `None` when there is none (or no completed round).
 fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
-    let mut medians: Vec<f64> = per_test
-        .iter()
-        .flatten()
-        .filter_map(round_loop_median)
-        .collect();
+    let medians = round_loop_medians(per_test);
     if medians.is_empty() {
         return None;
     }
-    medians.sort_unstable_by(f64::total_cmp);
     let quick = exitlab_results::stats::percentile(&medians, 5.0);
     let slow: Vec<f64> = medians
         .iter()
