@@ -193,6 +193,11 @@ pub fn kvm_modules(sys_module: &Path) -> Vec<String> {
     names
 }
 
+/// Whether the paravirtual `kvm_pvm` is among `modules` (as [`kvm_modules`] lists them).
+pub fn has_kvm_pvm(modules: &[String]) -> bool {
+    modules.iter().any(|m| m == "kvm_pvm")
+}
+
 /// Every parameter of every KVM module under a `/sys/module`-like root:
 /// module -> parameter -> value. Modules without a `parameters` directory are omitted.
 pub fn read_module_params(sys_module: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -281,7 +286,7 @@ pub(crate) fn probe_virtualization(cpu: &CpuInfo, sys_module: &Path) -> Virtuali
         }
     };
     let modules = kvm_modules(sys_module);
-    let pvm = modules.iter().any(|m| m == "kvm_pvm");
+    let pvm = has_kvm_pvm(&modules);
     let (kind, summary) = classify(hypervisor_bit, signature.as_deref(), name, vmx, svm, pvm);
     Virtualization {
         hypervisor_bit,

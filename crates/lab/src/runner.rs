@@ -520,9 +520,9 @@ pub const NO_HYPERCALLS: &str = "this host's KVM is paravirtual (kvm_pvm), which
 fn kvm_is_paravirtual() -> bool {
     static PVM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PVM.get_or_init(|| {
-        exitlab_host::modules::kvm_modules(std::path::Path::new("/sys/module"))
-            .iter()
-            .any(|m| m == "kvm_pvm")
+        exitlab_host::modules::has_kvm_pvm(&exitlab_host::modules::kvm_modules(
+            std::path::Path::new("/sys/module"),
+        ))
     })
 }
 
