@@ -457,17 +457,8 @@ fn round_figures(
             Some((f, m))
         })
         .collect();
-    let values: Vec<f64> = done
-        .iter()
-        .map(|(f, _)| {
-            if net {
-                f.net_median.unwrap_or(f64::NAN)
-            } else {
-                f.median
-            }
-        })
-        .collect();
-    let kept = central::CHOSEN.kept(&values);
+    let figs: Vec<RoundFigure> = done.iter().map(|(f, _)| f.clone()).collect();
+    let kept = central::kept_mask(&figs, figure_kind(net));
     let samples = done
         .iter()
         .zip(&kept)
@@ -604,11 +595,16 @@ fn until_precise(
         .collect();
     // Each round's figure, kept as the rounds come (unpacking every round's samples
     // before every round would cost more than a round).
-    let mut figures: Vec<Vec<f64>> = per_test
+    let mut figures: Vec<Vec<RoundFigure>> = per_test
         .iter()
         .zip(tests)
-        .map(|(done, def)| stored_round_figures(done, !def.baseline))
+        .map(|(done, def)| stored_rounds(done, !def.baseline))
         .collect();
+    // The interval of the central figure: the rounds of the test's quick host state.
+    let half_width = |rounds: &[RoundFigure], i: usize| {
+        let figure = figure_kind(!tests[i].baseline);
+        variance::half_width_of(&central::state_values(rounds, figure).0)
+    };
     let mut open: Vec<usize> = Vec::new();
     let ended = rounds::run(
         u32::MAX,
@@ -622,10 +618,7 @@ fn until_precise(
                         .iter()
                         .copied()
                         .filter(|&i| {
-                            !variance::reaches(
-                                variance::half_width_of(&figures[i]),
-                                target.target_pct,
-                            )
+                            !variance::reaches(half_width(&figures[i], i), target.target_pct)
                         })
                         .collect();
                     let next: Duration = open
@@ -640,7 +633,7 @@ fn until_precise(
                 Step::Side { side, .. } if open.contains(&side) => {
                     let r = one(side, progress)?;
                     if r.completed() {
-                        figures[side].extend(stored_round_figures(
+                        figures[side].extend(stored_rounds(
                             std::slice::from_ref(&r),
                             !tests[side].baseline,
                         ));
@@ -665,7 +658,7 @@ fn until_precise(
             let h = done
                 .iter()
                 .all(Stored::completed)
-                .then(|| variance::half_width_of(&figures[i]))
+                .then(|| half_width(&figures[i], i))
                 .flatten();
             PrecisionTest {
                 name: tests[i].name.to_string(),
@@ -729,25 +722,39 @@ fn short_of_clean_rounds(
         .enumerate()
         .filter(|(_, (done, _))| done.iter().all(|r| r.m.outcome == Outcome::Completed))
         .filter(|(_, (done, def))| {
-            let values = stored_round_figures(done, !def.baseline);
-            let kept = central::CHOSEN.kept(&values).iter().filter(|k| **k).count();
+            let net = !def.baseline;
+            let rounds = stored_rounds(done, net);
+            let kept = central::kept_mask(&rounds, figure_kind(net))
+                .iter()
+                .filter(|k| **k)
+                .count();
             (kept as u64) < planned
         })
         .map(|(i, _)| i)
         .collect()
 }
 
-/// The figure of each stored round (net median, raw for the empty loop; NaN for a round
-/// without plausible samples).
-fn stored_round_figures(done: &[Stored], net: bool) -> Vec<f64> {
+/// The figures of each stored round (a round without plausible samples has a NaN
+/// median and no net one, so it is never kept).
+fn stored_rounds(done: &[Stored], net: bool) -> Vec<RoundFigure> {
     done.iter()
         .map(|r| {
             let samples = r.samples.unpack();
-            figures::round_figure(&samples, r.m.params.batch, net)
-                .and_then(|f| if net { f.net_median } else { Some(f.median) })
-                .unwrap_or(f64::NAN)
+            figures::round_figure(&samples, r.m.params.batch, net).unwrap_or(RoundFigure {
+                median: f64::NAN,
+                ..Default::default()
+            })
         })
         .collect()
+}
+
+/// The figure a test's rounds are judged by: net, or raw for the empty loop.
+fn figure_kind(net: bool) -> central::Figure {
+    if net {
+        central::Figure::Net
+    } else {
+        central::Figure::Raw
+    }
 }
 
 /// Fewest samples a `--precision` round takes, whatever K&J's formula says: a round's
@@ -769,12 +776,7 @@ fn optimal_share(done: &[Stored], net: bool, share: u64) -> u64 {
             Some(f)
         })
         .collect();
-    let figure = if net {
-        central::Figure::Net
-    } else {
-        central::Figure::Raw
-    };
-    variance::of_rounds(&rounds, figure)
+    variance::of_rounds(&rounds, figure_kind(net))
         .and_then(|v| v.optimal_samples_per_round)
         .map_or(share, |n| {
             (n.ceil() as u64).clamp(MIN_ROUND_SAMPLES.min(share), share)
@@ -857,11 +859,10 @@ fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
 }
 
 /// How much slower than the run's quick rounds (their 5th percentile) a round's empty
-/// loop must run for the round to count as taken in a slower host state. This project's
-/// host has such a state: the loop took 10,450-11,230 cycles in 37 of 40 runs and
-/// 16,400-17,800 in the others, every figure ~1.5x, and 15 % of all rounds were in it
-/// (`docs/statistics.md`, "Forty default runs").
-pub const SLOW_STATE_FACTOR: f64 = 1.2;
+/// loop must run for the run's note to count it as taken in a slower host state: the
+/// factor by which the central figure sets such rounds aside, test by test
+/// ([`central::SLOW_STATE_FACTOR`]).
+pub const SLOW_STATE_FACTOR: f64 = central::SLOW_STATE_FACTOR;
 
 /// The rounds of a run taken in a slower host state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -903,13 +904,14 @@ pub const HOST_STATE_NOTE: &str = "host state: ";
 /// The note on rounds taken in a slower host state, if any.
 fn slow_state_note(s: &SlowState) -> String {
     format!(
-        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Rounds in two states widen the intervals; runs taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figures rest on its rounds in the quick state where at least {MIN_QUICK} of them ran (the line on rounds set aside names them); runs taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.slow,
         s.rounds,
         (SLOW_STATE_FACTOR - 1.0) * 100.0,
         exitlab_results::format::fmt_cycles(s.slow_median),
         exitlab_results::format::fmt_cycles(s.quick),
         s.slow_median / s.quick,
+        MIN_QUICK = central::MIN_QUICK_ROUNDS,
     )
 }
 
@@ -1274,9 +1276,13 @@ mod tests {
         let mut disturbed = clean.clone();
         disturbed[3] = round_of_net(1250);
         let per_test = vec![clean.clone(), disturbed.clone()];
+        let nets: Vec<Option<f64>> = stored_rounds(&per_test[1], true)
+            .iter()
+            .map(|f| f.net_median)
+            .collect();
         assert_eq!(
-            stored_round_figures(&per_test[1], true),
-            vec![1000.0, 1010.0, 990.0, 1250.0, 995.0, 1000.0]
+            nets,
+            [1000.0, 1010.0, 990.0, 1250.0, 995.0, 1000.0].map(Some)
         );
         assert_eq!(
             short_of_clean_rounds(&[cpuid, cpuid], &per_test, 6),

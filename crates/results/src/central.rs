@@ -12,7 +12,7 @@
 //! Every renderer calls [`central`]; nothing reads a stored "net median" on its own, so
 //! one file gives one figure everywhere.
 
-use crate::results::TestResult;
+use crate::results::{RoundFigure, TestResult};
 use crate::stats::percentile;
 
 /// How a set of round figures is summarised.
@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds in a slower host state (their empty loop over 1.2x the test's quickest) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -165,6 +165,48 @@ pub const SPREAD_FLOOR: f64 = 0.01;
 /// Fewest rounds for the outlier rule to apply: with fewer, the median and its spread
 /// say too little about which round is odd.
 pub const OUTLIER_MIN_ROUNDS: usize = 5;
+
+/// How much slower than the test's quickest round a round's empty loop (the guest code
+/// with no exit timed before every sample, [`RoundFigure::loop_median`]) must run for the
+/// round to count as taken in a slower host state. This project's development host has
+/// such a state: the loop took 10,450-11,230 cycles in 37 of 40 default runs and
+/// 16,400-17,800 in the others, every figure exits included ~1.5x, and 15 % of all
+/// rounds ran in it (`docs/statistics.md`, "Forty default runs"). Runs of one state keep
+/// their rounds' loops within 8 % of each other.
+pub const SLOW_STATE_FACTOR: f64 = 1.2;
+
+/// Fewest rounds in the test's quick state for its slow-state rounds to be set aside;
+/// with fewer (and fewer than a quarter of the rounds), the test ran in the slow state
+/// for most of the run, and all its rounds count.
+pub const MIN_QUICK_ROUNDS: usize = 3;
+
+/// Which rounds ran in a slower host state than the test's quick rounds, by each
+/// round's own empty loop (`loops`; a round without one is never slow): those whose
+/// loop ran more than [`SLOW_STATE_FACTOR`] times the quickest round's. None are when
+/// fewer than [`MIN_QUICK_ROUNDS`] rounds, or fewer than a quarter, are quick: a run
+/// taken wholly or mostly in one state keeps its rounds, and compare's host-state rule
+/// tells runs of different states apart.
+pub fn slow_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
+    let n = loops.len();
+    let quickest = loops
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|l| l.is_finite() && *l > 0.0)
+        .min_by(f64::total_cmp);
+    let Some(quickest) = quickest else {
+        return vec![false; n];
+    };
+    let slow: Vec<bool> = loops
+        .iter()
+        .map(|l| l.is_some_and(|l| l > quickest * SLOW_STATE_FACTOR))
+        .collect();
+    let quick = slow.iter().filter(|s| !**s).count();
+    if quick < MIN_QUICK_ROUNDS || quick * 4 < n {
+        return vec![false; n];
+    }
+    slow
+}
 
 /// Which rounds are outliers (see [`OUTLIER_K`]); never more than a third of them (a
 /// test whose rounds fall in two groups keeps both), none with fewer than
@@ -219,16 +261,28 @@ pub struct Central {
     /// The figure of each round, in the order they ran (empty for a file without
     /// per-round figures).
     pub rounds: Vec<f64>,
-    /// Which rounds the figure rests on (`false`: set aside as outliers).
+    /// Which rounds the figure rests on (`false`: set aside, as taken in a slower host
+    /// state or as outliers).
     pub kept: Vec<bool>,
+    /// Which rounds ran in a slower host state ([`slow_state_rounds`]).
+    pub slow: Vec<bool>,
     /// The central figure, cycles per iteration.
     pub value: f64,
 }
 
 impl Central {
-    /// Rounds set aside as outliers.
+    /// Rounds set aside as outliers (those of the test's kept host state).
     pub fn outliers(&self) -> usize {
-        self.kept.iter().filter(|k| !**k).count()
+        self.kept
+            .iter()
+            .zip(self.slow.iter().chain(std::iter::repeat(&false)))
+            .filter(|(k, s)| !**k && !**s)
+            .count()
+    }
+
+    /// Rounds set aside as taken in a slower host state.
+    pub fn slow_rounds(&self) -> usize {
+        self.slow.iter().filter(|s| **s).count()
     }
 
     /// The kept rounds' figures.
@@ -241,18 +295,141 @@ impl Central {
     }
 }
 
-/// The round figures of a test that completed: net, or raw for a test without a net
-/// figure. `None` when the test did not complete or has no cycles.
-pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
+/// Which figure of its rounds a test that completed is judged by: net, or raw for a
+/// test without a net figure. `None` when the test did not complete or has no cycles.
+pub fn figure_of(t: &TestResult) -> Option<Figure> {
     if !t.status.is_ok() || t.cycles.is_none() {
         return None;
     }
-    let net: Vec<f64> = t.rounds.iter().filter_map(|r| r.net_median).collect();
-    if t.baseline || (net.is_empty() && t.net_median_cycles.is_none()) {
-        Some((t.rounds.iter().map(|r| r.median).collect(), Figure::Raw))
-    } else {
-        Some((net, Figure::Net))
+    let has_net = t.rounds.iter().any(|r| r.net_median.is_some());
+    Some(
+        if t.baseline || (!has_net && t.net_median_cycles.is_none()) {
+            Figure::Raw
+        } else {
+            Figure::Net
+        },
+    )
+}
+
+/// A round's `figure`, NaN when it has none.
+pub fn round_value(r: &RoundFigure, figure: Figure) -> f64 {
+    match figure {
+        Figure::Net => r.net_median.unwrap_or(f64::NAN),
+        Figure::Raw => r.median,
     }
+}
+
+/// The round figures of a test that completed, the rounds with a finite figure in the
+/// order they ran: net, or raw for a test without a net figure. `None` when the test did
+/// not complete or has no cycles.
+pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
+    let figure = figure_of(t)?;
+    let values = t
+        .rounds
+        .iter()
+        .map(|r| round_value(r, figure))
+        .filter(|v| v.is_finite())
+        .collect();
+    Some((values, figure))
+}
+
+/// The round figures a comparison of `t` rests on: [`round_figures`] without the rounds
+/// taken in a slower host state ([`slow_state_rounds`]; outliers are the verdict's to
+/// set aside), and how many of those there were.
+pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
+    let figure = figure_of(t)?;
+    let (values, slow) = state_values(&t.rounds, figure);
+    Some((values, figure, slow))
+}
+
+/// The finite `figure`s of `rounds` but those taken in a slower host state
+/// ([`slow_state_rounds`]), and how many of those there were.
+pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
+    let (values, loops) = points(rounds, figure);
+    let slow = slow_state_rounds(&loops);
+    let kept = values
+        .iter()
+        .zip(&slow)
+        .filter_map(|(v, s)| (!s).then_some(*v))
+        .collect();
+    (kept, slow.iter().filter(|s| **s).count())
+}
+
+/// The round figures of two sides of an A/B run for a paired comparison (round `i` of
+/// each ran back to back): the pairs in which neither side ran in a slower host state
+/// than its side's quick rounds, and how many pairs were set aside.
+pub fn paired_state_figures(
+    a: &TestResult,
+    b: &TestResult,
+) -> Option<(Vec<f64>, Vec<f64>, Figure, usize)> {
+    let figure = figure_of(a)?;
+    figure_of(b)?;
+    let (va, la) = points(&a.rounds, figure);
+    let (vb, lb) = points(&b.rounds, figure);
+    if va.len() != vb.len() {
+        // Not paired round by round: nothing is set aside (the verdict refuses them).
+        return Some((va, vb, figure, 0));
+    }
+    let (sa, sb) = (slow_state_rounds(&la), slow_state_rounds(&lb));
+    let keep: Vec<bool> = sa.iter().zip(&sb).map(|(x, y)| !x && !y).collect();
+    let pick = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .zip(&keep)
+            .filter_map(|(x, k)| k.then_some(*x))
+            .collect()
+    };
+    let dropped = keep.iter().filter(|k| !**k).count();
+    Some((pick(&va), pick(&vb), figure, dropped))
+}
+
+/// The finite figures of `rounds` and each one's empty loop, aligned.
+fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>) {
+    rounds
+        .iter()
+        .map(|r| (round_value(r, figure), r.loop_median))
+        .filter(|(v, _)| v.is_finite())
+        .unzip()
+}
+
+/// Which of `rounds` the central figure rests on (aligned with them: a round without a
+/// finite figure is never kept): not in a slower host state, then not an outlier among
+/// the rest ([`CHOSEN`]).
+pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
+    let values: Vec<f64> = rounds.iter().map(|r| round_value(r, figure)).collect();
+    let finite: Vec<usize> = (0..rounds.len())
+        .filter(|&i| values[i].is_finite())
+        .collect();
+    let (_, kept, _) = rest_on(
+        &finite.iter().map(|&i| values[i]).collect::<Vec<_>>(),
+        &finite
+            .iter()
+            .map(|&i| rounds[i].loop_median)
+            .collect::<Vec<_>>(),
+        CHOSEN,
+    );
+    let mut mask = vec![false; rounds.len()];
+    for (&i, k) in finite.iter().zip(kept) {
+        mask[i] = k;
+    }
+    mask
+}
+
+/// The rounds (finite `values`, their `loops`) a method's figure rests on: the slow
+/// host state's set aside, then the method's outliers among the rest. Returns the
+/// estimate, the kept flags and the slow flags.
+fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<bool>, Vec<bool>) {
+    let slow = slow_state_rounds(loops);
+    let state: Vec<f64> = values
+        .iter()
+        .zip(&slow)
+        .filter_map(|(v, s)| (!s).then_some(*v))
+        .collect();
+    let mut flags = method.kept(&state).into_iter();
+    let kept: Vec<bool> = slow
+        .iter()
+        .map(|s| !s && flags.next().unwrap_or(false))
+        .collect();
+    (method.estimate(&state), kept, slow)
 }
 
 /// The central figure of `t` with [`CHOSEN`]: from its rounds, or, in a file without
@@ -264,8 +441,8 @@ pub fn central(t: &TestResult) -> Option<Central> {
 
 /// [`central`] with another method (for the trials that compare methods).
 pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
-    let (rounds, figure) = round_figures(t)?;
-    let rounds: Vec<f64> = rounds.into_iter().filter(|v| v.is_finite()).collect();
+    let figure = figure_of(t)?;
+    let (rounds, loops) = points(&t.rounds, figure);
     if rounds.is_empty() {
         let value = match figure {
             Figure::Net => t.net_median_cycles?,
@@ -275,15 +452,16 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
             figure,
             rounds,
             kept: Vec::new(),
+            slow: Vec::new(),
             value,
         });
     }
-    let kept = method.kept(&rounds);
-    let value = method.estimate(&rounds);
+    let (value, kept, slow) = rest_on(&rounds, &loops, method);
     Some(Central {
         figure,
         rounds,
         kept,
+        slow,
         value,
     })
 }
@@ -299,17 +477,35 @@ pub fn net_figure(t: &TestResult) -> Option<f64> {
 /// The report's line on outlier rounds: which tests had rounds set aside, how many of
 /// how many, and why; `None` when no test had one.
 pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
-    let list: Vec<String> = tests
-        .iter()
-        .filter_map(|t| {
-            let c = central(t)?;
-            (c.outliers() > 0).then(|| format!("{} {} of {}", t.name, c.outliers(), c.rounds.len()))
-        })
-        .collect();
-    (!list.is_empty()).then(|| {
+    let list = |count: fn(&Central) -> usize| -> Vec<String> {
+        tests
+            .iter()
+            .filter_map(|t| {
+                let c = central(t)?;
+                let n = count(&c);
+                (n > 0).then(|| format!("{} {} of {}", t.name, n, c.rounds.len()))
+            })
+            .collect()
+    };
+    let (outliers, slow) = (list(Central::outliers), list(Central::slow_rounds));
+    let mut parts = Vec::new();
+    if !slow.is_empty() {
+        parts.push(format!(
+            "rounds in a slower host state set aside (their empty loop ran more than {:.0}% slower than the test's quickest round's; every figure of such a round is higher): {}",
+            (SLOW_STATE_FACTOR - 1.0) * 100.0,
+            slow.join(", ")
+        ));
+    }
+    if !outliers.is_empty() {
+        parts.push(format!(
+            "outlier rounds set aside (figure more than {OUTLIER_K} robust SDs from the test's other rounds: host interference on the exit path): {}",
+            outliers.join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| {
         format!(
-            "outlier rounds set aside (figure more than {OUTLIER_K} robust SDs from the test's other rounds: host interference on the exit path), each replaced by an extra round while the budget lasted: {}",
-            list.join(", ")
+            "{}; each replaced by an extra round while the budget lasted",
+            parts.join("; ")
         )
     })
 }
@@ -384,6 +580,80 @@ mod tests {
     }
 
     #[test]
+    fn rounds_whose_empty_loop_ran_1_2x_slower_than_the_quickest_are_slow_state() {
+        let l = |v: f64| Some(v);
+        // Ten rounds near 11,000 and two at 16,500: the two are slow.
+        let mut loops = vec![l(11_000.0); 10];
+        loops[3] = l(10_800.0);
+        loops.extend([l(16_500.0), l(16_900.0)]);
+        let slow = slow_state_rounds(&loops);
+        assert_eq!(slow.iter().filter(|s| **s).count(), 2);
+        assert!(slow[10] && slow[11] && !slow[3]);
+        // 1.19x the quickest is not slow; a round without a loop never is.
+        assert_eq!(
+            slow_state_rounds(&[l(100.0), l(119.0), None, l(100.0), l(101.0), l(130.0)]),
+            vec![false, false, false, false, false, true]
+        );
+        // Two quick rounds of twelve: the run was in the slow state; nothing set aside.
+        let mostly_slow: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i < 2 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        assert!(slow_state_rounds(&mostly_slow).iter().all(|s| !s));
+        // Three quick of twelve is a quarter: the nine slow ones are set aside.
+        let three: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i < 3 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        assert_eq!(slow_state_rounds(&three).iter().filter(|s| **s).count(), 9);
+        assert!(slow_state_rounds(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_central_figure_rests_on_the_quick_state_rounds() {
+        use crate::results::tests::ok_test;
+        // Eight rounds at ~3,000 net cycles and five in the slow state at ~4,500 (too many
+        // for the outlier rule, which sets aside at most a third): the plain median of
+        // the thirteen is pulled towards the slow ones; the central figure is the quick
+        // rounds' median.
+        let mut t = ok_test("cpuid", 3_000.0);
+        let quick = [
+            2_990.0, 3_000.0, 3_010.0, 3_005.0, 2_995.0, 3_000.0, 3_020.0, 2_980.0,
+        ];
+        t.rounds = quick
+            .iter()
+            .map(|&v| (v, 11_000.0))
+            .chain([(4_500.0, 16_600.0); 5])
+            .map(|(net, empty)| RoundFigure {
+                samples: 100,
+                median: net + empty,
+                net_median: Some(net),
+                loop_median: Some(empty),
+                ..Default::default()
+            })
+            .collect();
+        let c = central(&t).unwrap();
+        assert_eq!(c.value, 3_000.0);
+        assert_eq!((c.slow_rounds(), c.outliers()), (5, 0));
+        assert_eq!(c.kept.iter().filter(|k| **k).count(), 8);
+        assert_eq!(
+            kept_mask(&t.rounds, Figure::Net),
+            [vec![true; 8], vec![false; 5]].concat()
+        );
+        let line = outliers_line(std::slice::from_ref(&t)).unwrap();
+        assert!(
+            line.contains("rounds in a slower host state set aside")
+                && line.contains("cpuid 5 of 13"),
+            "{line}"
+        );
+        // Without recorded loops (an older file) every round counts.
+        for r in &mut t.rounds {
+            r.loop_median = None;
+        }
+        let c = central(&t).unwrap();
+        assert_eq!(c.slow_rounds(), 0);
+        assert_eq!(c.value, 3_010.0);
+    }
+
+    #[test]
     fn the_baseline_row_not_its_name_makes_a_raw_figure() {
         use crate::results::tests::ok_test;
         // A test that is the paired empty loop gives raw round medians, whatever its name.
@@ -433,7 +703,7 @@ mod tests {
         assert!(row(&table).contains(&shown), "{table}");
         assert!(!table.contains("1,111"), "{table}");
         assert!(
-            table.contains("host interference on the exit path), each replaced by an extra round while the budget lasted: cpuid 1 of 6"),
+            table.contains("host interference on the exit path): cpuid 1 of 6; each replaced by an extra round while the budget lasted"),
             "{table}"
         );
         let md = crate::report::render_markdown(&r);

@@ -26,11 +26,18 @@ pub fn round_figure(samples: &[Sample], batch: u64, net: bool) -> Option<RoundFi
         .filter(|n| !n.is_empty());
     // The scatter of the values the round's figure is the median of.
     let robust_sd = crate::variance::robust_sd(net.as_deref().unwrap_or(&raw));
+    let loops = sorted(
+        samples
+            .iter()
+            .map(|s| s.g_loop as f64 / batch.max(1) as f64)
+            .collect(),
+    );
     Some(RoundFigure {
         samples: samples.len() as u64,
         median: percentile(&raw, 50.0),
         net_median: net.map(|n| percentile(&n, 50.0)),
         robust_sd: Some(robust_sd),
+        loop_median: Some(percentile(&loops, 50.0)),
         ..Default::default()
     })
 }
@@ -63,6 +70,8 @@ mod tests {
         let s = [sample(300, 50), sample(100, 10), sample(200, 20)];
         let f = round_figure(&s, 2, true).unwrap();
         assert_eq!((f.samples, f.median, f.net_median), (3, 100.0, Some(90.0)));
+        // Loops 50, 10, 20 over a batch of 2: 25, 5, 10 per iteration, median 10.
+        assert_eq!(f.loop_median, Some(10.0));
         // Net 45, 90, 125: deviations from 90 are 45, 0, 35, their median 35.
         assert_eq!(f.robust_sd, Some(1.4826 * 35.0));
         assert_eq!(round_figure(&s, 2, false).unwrap().net_median, None);

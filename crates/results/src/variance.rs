@@ -170,7 +170,8 @@ pub fn components(t: &TestResult) -> Option<VarianceComponents> {
 }
 
 /// The variance components of a test's rounds (`figure`: which of their figures the
-/// central figure uses), from the rounds [`crate::central::CHOSEN`] keeps; `None` when
+/// central figure uses), from the rounds the central figure keeps
+/// ([`crate::central::kept_mask`]); `None` when
 /// a round has no such figure or fewer than two recorded their scatter.
 pub fn of_rounds(
     rounds: &[crate::results::RoundFigure],
@@ -178,17 +179,21 @@ pub fn of_rounds(
 ) -> Option<VarianceComponents> {
     let values: Vec<f64> = rounds
         .iter()
-        .map(|r| match figure {
-            crate::central::Figure::Net => r.net_median.unwrap_or(f64::NAN),
-            crate::central::Figure::Raw => r.median,
-        })
+        .map(|r| crate::central::round_value(r, figure))
         .collect();
     if values.iter().any(|v| !v.is_finite()) {
         return None;
     }
-    let method = crate::central::CHOSEN;
-    let kept_flags = method.kept(&values);
-    let value = method.estimate(&values);
+    let kept_flags = crate::central::kept_mask(rounds, figure);
+    let mut kept_values: Vec<f64> = values
+        .iter()
+        .zip(&kept_flags)
+        .filter_map(|(v, k)| k.then_some(*v))
+        .collect();
+    if kept_values.is_empty() {
+        return None;
+    }
+    let value = crate::central::CHOSEN.estimator.of(&mut kept_values);
     let kept: Vec<(&crate::results::RoundFigure, f64)> = rounds
         .iter()
         .zip(&values)
@@ -247,7 +252,7 @@ pub fn of_rounds(
 /// (the farther of its two ends); `None` with too few rounds (see
 /// [`crate::verdict::central_interval`]).
 pub fn half_width_pct(t: &TestResult) -> Option<f64> {
-    half_width_of(&crate::central::central(t)?.rounds)
+    half_width_of(&crate::central::state_figures(t)?.0)
 }
 
 /// [`half_width_pct`] of a test's round figures.

@@ -102,6 +102,14 @@ pub struct Change {
     /// Rounds after set aside as outliers.
     #[serde(default)]
     pub outliers_after: usize,
+    /// Rounds before set aside as taken in a slower host state than the test's quick
+    /// rounds ([`crate::central::slow_state_rounds`]; for A/B rounds, the pairs either
+    /// of whose sides was), not counted in `rounds_before`.
+    #[serde(default)]
+    pub slow_state_before: usize,
+    /// Rounds after set aside as taken in a slower host state.
+    #[serde(default)]
+    pub slow_state_after: usize,
     /// Change in percent (positive: slower); `None` without a conclusion.
     pub pct: Option<f64>,
     /// 95 % bootstrap interval of the change in percent.
@@ -266,6 +274,8 @@ pub fn change_with(
         median_after: method.estimate(&after),
         outliers_before: outliers(&kept_before),
         outliers_after: outliers(&kept_after),
+        slow_state_before: 0,
+        slow_state_after: 0,
         pct: None,
         ci95_pct: None,
         min_detectable_pct: None,
