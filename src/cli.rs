@@ -31,7 +31,7 @@ struct Cli {
     #[arg(long, global = true)]
     no_seccomp: bool,
     /// Also check that every ioctl of a vCPU thread is a KVM ioctl (type 0xAE). Off by
-    /// default: with the check, the seccomp filter runs on every KVM_RUN (~130-200 cycles
+    /// default: with the check, the seccomp filter runs on every KVM_RUN (~150-200 cycles
     /// per exit on a host like this project's), without it the kernel's action cache
     /// skips the filter; see docs/exit-path.md.
     #[arg(long, global = true, conflicts_with = "no_seccomp")]

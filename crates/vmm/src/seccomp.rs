@@ -10,7 +10,7 @@
 //! run on the hot path: Linux's seccomp action cache (5.11+) lets a system call that a
 //! thread's filters allow whatever its arguments skip the filters, and `ioctl(KVM_RUN)`
 //! is made once per exit. Checking the request's type byte (KVM ioctls only, type 0xAE)
-//! makes every KVM_RUN run the filter, which costs ~130-200 cycles per exit on this
+//! makes every KVM_RUN run the filter, which costs ~150-200 cycles per exit on this
 //! project's hosts against ~20 for the cached allow (docs/exit-path.md has the A/B);
 //! [`set_strict_ioctl`]`(true)` (`--strict-ioctl`) turns that check back on. What the
 //! unchecked ioctl gives a compromised vCPU thread is ioctls on the descriptors the
