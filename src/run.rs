@@ -433,9 +433,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
         Ok(k) => k,
         Err(code) => return code,
     };
-    if let Err(e) = exitlab_vmm::irqchip::probe(o.platform.irqchip, &|cap| {
-        kvm.check_extension_raw(cap.into())
-    }) {
+    if let Err(e) = exitlab_vmm::irqchip::probe_host(o.platform.irqchip, &kvm) {
         eprintln!("exitlab: {e}");
         return EXIT_NO_KVM;
     }

@@ -2,7 +2,7 @@
 //! kernel's side, through tracefs.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use exitlab_results::trace_report::{PhaseSplit, TraceReport};
@@ -165,6 +165,112 @@ fn threads_of(pid: u32) -> Result<Vec<u32>, String> {
         .collect())
 }
 
+/// How the trace is cut into phases: every `--phase-seconds` (in TSC cycles), at each
+/// write to `--marker-port`, or not at all.
+fn phase_split(a: &TraceArgs) -> Result<PhaseSplit, String> {
+    Ok(match (a.phase_seconds, a.marker_port) {
+        (Some(s), _) => match exitlab_lab::host_survey::survey(None).tsc.khz {
+            Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
+            None => {
+                return Err(
+                    "--phase-seconds needs the TSC frequency, which this host does not report; use --marker-port"
+                        .into(),
+                )
+            }
+        },
+        (None, Some(p)) => PhaseSplit::MarkerPort(p),
+        (None, None) => PhaseSplit::None,
+    })
+}
+
+/// While the session traces: waits for the process `--pid` names to end, or runs the
+/// command and waits for it, either for at most `--seconds`. The command's exit status,
+/// if it ended; an error if it could not be started.
+fn wait_for_target(a: &TraceArgs) -> Result<Option<ExitStatus>, String> {
+    let deadline = a
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    if let Some(pid) = a.pid {
+        let alive = PathBuf::from(format!("/proc/{pid}"));
+        while alive.exists() && deadline.is_none_or(|d| Instant::now() < d) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Ok(None);
+    }
+    let mut child = Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", a.command[0]))?;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Ok(Some(s)),
+            Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                eprintln!("exitlab trace: waiting for the command failed: {e}");
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// The line that says how the traced command ended (none for `--pid`).
+fn command_line(a: &TraceArgs, status: Option<ExitStatus>) -> Option<String> {
+    if let Some(s) = status {
+        Some(format!("command: {} ({s})", a.command.join(" ")))
+    } else if a.pid.is_none() {
+        Some(format!(
+            "command: {} (still running when tracing stopped after --seconds)",
+            a.command.join(" ")
+        ))
+    } else {
+        None
+    }
+}
+
+/// Starts tracing the threads of `--pid`, or this process's (the command is forked from
+/// it and followed), once stale instances are removed, and says where and which events
+/// this kernel lacks. The exit code if it cannot.
+fn start_session(a: &TraceArgs) -> Result<Session, i32> {
+    let pids = match a.pid {
+        Some(p) => threads_of(p).map_err(usage_error)?,
+        // Our own process: the command is forked from it and followed.
+        None => vec![std::process::id()],
+    };
+    let cfg = SessionConfig {
+        pids,
+        follow_forks: true,
+        buffer_kb: a.buffer_kb,
+        ..SessionConfig::default()
+    };
+    if let Some(note) = remove_stale_instances() {
+        eprintln!("exitlab trace: {note}");
+    }
+    let session = match Session::start(&cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("exitlab trace: {e}");
+            return Err(EXIT_TEST_FAILED);
+        }
+    };
+    let missing: Vec<String> = session
+        .events()
+        .iter()
+        .filter(|e| !e.available)
+        .map(|e| e.name.replace('/', ":"))
+        .collect();
+    eprintln!(
+        "exitlab trace: tracing through {} (clock x86-tsc){}",
+        session.dir().display(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!("; absent on this kernel: {}", missing.join(", "))
+        }
+    );
+    Ok(session)
+}
+
 /// Runs `exitlab trace`; returns the process exit code.
 pub fn trace_cmd(a: TraceArgs) -> i32 {
     if a.cleanup {
@@ -187,86 +293,18 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
             return usage_error(e);
         }
     }
-    let split = match (a.phase_seconds, a.marker_port) {
-        (Some(s), _) => match exitlab_lab::host_survey::survey(None).tsc.khz {
-            Some(khz) => PhaseSplit::Every((s * khz as f64 * 1000.0) as u64),
-            None => {
-                return usage_error(
-                    "--phase-seconds needs the TSC frequency, which this host does not report; use --marker-port",
-                )
-            }
-        },
-        (None, Some(p)) => PhaseSplit::MarkerPort(p),
-        (None, None) => PhaseSplit::None,
-    };
-    let pids = match a.pid {
-        Some(p) => match threads_of(p) {
-            Ok(t) => t,
-            Err(e) => return usage_error(e),
-        },
-        // Our own process: the command is forked from it and followed.
-        None => vec![std::process::id()],
-    };
-    let cfg = SessionConfig {
-        pids,
-        follow_forks: true,
-        buffer_kb: a.buffer_kb,
-        ..SessionConfig::default()
-    };
-    if let Some(note) = remove_stale_instances() {
-        eprintln!("exitlab trace: {note}");
-    }
-    let session = match Session::start(&cfg) {
+    let split = match phase_split(&a) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("exitlab trace: {e}");
-            return EXIT_TEST_FAILED;
-        }
+        Err(e) => return usage_error(e),
     };
-    let missing: Vec<String> = session
-        .events()
-        .iter()
-        .filter(|e| !e.available)
-        .map(|e| e.name.replace('/', ":"))
-        .collect();
-    eprintln!(
-        "exitlab trace: tracing through {} (clock x86-tsc){}",
-        session.dir().display(),
-        if missing.is_empty() {
-            String::new()
-        } else {
-            format!("; absent on this kernel: {}", missing.join(", "))
-        }
-    );
-    let deadline = a
-        .seconds
-        .map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let mut command_status = None;
-    if let Some(pid) = a.pid {
-        let alive = PathBuf::from(format!("/proc/{pid}"));
-        while alive.exists() && deadline.is_none_or(|d| Instant::now() < d) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    } else {
-        let mut child = match Command::new(&a.command[0]).args(&a.command[1..]).spawn() {
-            Ok(c) => c,
-            Err(e) => return usage_error(format!("cannot run {}: {e}", a.command[0])),
-        };
-        loop {
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    command_status = Some(s);
-                    break;
-                }
-                Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => break,
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => {
-                    eprintln!("exitlab trace: waiting for the command failed: {e}");
-                    break;
-                }
-            }
-        }
-    }
+    let session = match start_session(&a) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let command_status = match wait_for_target(&a) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
     let cap = match session.finish() {
         Ok(c) => c,
         Err(e) => {
@@ -275,16 +313,7 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
         }
     };
     let report = TraceReport::from_capture(&cap, split, None);
-    let command_line = if let Some(s) = command_status {
-        Some(format!("command: {} ({s})", a.command.join(" ")))
-    } else if a.pid.is_none() {
-        Some(format!(
-            "command: {} (still running when tracing stopped after --seconds)",
-            a.command.join(" ")
-        ))
-    } else {
-        None
-    };
+    let command_line = command_line(&a, command_status);
     if a.json.to_stdout() {
         if let Some(l) = &command_line {
             eprintln!("{l}");

@@ -56,7 +56,6 @@ pub fn run(
     };
     let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
     let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
-    let mut order = Vec::new();
     let total = rounds as u32;
     let ended = rounds::run(
         total,
@@ -67,8 +66,6 @@ pub fn run(
             let (round, side) = match step {
                 Step::Round(round) => {
                     progress(Progress::Round(round, total));
-                    let seq = Order::Alternate.sequence(round, 2);
-                    order.push([seq[0], seq[1]].map(|i| ["a", "b"][i].to_string()));
                     return Ok(Flow::Continue);
                 }
                 Step::Side { round, side } => (u64::from(round - 1), side),
@@ -101,11 +98,30 @@ pub fn run(
             Ok(Flow::Continue)
         },
     )?;
-    let interrupted = ended.round();
+    let mut out = assemble(base, spec, &sides[0], runs, notes)?;
+    out.wall_seconds = started.elapsed().as_secs_f64();
+    let complete = out.config.rounds;
+    out.incomplete = ended.round().map(|round| {
+        format!(
+            "interrupted during round {round} of {rounds}: kept the {complete} round(s) both sides completed"
+        )
+    });
+    Ok(out)
+}
+
+/// One results file of the sides' one-round runs (`side_a`: side A's options as they
+/// ended): the rounds both sides completed, side A's tests and side B's under `ab`, the
+/// order of each round, and the runs' notes.
+fn assemble(
+    base: &BenchOptions,
+    spec: &AbSpec,
+    side_a: &BenchOptions,
+    mut runs: [Vec<Results>; 2],
+    notes: Vec<String>,
+) -> Result<Results, AbError> {
     // A round counts only when both sides completed it.
     let complete = runs[0].len().min(runs[1].len());
     runs.iter_mut().for_each(|r| r.truncate(complete));
-    order.truncate(complete);
     let [a_runs, b_runs] = runs;
     let Some(first) = a_runs.first() else {
         return Err(AbError::NothingCompleted);
@@ -115,9 +131,8 @@ pub fn run(
     out.config.rounds = complete as u32;
     out.config.samples = a_runs.iter().map(|r| r.config.samples).sum();
     out.config.raw = base.raw;
-    out.config.knobs = knobs::values(&sides[0]);
+    out.config.knobs = knobs::values(side_a);
     out.config.knobs.remove(spec.knob.name);
-    out.wall_seconds = started.elapsed().as_secs_f64();
     out.notes = notes;
     // Each side's run of each round has its own host-noise note (its own counts and
     // limit); the file gets one, with the counts added up.
@@ -146,11 +161,13 @@ pub fn run(
     let b_tests = merge_side(&b_runs, base.raw);
     out.notes
         .extend(guest_work_ab_note(&out.tests, &b_tests, spec));
-    out.incomplete = interrupted.map(|round| {
-        format!(
-            "interrupted during round {round} of {rounds}: kept the {complete} round(s) both sides completed"
-        )
-    });
+    // The sides' order in each completed round, as the driver ran them.
+    let order = (1..=complete as u32)
+        .map(|round| {
+            let seq = Order::Alternate.sequence(round, 2);
+            [seq[0], seq[1]].map(|i| ["a", "b"][i].to_string())
+        })
+        .collect();
     out.ab = Some(AbRun {
         knob: spec.knob.name.to_string(),
         a: spec.a.clone(),

@@ -519,10 +519,7 @@ pub fn run(
     opts: &AgreeOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Agreement, RunError> {
-    let mut harness_runs = Vec::new();
-    let mut bench_runs = Vec::new();
-    let mut loop_batch_runs = Vec::new();
-    let mut notes = Vec::new();
+    let mut c = Collected::default();
     let tests: Vec<_> = std::iter::once(catalogue::baseline())
         .chain(HARNESS_TESTS.iter().filter_map(|t| catalogue::find(t)))
         .collect();
@@ -544,80 +541,133 @@ pub fn run(
                     {
                         Ok(h) => {
                             progress(Progress::Done("second harness", &TestStatus::Ok));
-                            harness_runs.push(h);
+                            c.harness.push(h);
                         }
                         Err(e) => {
                             let st = TestStatus::Failed { reason: e.clone() };
                             progress(Progress::Done("second harness", &st));
-                            notes.push(format!("round {round}: {e}"));
+                            c.notes.push(format!("round {round}: {e}"));
                         }
                     }
                 }
                 Step::Side { .. } => {
                     let (one, many) = exitlab_round(kvm, image, &tests, opts.params, progress)?;
-                    bench_runs.push(one);
-                    loop_batch_runs.push(many);
+                    c.bench.push(one);
+                    c.loop_batch.push(many);
                 }
             }
             Ok(Flow::Continue)
         },
     )?;
-    let pooled = |f: &dyn Fn(&HarnessRun) -> Vec<f64>| -> Vec<f64> {
-        harness_runs.iter().flat_map(f).collect()
-    };
-    let over_rounds = |f: &dyn Fn(&Results) -> Option<f64>| -> Option<f64> {
-        let v: Vec<f64> = bench_runs.iter().filter_map(f).collect();
+    Ok(c.agreement(opts))
+}
+
+/// What the rounds of [`run`] collected.
+#[derive(Default)]
+struct Collected {
+    /// The second harness's runs, one per round that it completed.
+    harness: Vec<HarnessRun>,
+    /// exitlab's bench, one per round.
+    bench: Vec<Results>,
+    /// exitlab's empty loop at [`LOOP_BATCH`] iterations per sample, one per round.
+    loop_batch: Vec<Results>,
+    /// What went wrong in which round.
+    notes: Vec<String>,
+}
+
+impl Collected {
+    /// The harness's samples of `f`, pooled over its runs.
+    fn pooled(&self, f: &dyn Fn(&HarnessRun) -> Vec<f64>) -> Vec<f64> {
+        self.harness.iter().flat_map(f).collect()
+    }
+
+    /// The median over exitlab's rounds of `f`, the rounds that have it.
+    fn over_rounds(&self, f: &dyn Fn(&Results) -> Option<f64>) -> Option<f64> {
+        let v: Vec<f64> = self.bench.iter().filter_map(f).collect();
         summarize(&v).ok().map(|s| s.median)
-    };
-    let harness_loop = summarize(&pooled(&|h| h.loop_cycles())).ok();
-    let exitlab_loop = over_rounds(&|r| loop_median(r));
-    let harness_loop_step = summarize(&pooled(&|h| h.loop_step())).ok();
-    let steps: Vec<f64> = bench_runs
-        .iter()
-        .zip(&loop_batch_runs)
-        .filter_map(|(one, many)| loop_step(loop_median(one)?, loop_median(many)?, LOOP_BATCH))
-        .collect();
-    let exitlab_loop_step = summarize(&steps).ok().map(|s| s.median);
-    let mode_factor = ratio(
-        harness_loop_step.as_ref().map(|s| s.median),
-        exitlab_loop_step,
-    );
-    let mut rows = Vec::new();
-    for &test in HARNESS_TESTS {
-        let harness = summarize(&pooled(&|h| h.net(test))).ok();
+    }
+
+    /// The agreement of the rounds: both empty loops, the guest-mode factor between
+    /// them, and one row per test.
+    fn agreement(self, opts: &AgreeOptions) -> Agreement {
+        let harness_loop = summarize(&self.pooled(&|h| h.loop_cycles())).ok();
+        let exitlab_loop = self.over_rounds(&|r| loop_median(r));
+        let harness_loop_step = summarize(&self.pooled(&|h| h.loop_step())).ok();
+        let steps: Vec<f64> = self
+            .bench
+            .iter()
+            .zip(&self.loop_batch)
+            .filter_map(|(one, many)| loop_step(loop_median(one)?, loop_median(many)?, LOOP_BATCH))
+            .collect();
+        let exitlab_loop_step = summarize(&steps).ok().map(|s| s.median);
+        let mode_factor = ratio(
+            harness_loop_step.as_ref().map(|s| s.median),
+            exitlab_loop_step,
+        );
+        let h_loop = harness_loop.as_ref().map(|s| s.median);
+        Agreement {
+            rows: HARNESS_TESTS
+                .iter()
+                .map(|t| self.row(t, h_loop, exitlab_loop, mode_factor))
+                .collect(),
+            harness_loop,
+            exitlab_loop,
+            harness_loop_step,
+            exitlab_loop_step,
+            mode_factor,
+            rounds: opts.rounds.max(1),
+            k: opts.k,
+            reps: opts.reps,
+            samples: opts.params.samples,
+            notes: self.notes,
+        }
+    }
+
+    /// Test `test`'s row, given the medians of the harness's and exitlab's empty loops
+    /// and the guest-mode factor between them.
+    fn row(
+        &self,
+        test: &str,
+        harness_loop: Option<f64>,
+        exitlab_loop: Option<f64>,
+        mode_factor: Option<f64>,
+    ) -> AgreementRow {
+        let harness = summarize(&self.pooled(&|h| h.net(test))).ok();
         let reload_name = format!("{test}_reload");
-        let harness_reload = summarize(&pooled(&|h| h.net(&reload_name))).ok();
-        let net_median = over_rounds(&|r| {
+        let harness_reload = summarize(&self.pooled(&|h| h.net(&reload_name))).ok();
+        let net_median = self.over_rounds(&|r| {
             r.tests
                 .iter()
                 .find(|t| t.name == test && t.status == TestStatus::Ok)
                 .and_then(|t| t.net_median_cycles)
         });
-        let nm = over_rounds(&|r| net_mean(r, test));
+        let nm = self.over_rounds(&|r| net_mean(r, test));
         let (ratio_median, ratio_mean, mut v) = verdict(&Figures {
             harness: harness.as_ref().map(|s| s.median),
             harness_reload: harness_reload.as_ref().map(|s| s.median),
             net_median,
             net_mean: nm,
             mode_factor,
-            harness_loop: harness_loop.as_ref().map(|s| s.median),
+            harness_loop,
             exitlab_loop,
         });
-        if let Some((_, why)) = harness_runs
+        if let Some((_, why)) = self
+            .harness
             .iter()
             .flat_map(|h| &h.skipped)
             .find(|(n, _)| n == test)
         {
             v = format!("{v} (harness skipped it: {why})");
         }
-        if let Some(t) = bench_runs
+        if let Some(t) = self
+            .bench
             .iter()
             .flat_map(|r| &r.tests)
             .find(|t| t.name == test && !matches!(t.status, TestStatus::Ok))
         {
             v = format!("{v} (exitlab: {})", t.status.word());
         }
-        rows.push(AgreementRow {
+        AgreementRow {
             test: test.into(),
             harness,
             exitlab_net_median: net_median,
@@ -627,21 +677,8 @@ pub fn run(
             harness_reload,
             ratio_mean,
             verdict: v,
-        });
+        }
     }
-    Ok(Agreement {
-        rows,
-        harness_loop,
-        exitlab_loop,
-        harness_loop_step,
-        exitlab_loop_step,
-        mode_factor,
-        rounds: opts.rounds.max(1),
-        k: opts.k,
-        reps: opts.reps,
-        samples: opts.params.samples,
-        notes,
-    })
 }
 
 impl Agreement {

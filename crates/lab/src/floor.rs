@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use exitlab_trace::{Capture, Session, SessionConfig};
 
+use crate::rounds::{self, Ended, Flow, Order, Step};
+
 use exitlab_results::results::{FloorComparison, FloorSide, FloorView};
 use exitlab_results::stats::summarize;
 use exitlab_results::trace_report::{user_exits, Target};
@@ -82,6 +84,40 @@ impl Side {
             exits: 0,
             round_medians: Vec::new(),
         }
+    }
+
+    /// One traced run of this side's `cmd` (`floor`: the bare loop, which prints its own
+    /// counts), checked and added to the side; returns the trace records lost.
+    fn run(&mut self, cmd: &mut Command, floor: bool, setup: &FloorSetup) -> Result<u64, String> {
+        let (cap, status, stderr) =
+            traced_run(cmd, setup.run_timeout).map_err(|e| format!("{}: {e}", self.label))?;
+        let expected_status = if floor { 0 } else { 1 };
+        if status != Some(expected_status) {
+            return Err(format!(
+                "{} ended with {} instead of {expected_status} (the guest's debug-exit 0): {}",
+                self.label,
+                status.map_or("a signal".to_string(), |s| format!("exit status {s}")),
+                stderr.trim()
+            ));
+        }
+        if floor {
+            let c = exitlab_floor::parse_counts(&stderr)
+                .ok_or_else(|| format!("exitlab-floor printed no counts: {}", stderr.trim()))?;
+            if c.ins != setup.exits_per_run {
+                return Err(format!(
+                    "exitlab-floor counted {} `in` exits where the guest makes {}",
+                    c.ins, setup.exits_per_run
+                ));
+            }
+        }
+        let (n, times) = user_exits(&cap.records, "in", Target::Port(PORT));
+        let values: Vec<f64> = times.into_iter().map(|c| c as f64).collect();
+        self.exits += n;
+        if let Ok(s) = summarize(&values) {
+            self.round_medians.push(s.median);
+        }
+        self.values.extend(values);
+        Ok(cap.lost)
     }
 
     fn finish(self, expected: u64) -> Result<FloorSide, String> {
@@ -155,48 +191,30 @@ fn compare_inner(
     ];
     let mut lost = 0;
     let rounds = setup.rounds.max(1);
-    for round in 0..rounds {
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
+    // A B, then B A, and so on (the driver of every interleaved experiment).
+    let ended = rounds::run(
+        rounds,
+        2,
+        Order::Alternate,
+        None,
+        |step| -> Result<Flow, String> {
+            let Step::Side { side, .. } = step else {
+                return Ok(Flow::Continue);
+            };
             if cancelled() {
-                return Ok(None);
+                return Ok(Flow::Stop);
             }
-            let cmd = if i == 0 {
+            let cmd = if side == 0 {
                 &mut floor_cmd
             } else {
                 &mut exitlab_cmd
             };
-            let (cap, status, stderr) = traced_run(cmd, setup.run_timeout)
-                .map_err(|e| format!("{}: {e}", sides[i].label))?;
-            let expected_status = if i == 0 { 0 } else { 1 };
-            if status != Some(expected_status) {
-                return Err(format!(
-                    "{} ended with {} instead of {expected_status} (the guest's debug-exit 0): {}",
-                    sides[i].label,
-                    status.map_or("a signal".to_string(), |s| format!("exit status {s}")),
-                    stderr.trim()
-                ));
-            }
-            if i == 0 {
-                let c = exitlab_floor::parse_counts(&stderr)
-                    .ok_or_else(|| format!("exitlab-floor printed no counts: {}", stderr.trim()))?;
-                if c.ins != setup.exits_per_run {
-                    return Err(format!(
-                        "exitlab-floor counted {} `in` exits where the guest makes {}",
-                        c.ins, setup.exits_per_run
-                    ));
-                }
-            }
-            lost += cap.lost;
-            let (n, times) = user_exits(&cap.records, "in", Target::Port(PORT));
-            let values: Vec<f64> = times.into_iter().map(|c| c as f64).collect();
-            let side = &mut sides[i];
-            side.exits += n;
-            if let Ok(s) = summarize(&values) {
-                side.round_medians.push(s.median);
-            }
-            side.values.extend(values);
-        }
+            lost += sides[side].run(cmd, side == 0, setup)?;
+            Ok(Flow::Continue)
+        },
+    )?;
+    if ended != Ended::Completed {
+        return Ok(None);
     }
     let [f, e] = sides;
     let expected = setup.exits_per_run * u64::from(rounds);

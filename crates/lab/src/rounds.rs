@@ -1,8 +1,9 @@
-//! The interleaved-rounds driver: the loop `bench --ab`, the Linux workload and `agree`
-//! share. Each round runs every side once; with [`Order::Alternate`] two sides run A B
-//! in the first round, B A in the second, and so on, so that neither side always runs
-//! first (a host that drifts, warms up or is interrupted weighs on both alike). The
-//! driver checks for a cancel before each side and stops where a side asks it to.
+//! The interleaved-rounds driver: the loop `bench --ab`, the Linux workload, `agree` and
+//! the overhead experiment against the floor share. Each round runs every side once;
+//! with [`Order::Alternate`] two sides run A B in the first round, B A in the second, and
+//! so on, so that neither side always runs first (a host that drifts, warms up or is
+//! interrupted weighs on both alike). The driver checks for a cancel before each side and
+//! stops where a side asks it to.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,7 +1,9 @@
 //! Interrupt experiments on several vCPUs: the knobs of a run (APIC mode, vCPU count,
-//! idle behaviour, disabled exits, halt polling, PV send-IPI, pinning), the extra
-//! control-page words the lab kernel reads for them, and the APs' threads (created,
-//! started by the guest's INIT-SIPI-SIPI, stopped and accounted after the test).
+//! idle behaviour, disabled exits, halt polling, PV send-IPI, irqchip, pinning), what
+//! they set in the VM's configuration and in the control page the lab kernel reads, the
+//! tests they rule out, and what the per-vCPU page says when a run fails. The APs are
+//! vCPUs of the run's machine: [`crate::runner`] adds them to its
+//! [`exitlab_vmm::builder::MachineBuilder`], and stops and accounts them after the test.
 
 use std::mem::offset_of;
 
@@ -76,13 +78,19 @@ impl IrqKnobs {
 
     /// Checks the host offers every knob asked for.
     pub fn probe(&self, kvm: &Kvm) -> Result<(), String> {
-        self.probe_with(kvm, &|cap| kvm.check_extension_raw(cap.into()))
+        exitlab_vmm::irqchip::probe_host(self.irqchip, kvm)?;
+        self.probe_vm_knobs(kvm)
     }
 
     /// [`IrqKnobs::probe`] with KVM_CHECK_EXTENSION's answers for the irqchip taken from
     /// `check` (tests stand in a host that lacks a capability).
     pub fn probe_with(&self, kvm: &Kvm, check: &dyn Fn(u32) -> i32) -> Result<(), String> {
         exitlab_vmm::irqchip::probe(self.irqchip, check)?;
+        self.probe_vm_knobs(kvm)
+    }
+
+    /// Checks the host offers the disabled exits, VM knobs and idle mode asked for.
+    fn probe_vm_knobs(&self, kvm: &Kvm) -> Result<(), String> {
         knobs::probe(kvm, self.disable_exits, &self.vm_knobs())?;
         if self.idle == Idle::Mwait
             && self.disable_exits & knobs::DISABLE_MWAIT == 0

@@ -26,7 +26,7 @@ pub use kvm_bindings::KVM_CAP_SPLIT_IRQCHIP;
 use kvm_bindings::{
     kvm_enable_cap, kvm_irq_routing_entry, kvm_msi, KvmIrqRouting, KVM_IRQ_ROUTING_MSI,
 };
-use kvm_ioctls::VmFd;
+use kvm_ioctls::{Kvm, VmFd};
 
 use crate::bus::Bus;
 use crate::VmmError;
@@ -86,6 +86,11 @@ pub fn probe(chip: IrqChip, check: &dyn Fn(u32) -> i32) -> Result<(), String> {
         ),
         _ => Ok(()),
     }
+}
+
+/// [`probe`] with this host's answers: KVM_CHECK_EXTENSION on the system fd `kvm`.
+pub fn probe_host(chip: IrqChip, kvm: &Kvm) -> Result<(), String> {
+    probe(chip, &|cap| kvm.check_extension_raw(cap.into()))
 }
 
 /// Turns on the split irqchip (before any vCPU exists).
