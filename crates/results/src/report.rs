@@ -910,6 +910,24 @@ mod tests {
     }
 
     #[test]
+    fn csv_marks_every_row_of_an_incomplete_file() {
+        let mut r = sample_results();
+        let done = render_csv(&[("done.json".into(), r.clone())]);
+        assert!(done.lines().next().unwrap().ends_with(",incomplete"));
+        assert!(done.lines().skip(1).all(|l| l.ends_with(',')), "{done}");
+        r.incomplete = Some("interrupted during round 2 of 6: kept 3 test(s), each".into());
+        let cut = render_csv(&[("cut.json".into(), r.clone())]);
+        let rows: Vec<&str> = cut.lines().skip(1).collect();
+        assert_eq!(rows.len(), r.tests.len());
+        for row in rows {
+            assert!(
+                row.ends_with(",\"interrupted during round 2 of 6: kept 3 test(s), each\""),
+                "{row}"
+            );
+        }
+    }
+
+    #[test]
     fn a_stuck_test_gets_one_line_and_no_samples_in_the_table() {
         let mut r = sample_results();
         let ipi = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
