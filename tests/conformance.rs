@@ -530,10 +530,10 @@ fn nmi_latching_one_more_after_iret() {
             r.describe()
         );
         assert!(r.stderr.contains("emulation failure"), "{}", r.describe());
-        eprintln!(
+        common::say_not_verified(
             "NOT CHECKED on this host: its KVM (kvm_pvm) cannot run a ring-0 IRET in \
              protected mode, so the NMI latching rule cannot be observed here; .ci/run \
-             checks it inside ../shared/tools/l1kvm/run-in-l1 (SVM KVM)."
+             checks it inside ../shared/tools/l1kvm/run-in-l1 (SVM KVM).",
         );
         return;
     }

@@ -165,3 +165,38 @@ fn the_apic_mode_of_every_test_is_recorded() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn vcpus_sharing_a_host_cpu_get_one_plain_note() {
+    // Both vCPUs of the IPI test pinned to host CPU 0: the report says so once, as a
+    // note of its own (it read "note: warning: ..." once).
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "ipi",
+        "--pin",
+        "0,0",
+        "--samples",
+        "5",
+        "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--no-overhead",
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
+    let shared: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("IPI figures mean little"))
+        .collect();
+    assert_eq!(
+        shared,
+        [
+            "note: several vCPUs are pinned to host CPU(s) 0: IPI figures mean little when vCPUs \
+          share a host CPU"
+        ],
+        "{out}"
+    );
+    assert!(!out.contains("warning:"), "{out}");
+}

@@ -480,20 +480,20 @@ fn hackbench_on(cpus: u32) {
                 tail(&text, 3000)
             ),
         }
-        eprintln!("{}", not_verified_here(&text, &report.end));
+        common::say_not_verified(&not_verified_here(&text, &report.end));
         return;
     }
     if host == LinuxHost::UnderSmpSoftwareEmulation && matches!(report.end, RunEnd::Timeout { .. })
     {
         assert!(text.contains("Linux version"), "no banner in:\n{text}");
-        eprintln!(
+        common::say_not_verified(&format!(
             "NOT VERIFIED on this host: Linux did not reach the workload within the budget \
              ({outcome:?}); KVM runs in a software emulator with several CPUs, which delivers \
              interrupts to the guest while its IF is clear (Linux deadlocks, under QEMU as \
              under exitlab); run this test in a one-CPU emulator (run-in-l1 --cpus 1), \
              where it must pass; console tail:\n{}",
             tail(&text, 800)
-        );
+        ));
         return;
     }
     let o = outcome.unwrap_or_else(|e| {
@@ -592,13 +592,13 @@ fn bench_workload_hackbench_runs_linux_or_says_why_it_stopped() {
                 incomplete.starts_with("stopped: the workload never started"),
                 "{v}"
             );
-            eprintln!(
+            common::say_not_verified(&format!(
                 "NOT VERIFIED here: `bench --workload hackbench` could not run Linux to the \
                  workload on this host (guest ring 0 emulated; the boot {ended}); what was \
                  checked is that the experiment says so and exits 4. The completed workload \
                  is checked on hardware hosts and, by .ci/run on kvm_pvm hosts, in a one-CPU \
                  L1 with SVM KVM."
-            );
+            ));
         }
         // In a one-CPU l1kvm guest this ran Linux to the end once (exit 0); both kinds
         // keep the boot limit's account until that has been seen to hold every time.
@@ -612,10 +612,10 @@ fn bench_workload_hackbench_runs_linux_or_says_why_it_stopped() {
                     incomplete.starts_with("stopped: the workload never started"),
                     "{v}"
                 );
-                eprintln!(
+                common::say_not_verified(&format!(
                     "NOT VERIFIED on this host: Linux did not reach the workload within \
                      --boot-timeout {boot_timeout} under software emulation"
-                );
+                ));
             }
         }
     }

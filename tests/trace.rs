@@ -129,6 +129,9 @@ fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
         .find(|w| w.contains("/instances/exitlab-"))
         .expect("the instance path on stderr");
     assert!(!std::path::Path::new(dir).exists(), "{dir} was left behind");
+    // The stale instance is gone: exitlab trace removes stale instances when it starts
+    // (so may the other tests of this file, each of which starts a session too).
+    assert!(!stale.exists(), "{} was left in place", stale.display());
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(&kernel);
 }

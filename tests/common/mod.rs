@@ -32,3 +32,12 @@ pub fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("create a scratch directory");
     d
 }
+
+/// Says what a test that passes could not check on this host ("NOT VERIFIED here: ...",
+/// "NOT CHECKED on this host: ..."). libtest keeps what a passing test prints with
+/// `eprintln!` to itself, so `cargo test` would show only "ok"; this line is written to
+/// the process's standard error directly, and shows beside the test's result.
+pub fn say_not_verified(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}

@@ -168,9 +168,10 @@ pub fn run(
             }
             _ => format!("round {round} of {rounds}"),
         };
-        format!(
-            "interrupted during {when}: kept the {} test(s) with at least one completed round (each with the rounds it completed); the VMM overhead experiment was not run",
-            results.iter().filter(|r| !r.rounds.is_empty()).count()
+        interrupted_reason(
+            &when,
+            results.iter().filter(|r| !r.rounds.is_empty()).count(),
+            opts.overhead,
         )
     });
     let mut rss_outside_guest = assembled.rss_outside_guest;
@@ -902,6 +903,20 @@ fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
 pub const HOST_STATE_NOTE: &str = "host state: ";
 
 /// The note on rounds taken in a slower host state, if any.
+/// Why a run interrupted `when` is incomplete: the tests it kept, and the VMM overhead
+/// experiment it did not run, where the run was to end with it.
+fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
+    let overhead = if overhead_due {
+        "; the VMM overhead experiment was not run"
+    } else {
+        ""
+    };
+    format!(
+        "interrupted during {when}: kept the {kept} test(s) with at least one completed round \
+         (each with the rounds it completed){overhead}"
+    )
+}
+
 fn slow_state_note(s: &SlowState) -> String {
     format!(
         "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figures rest on its rounds in the quick state where at least {MIN_QUICK} of them ran (the line on rounds set aside names them); runs taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
@@ -1036,6 +1051,22 @@ mod tests {
     use exitlab_guest::abi::Sample;
 
     use super::*;
+
+    #[test]
+    fn an_interrupted_run_names_the_overhead_experiment_only_where_it_was_due() {
+        let due = interrupted_reason("round 1 of 12", 2, true);
+        assert_eq!(
+            due,
+            "interrupted during round 1 of 12: kept the 2 test(s) with at least one completed \
+             round (each with the rounds it completed); the VMM overhead experiment was not run"
+        );
+        // bench --tests cpuid,hlt runs no overhead experiment: nothing to say about it.
+        let not_due = interrupted_reason("round 1 of 12", 2, false);
+        assert!(
+            not_due.ends_with("(each with the rounds it completed)"),
+            "{not_due}"
+        );
+    }
 
     /// A completed round of `cpuid` whose samples' paired loops are `loops`.
     fn round(loops: &[u64]) -> Measurement {

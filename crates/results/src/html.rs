@@ -221,12 +221,7 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
         row("INCOMPLETE", why.clone());
     }
     // The virtualization row says already what a note repeating the host's summary would.
-    let virtualization = host_str(&r.host, "/virtualization/summary");
-    for n in r
-        .notes
-        .iter()
-        .filter(|n| Some(n.as_str()) != virtualization)
-    {
+    for n in r.notes_beyond_host() {
         row("note", n.clone());
     }
     page.push_str("</dl>\n");
@@ -591,6 +586,27 @@ mod tests {
         assert!(page.contains("<table class=\"phases\">"), "{page}");
         assert!(page.contains("host cycles (median, logarithmic)"), "{page}");
         assert!(page.contains("<th>VMM share</th>"), "{page}");
+    }
+
+    #[test]
+    fn summary_has_thousands_separators_and_the_observed_footnote_when_starred() {
+        let mut r = sample_results();
+        // inl_from_qemu: net 5,040 cycles at 3 GHz.
+        let page = render(&[("a.json".into(), r.clone())]);
+        assert!(page.contains("<td>1,680</td>"), "{page}");
+        assert!(!page.contains("class=\"footnote\""), "{page}");
+        let t = r
+            .tests
+            .iter_mut()
+            .find(|t| t.name == "inl_from_qemu")
+            .unwrap();
+        t.handled = Some(crate::results::Handling::NotObserved);
+        let page = render(&[("a.json".into(), r)]);
+        assert!(page.contains("<td>not observed*</td>"), "{page}");
+        assert!(
+            page.contains("<p class=\"footnote\">* observed differs from where the exit"),
+            "{page}"
+        );
     }
 
     #[test]

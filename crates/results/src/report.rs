@@ -273,7 +273,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             mib(p.peak_rss_bytes)
         ));
     }
-    for note in &results.notes {
+    for note in results.notes_beyond_host() {
         lines.push(format!("note: {note}"));
     }
     lines
@@ -808,7 +808,8 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     t.ring.to_string(),
                     t.status.word().to_string(),
                     t.handled.map_or(String::new(), |h| h.as_str().to_string()),
-                    t.samples.to_string(),
+                    // As in the table: no sample count beside a test without figures.
+                    c.map_or(String::new(), |_| t.samples.to_string()),
                     t.rounds.len().to_string(),
                     num(c.map(|c| c.median)),
                     num(c.map(|c| c.p10)),
@@ -892,16 +893,36 @@ mod tests {
             "{}",
             lines[2]
         );
-        assert!(
-            lines[4].contains(",vmcall,3,skipped,,0,6,,"),
-            "{}",
-            lines[4]
-        );
+        assert!(lines[4].contains(",vmcall,3,skipped,,,6,,"), "{}", lines[4]);
+        // A test that did not complete has samples configured but no figures: its
+        // samples cell is empty, as the table's is "-".
+        let ipi = r.tests.iter().find(|t| t.name == "ipi").unwrap();
+        assert!(ipi.samples > 0 && ipi.cycles.is_none());
+        let row = lines.iter().find(|l| l.contains(",ipi,")).unwrap();
+        assert!(row.contains(",ipi,3,did-not-complete,,,"), "{row}");
         for l in &lines[1..] {
             assert_eq!(
                 l.replace("\"a,b.json\"", "f").split(',').count(),
                 cols,
                 "{l}"
+            );
+        }
+    }
+
+    #[test]
+    fn csv_marks_every_row_of_an_incomplete_file() {
+        let mut r = sample_results();
+        let done = render_csv(&[("done.json".into(), r.clone())]);
+        assert!(done.lines().next().unwrap().ends_with(",incomplete"));
+        assert!(done.lines().skip(1).all(|l| l.ends_with(',')), "{done}");
+        r.incomplete = Some("interrupted during round 2 of 6: kept 3 test(s), each".into());
+        let cut = render_csv(&[("cut.json".into(), r.clone())]);
+        let rows: Vec<&str> = cut.lines().skip(1).collect();
+        assert_eq!(rows.len(), r.tests.len());
+        for row in rows {
+            assert!(
+                row.ends_with(",\"interrupted during round 2 of 6: kept 3 test(s), each\""),
+                "{row}"
             );
         }
     }
@@ -938,6 +959,20 @@ mod tests {
             header.contains(" observed ") && !header.contains("handled"),
             "{header}"
         );
+    }
+
+    #[test]
+    fn the_host_line_names_the_virtualization_once() {
+        let mut r = sample_results();
+        let summary = "nested, paravirtual: exit costs are not hardware figures";
+        r.host["virtualization"] = serde_json::json!({ "summary": summary });
+        r.notes = vec![summary.to_string(), "another note".to_string()];
+        for text in [render_table(&r), render_markdown(&r)] {
+            assert_eq!(text.matches(summary).count(), 1, "{text}");
+            let host = text.lines().find(|l| l.contains("host: ")).unwrap();
+            assert!(host.contains(summary), "{text}");
+            assert!(text.contains("note: another note"), "{text}");
+        }
     }
 
     #[test]

@@ -126,6 +126,16 @@ pub struct AbRun {
 }
 
 impl Results {
+    /// The run's notes a report prints, less one that only repeats the host's
+    /// virtualization summary (a nested or paravirtual host's note): every report shows
+    /// that summary already, in its host line or row.
+    pub fn notes_beyond_host(&self) -> impl Iterator<Item = &String> {
+        let virtualization = crate::format::host_str(&self.host, "/virtualization/summary");
+        self.notes
+            .iter()
+            .filter(move |n| Some(n.as_str()) != virtualization)
+    }
+
     /// The two sides of an A/B run as results of their own (side A, side B), each with
     /// its knob value recorded in `config.knobs`.
     pub fn ab_sides(&self) -> Option<(Results, Results)> {
