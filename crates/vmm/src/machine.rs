@@ -523,11 +523,19 @@ fn add_vcpus(
     Ok(())
 }
 
-/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]); the PICs
-/// and the PIT only where they are KVM's (a split irqchip has no PIT; `pit=off` none).
+/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]): the PICs
+/// initialised with the firmware's bases and masks, KVM's or the userspace pair of a
+/// split irqchip, and the PIT only where it is KVM's (a split irqchip has no PIT;
+/// `pit=off` none).
 fn firmware_state(vm: &Vm, p: &PlatformOptions) -> Result<(), MachineError> {
     use exitlab_boot::firmware as fw;
     fw::write_bios_state(vm.memory().as_ref())?;
+    if let Some(chips) = vm.split_chips() {
+        chips.pic.firmware_init(
+            (fw::PIC_MASTER_BASE, fw::PIC_SLAVE_BASE),
+            (fw::PIC_MASTER_IMR, fw::PIC_SLAVE_IMR),
+        );
+    }
     if p.irqchip == IrqChip::Kernel {
         crate::sys::firmware_pic_pit(
             vm.fd(),
