@@ -189,8 +189,8 @@ pub struct RunReport {
     pub first_entry: Option<Instant>,
     /// The e820 map the guest was given.
     pub e820: Vec<exitlab_boot::E820Entry>,
-    /// Resident memory of the process outside guest RAM when the guest stopped (bytes).
-    pub vmm_rss_bytes: Option<u64>,
+    /// Memory of the process outside guest RAM when the guest stopped.
+    pub vmm_memory: Option<crate::sys::VmmMemory>,
 }
 
 /// Errors that stop a run before the guest starts.
@@ -592,7 +592,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         run_time: started.elapsed(),
         first_entry: sup.first_entry,
         e820: loaded.e820,
-        vmm_rss_bytes: crate::sys::rss_outside_guest(sup.machine.memory()),
+        vmm_memory: crate::sys::memory_outside_guest(sup.machine.memory()),
     })
 }
 
