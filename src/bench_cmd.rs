@@ -91,7 +91,7 @@ pub struct BenchArgs {
     /// guest TSC cycles after the measured instruction in every iteration of the measured
     /// loop, not in the empty loop it is net of (0: off); `loop_overhead` with the same
     /// work is its calibration. `--ab guest-cycles=0,N` shows whether exitlab sees it.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_guest::abi::MAX_WORK_CYCLES))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_abi::MAX_WORK_CYCLES))]
     guest_cycles: u64,
     /// After the planned rounds, run more rounds (of the tests not there yet) until every
     /// test's 95% interval of its central figure is within +-PCT percent, or --budget

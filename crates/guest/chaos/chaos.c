@@ -18,7 +18,7 @@ typedef unsigned long long u64;
 #define COM1 0x3F8
 #define LAB_DOORBELL_PORT 0x700
 #define LAB_CONTROL_GPA 0x400000u
-/* The lab ABI (crates/guest/src/abi.rs): doorbells, vCPU 0's sample ring, its size. */
+/* The lab ABI (crates/abi/src/abi.rs): doorbells, vCPU 0's sample ring, its size. */
 #define LAB_READY 1u
 #define LAB_BATCH 2u
 #define LAB_DONE 3u

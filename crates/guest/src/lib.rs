@@ -1,7 +1,9 @@
-//! exitlab's guest test kernel and its ABI.
+//! exitlab's guest test kernels.
 //!
 //! [`IMAGE`] is the kernel as a flat binary, built from the C and assembly sources in
-//! `kernel/` by this crate's build script. It is linked at [`abi::KERNEL_GPA`] and opens
+//! `kernel/` by this crate's build script against `abi.h`, which `exitlab-abi` generates
+//! from the structs the host uses ([`ABI_HEADER`]). It is linked at
+//! [`exitlab_abi::KERNEL_GPA`] and opens
 //! with a multiboot v1 header using the a.out kludge (flags bit 16): load the file at
 //! `load_addr`, zero memory up to `bss_end_addr`, and enter at `entry_addr` in 32-bit
 //! protected mode with EAX = 0x2BADB002, flat 4 GiB code and data segments, paging off
@@ -10,20 +12,9 @@
 #![deny(unsafe_code)]
 #![no_std]
 
-#[allow(missing_docs)]
-pub mod abi {
-    include!("abi.rs");
-}
+use exitlab_abi as abi;
 
 pub mod hackbench;
-// The one place of this crate with `unsafe`: the ABI structs as plain bytes for the host.
-#[cfg(feature = "host")]
-#[allow(unsafe_code)]
-pub mod host;
-
-// The per-vCPU page lies between the last stamp page and the first sample ring.
-const _: () = assert!(abi::PERCPU_GPA + abi::MAX_CPUS * abi::PERCPU_BYTES <= abi::SAMPLES_GPA);
-const _: () = assert!(abi::PERCPU_GPA >= abi::STAMPS_GPA + abi::MAX_CPUS * abi::PAGE_SIZE);
 
 /// Each ABI struct's size and field offsets as this crate is compiled (for the test of
 /// the host's and the guest's views).
@@ -37,7 +28,7 @@ pub mod image_info {
     include!(concat!(env!("OUT_DIR"), "/image_info.rs"));
 }
 
-/// The guest kernel as a flat binary, to be loaded at [`abi::KERNEL_GPA`].
+/// The guest kernel as a flat binary, to be loaded at [`exitlab_abi::KERNEL_GPA`].
 pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exitlab-guest.bin"));
 
 /// The guest kernel as a flat binary (same as [`IMAGE`]).
@@ -101,16 +92,14 @@ pub const CONFORMANCE_SERIAL_PATTERN: &[u8] = b"SERIAL-PATTERN-BEGIN\n \
 // Layout facts the host relies on, checked when the crate compiles.
 const _: () = {
     assert!(image_info::BSS_END_ADDR <= abi::KERNEL_END_GPA);
-    assert!(abi::KERNEL_END_GPA <= abi::CONTROL_GPA);
     assert!(image_info::LOAD_ADDR == abi::KERNEL_GPA);
     assert!(image_info::LOAD_ADDR <= image_info::ENTRY_ADDR);
     assert!(image_info::ENTRY_ADDR < image_info::LOAD_END_ADDR);
-    assert!(core::mem::size_of::<abi::Sample>() as u64 == abi::SAMPLE_BYTES);
-    assert!(abi::SAMPLES_PER_BATCH * abi::SAMPLE_BYTES <= abi::SAMPLES_BYTES_PER_CPU);
 };
 
 /// `abi.h`, the C header the guest kernels are compiled against, generated from
-/// [`abi`] by the build script (its layouts `_Static_assert`ed by the C compiler).
+/// `exitlab-abi` by [`exitlab_abi::c_header`] in the build script (its layouts
+/// `_Static_assert`ed by the C compiler).
 pub const ABI_HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/abi.h"));
 
 /// The chaos kernel (`exitlab run --builtin chaos`): a multiboot ELF32 that, from the seed
@@ -321,22 +310,6 @@ mod tests {
         want.extend((0x20u8..0x7F).rev());
         want.extend_from_slice(b"\r\n\r\n\n\r\nSERIAL-PATTERN-END\n");
         assert_eq!(CONFORMANCE_SERIAL_PATTERN, &want[..]);
-    }
-
-    #[test]
-    fn abi_layout_is_stable() {
-        assert_eq!(core::mem::size_of::<abi::Control>(), 184);
-        assert_eq!(core::mem::offset_of!(abi::Control, apic_mode), 128);
-        assert_eq!(core::mem::offset_of!(abi::Control, cpus_online), 152);
-        assert_eq!(core::mem::offset_of!(abi::Control, work_cycles), 160);
-        assert_eq!(core::mem::offset_of!(abi::Control, work_spent), 176);
-        assert_eq!(
-            core::mem::size_of::<abi::PerCpu>() as u64,
-            abi::PERCPU_BYTES
-        );
-        assert_eq!(core::mem::size_of::<abi::Stamps>(), 24);
-        assert_eq!(core::mem::offset_of!(abi::Control, batch_count), 72);
-        assert_eq!(core::mem::offset_of!(abi::Sample, seq_delta), 40);
     }
 
     /// The `#define NAME value` lines of `abi.h` that give a struct's size or a field's

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use exitlab_guest::abi::{Sample, SAMPLES_PER_BATCH};
+use exitlab_abi::{Sample, SAMPLES_PER_BATCH};
 
 use crate::catalogue::{TestDef, UserExit, Where};
 use exitlab_results::results::{

@@ -14,7 +14,7 @@ use crate::analysis::{self, Baseline};
 use crate::catalogue::{self, TestDef};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
-use exitlab_guest::abi::Sample;
+use exitlab_abi::Sample;
 use exitlab_results::central;
 use exitlab_results::figures;
 use exitlab_results::packed::PackedSamples;
@@ -1042,7 +1042,7 @@ fn overhead(
 mod tests {
     use std::time::Duration;
 
-    use exitlab_guest::abi::Sample;
+    use exitlab_abi::Sample;
 
     use super::*;
 

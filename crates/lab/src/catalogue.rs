@@ -2,7 +2,7 @@
 //! the host, where its exit is expected to be handled, and which userspace exits it must
 //! cause.
 
-use exitlab_guest::abi;
+use exitlab_abi as abi;
 
 /// Where an exit is expected to be handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use exitlab_guest::abi;
+use exitlab_abi as abi;
 use exitlab_results::irq::{ApicMode, Idle};
 use exitlab_vmm::knobs::{disable_exits_names, parse_disable_exits};
 use exitlab_vmm::vm::IrqChip;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use exitlab_abi::{self as abi, host};
 use exitlab_devices::sink::Sink;
 use exitlab_devices::{BusDevice, IoAction};
-use exitlab_guest::{abi, host};
 use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;

@@ -7,7 +7,7 @@
 
 use std::mem::offset_of;
 
-use exitlab_guest::{abi, host};
+use exitlab_abi::{self as abi, host};
 use exitlab_vmm::knobs::{self, VmKnobs};
 use exitlab_vmm::vm::IrqChip;
 use exitlab_vmm::vm::VmConfig;

@@ -79,9 +79,7 @@ fn completed_in_kernel(m: &Measurement) -> exitlab_results::results::TestResult 
 #[test]
 fn smp_bringup_of_one_two_and_the_most_vcpus() {
     let kvm = kvm();
-    let max = kvm
-        .get_max_vcpus()
-        .min(exitlab_guest::abi::MAX_CPUS as usize) as u32;
+    let max = kvm.get_max_vcpus().min(exitlab_abi::MAX_CPUS as usize) as u32;
     // Idle in HLT: the many APs of the largest VM must not spin on this host's few CPUs.
     for cpus in [1, 2, max] {
         let m = run(

@@ -110,7 +110,7 @@ fn batches_larger_than_one_ring_are_reassembled() {
     let kvm = kvm();
     let def = catalogue::find("outl_to_user").unwrap();
     // More samples than one ring holds: at least one BATCH doorbell plus DONE.
-    let n = exitlab_guest::abi::SAMPLES_PER_BATCH + 100;
+    let n = exitlab_abi::SAMPLES_PER_BATCH + 100;
     let mut p = params(n, 1);
     p.ring = 3; // ring 3 runs the loop natively on hosts that emulate ring 0
                 // The no-progress window must hold a whole ring of userspace exits between two

@@ -2,7 +2,7 @@
 //! VM), which is the unit [`crate::verdict`] resamples, and the percentiles of the paired
 //! net cycles, which is what the report's CDFs draw.
 
-use exitlab_guest::abi::Sample;
+use exitlab_abi::Sample;
 
 use crate::results::RoundFigure;
 use crate::samples::{paired_net, per_iteration};

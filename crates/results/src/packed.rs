@@ -9,7 +9,7 @@
 //! 12-18 bytes a record instead of 56 on the hosts measured. Any u64 values round-trip
 //! exactly (the differences wrap).
 
-use exitlab_guest::abi::Sample;
+use exitlab_abi::Sample;
 
 /// Sample records, packed (see the module documentation).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! the paired empty loop, the quiet-host filter, the spread between rounds, and the
 //! per-exit host timelines (exit leg, handling, entry leg).
 
-use exitlab_guest::abi::Sample;
+use exitlab_abi::Sample;
 
 use crate::stats::{summarize, Summary};
 

@@ -1,7 +1,7 @@
 //! Synthetic inputs with known answers, for the tests of this crate and of the lab
 //! (which turns the guest's samples into results).
 
-use exitlab_guest::abi::Sample;
+use exitlab_abi::Sample;
 
 /// A sample of `total` guest cycles starting at `g_start` (guest TSC), with the empty
 /// loop at `g_loop`, and host stamps that put the exit `exit` cycles after the start and

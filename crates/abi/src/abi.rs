@@ -1,8 +1,8 @@
 // The contract between exitlab's host side and its guest test kernel.
 //
-// This file is plain constants and `repr(C)` layouts with no dependencies, so that the
-// guest crate's build script can `include!` it and emit the matching C header
-// (`abi.h`) the guest kernel is compiled against: one source of truth for both sides.
+// This file is plain constants and `repr(C)` layouts with no dependencies; `c_header.rs`
+// renders them as the C header (`abi.h`) the guest kernels are compiled against (the
+// guest crate's build script writes it): one source of truth for both sides.
 //
 // Guest-physical layout (identity-mapped by the guest kernel):
 //

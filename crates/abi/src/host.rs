@@ -1,4 +1,4 @@
-//! The ABI's `#[repr(C)]` structs ([`crate::abi`]) as the host reads and writes them in
+//! The ABI's `#[repr(C)]` structs ([`crate`]) as the host reads and writes them in
 //! guest memory: vm-memory's `read_obj`/`write_obj` at each struct's guest-physical
 //! address, and a single field at its `core::mem::offset_of!`. There are no word
 //! indices: the host and the guest kernel (compiled against `abi.h`, generated from the
@@ -8,9 +8,10 @@ use core::mem::size_of;
 
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemory};
 
-use crate::abi::{self, Control, PerCpu, Sample, Stamps};
+use crate as abi;
+use crate::{Control, PerCpu, Sample, Stamps};
 
-// SAFETY: each of these is `#[repr(C)]` with only `u64` fields (the build script refuses
+// SAFETY: each of these is `#[repr(C)]` with only `u64` fields (c_header.rs refuses
 // any other field type, since it must express each in C): no padding, no pointers, and
 // every bit pattern is a valid value, which is what `ByteValued` requires.
 unsafe impl ByteValued for Control {}
