@@ -16,6 +16,7 @@ use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use exitlab_guest::abi::Sample;
 use exitlab_results::central;
 use exitlab_results::figures;
+use exitlab_results::format::fmt_cycles;
 use exitlab_results::packed::PackedSamples;
 use exitlab_results::results::RoundFigure;
 use exitlab_results::results::{
@@ -903,8 +904,8 @@ fn slow_state_note(s: &SlowState) -> String {
         s.slow,
         s.rounds,
         (SLOW_STATE_FACTOR - 1.0) * 100.0,
-        exitlab_results::format::fmt_cycles(s.slow_median),
-        exitlab_results::format::fmt_cycles(s.quick),
+        fmt_cycles(s.slow_median),
+        fmt_cycles(s.quick),
         s.slow_median / s.quick,
         MIN_QUICK = central::MIN_QUICK_ROUNDS,
     )
@@ -914,22 +915,32 @@ fn slow_state_note(s: &SlowState) -> String {
 /// rounds set aside and the extra rounds that replaced them are the line on rounds set
 /// aside's ([`central::outliers_line`]), said there once.
 fn noise_note(results: &[TestResult], limit: Option<f64>) -> Option<String> {
-    let (mut dropped, mut total) = (0, 0);
-    for t in results.iter().filter(|t| t.status.is_ok()) {
-        if let Some(s) = &t.round_spread {
-            dropped += s.dropped_samples;
-            total += t.samples;
-        }
-    }
+    let (dropped, total) = samples_left_out(results);
     let limit = limit?;
     if dropped == 0 {
         return None;
     }
     Some(format!(
-        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
+        "host noise: {} of {} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
+        fmt_cycles(dropped as f64),
+        fmt_cycles(total as f64),
+        fmt_cycles(limit),
         NOISE_TOLERANCE * 100.0,
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     ))
+}
+
+/// The samples the host-noise detector left out of the tests that completed, and all
+/// their samples.
+pub(crate) fn samples_left_out<'a>(tests: impl IntoIterator<Item = &'a TestResult>) -> (u64, u64) {
+    let (mut dropped, mut total) = (0, 0);
+    for t in tests.into_iter().filter(|t| t.status.is_ok()) {
+        if let Some(s) = &t.round_spread {
+            dropped += s.dropped_samples;
+            total += t.samples;
+        }
+    }
+    (dropped, total)
 }
 
 /// What the progress display shows for the whole VMM overhead experiment (one step).
@@ -1087,6 +1098,24 @@ mod tests {
             "{note}"
         );
         assert!(!note.contains("extra round"), "{note}");
+    }
+
+    #[test]
+    fn the_noise_note_writes_its_numbers_with_thousands_separators() {
+        let mut r = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
+        r.samples = 22_900;
+        r.round_spread = Some(exitlab_results::results::RoundSpread {
+            rounds: 2,
+            dropped_samples: 5_539,
+            spread: 0.0,
+            outlier_rounds: 0,
+        });
+        let note = noise_note(&[r], Some(21_210.4)).unwrap();
+        assert!(
+            note.starts_with("host noise: 5,539 of 22,900 samples")
+                && note.contains("more than 21,210 cycles"),
+            "{note}"
+        );
     }
 
     fn stored(loops: &[u64]) -> Stored {
