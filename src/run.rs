@@ -458,7 +458,7 @@ pub fn run_cmd(o: RunOptions) -> i32 {
     let _ = std::io::stdout().flush();
     if o.verbose {
         eprintln!(
-            "exitlab: booted as {}; first guest instruction {} after start (setup {:.1} ms), guest ran {:.3} s; {} resident outside guest RAM (peak RSS {})",
+            "exitlab: booted as {}; first guest instruction {} after start (setup {:.1} ms), guest ran {:.3} s; {} resident outside guest RAM, {} of it private (peak RSS {})",
             format_name(report.format),
             report.first_entry.map_or("never (vCPU 0 did not run)".to_string(), |t| format!(
                 "{:.1} ms",
@@ -466,7 +466,8 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             )),
             report.setup_time.as_secs_f64() * 1e3,
             report.run_time.as_secs_f64(),
-            mib(report.vmm_rss_bytes),
+            mib(report.vmm_memory.map(|m| m.resident)),
+            mib(report.vmm_memory.map(|m| m.private)),
             mib(exitlab_vmm::sys::peak_rss()),
         );
     }

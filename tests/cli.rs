@@ -529,7 +529,7 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
     assert_eq!(c.status.code(), Some(4), "{}", stdout(&c));
     let out = stdout(&c);
     assert!(
-        out.contains("slower beyond 5.0% with 95% confidence: outl_to_user"),
+        out.contains("slower beyond 2.0% with 95% confidence: outl_to_user"),
         "{out}"
     );
     let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();

@@ -294,6 +294,22 @@ fn multiboot_elf_passes_every_test() {
 }
 
 #[test]
+fn multiboot_elf_passes_every_test_with_a_split_irqchip() {
+    // With --irqchip split the PICs are exitlab's userspace pair: the firmware state a
+    // multiboot kernel finds (PIC bases and masks as SeaBIOS leaves them) is set there.
+    let kernel = write_file("conformance-multiboot-split.elf", CONFORMANCE_MULTIBOOT);
+    let cmdline = format!("ram=64 cpus=1 tsc_khz={}", tsc_khz());
+    let r = run(
+        &kernel,
+        &["--mem", "64", "--irqchip", "split", "--cmdline", &cmdline],
+    );
+    r.assert_all_passed(&[
+        "mbinfo", "cmdline", "fwcfg", "acpi", "pmtimer", "hpet", "firmware", "pci", "pcicfg",
+        "serial", "smp", "mce",
+    ]);
+}
+
+#[test]
 fn multiboot_flat_image_with_ram_above_4g() {
     // 3.5 GiB: 3 GiB below the PCI hole, 512 MiB from 4 GiB; the initrd goes high
     // below the hole.

@@ -229,6 +229,32 @@ impl Pic {
         }
     }
 
+    /// Leaves the pair as PC firmware does before it starts a kernel: both chips
+    /// initialised (cascaded on the master's input 2, ICW4 8086 mode, edge-triggered,
+    /// normal EOI) with vector bases `bases` and masks `imrs` (master, slave), nothing
+    /// pending or in service.
+    pub fn firmware_init(&self, bases: (u8, u8), imrs: (u8, u8)) {
+        let mut c = crate::lock(&self.chips);
+        for (i, (base, imr)) in [(bases.0, imrs.0), (bases.1, imrs.1)]
+            .into_iter()
+            .enumerate()
+        {
+            let chip = &mut c[i];
+            *chip = Chip {
+                init: Init::Ready,
+                need_icw4: true,
+                vector_base: base & 0xf8,
+                // The master has the slave on input 2; the slave's identity is 2.
+                cascade: if i == 0 { 0x04 } else { 0x02 },
+                icw4: 0x01,
+                imr,
+                lines: chip.lines,
+                elcr: chip.elcr,
+                ..Chip::new()
+            };
+        }
+    }
+
     /// Sets the level of ISA IRQ `irq` (0..=15; others are ignored).
     pub fn set_level(&self, irq: u32, level: bool) {
         if irq < 16 {
@@ -294,6 +320,23 @@ impl BusDevice for Pic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn firmware_init_leaves_both_chips_initialised_with_its_bases_and_masks() {
+        let p = Pic::new();
+        p.firmware_init((0x08, 0x70), (0xfa, 0xff));
+        assert_eq!(p.vector_bases(), (0x08, 0x70));
+        assert_eq!(p.masks(), (0xfa, 0xff));
+        assert_eq!((rd(&p, 1), rd(&p, 0x11)), (0xfa, 0xff));
+        // Initialised: a data-port write is a mask (OCW1), not an ICW.
+        p.write(1, &[0xfe]);
+        assert_eq!((p.masks(), p.vector_bases()), ((0xfe, 0xff), (0x08, 0x70)));
+        // Nothing pending or in service: the IRR and ISR reads give 0.
+        p.write(0, &[0x0a]);
+        assert_eq!(rd(&p, 0), 0);
+        p.write(0, &[0x0b]);
+        assert_eq!(rd(&p, 0), 0);
+    }
 
     fn rd(p: &Pic, off: u64) -> u8 {
         let mut b = [0u8; 1];

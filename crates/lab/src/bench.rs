@@ -168,16 +168,9 @@ pub fn run(
             opts.overhead,
         )
     });
-    let mut rss_outside_guest = assembled.rss_outside_guest;
+    let mut vmm_memory = assembled.vmm_memory;
     let after = if opts.overhead && incomplete.is_none() {
-        overhead_step(
-            kvm,
-            image,
-            opts,
-            &mut rss_outside_guest,
-            results.len(),
-            progress,
-        )?
+        overhead_step(kvm, image, opts, &mut vmm_memory, results.len(), progress)?
     } else {
         OverheadStep::default()
     };
@@ -211,8 +204,9 @@ pub fn run(
         vmm_overhead: after.vmm_overhead,
         floor: after.floor,
         notes,
-        process: rss_outside_guest.map(|outside| ProcessStats {
-            vmm_rss_outside_guest_bytes: outside,
+        process: vmm_memory.map(|outside| ProcessStats {
+            vmm_rss_outside_guest_bytes: outside.resident,
+            vmm_private_outside_guest_bytes: Some(outside.private),
             peak_rss_bytes: exitlab_vmm::sys::peak_rss().unwrap_or(0),
         }),
         provenance: Some(exitlab_results::results::Provenance::current()),
@@ -297,8 +291,8 @@ struct Assembled {
     slow_state: Option<SlowState>,
     /// The first pinning failure.
     pin_error: Option<String>,
-    /// The largest resident memory outside guest RAM.
-    rss_outside_guest: Option<u64>,
+    /// The most memory outside guest RAM (each figure's largest).
+    vmm_memory: Option<exitlab_vmm::sys::VmmMemory>,
     /// The TSC frequency the figures were converted with, and its source.
     tsc_khz: Option<(u64, String)>,
 }
@@ -320,7 +314,7 @@ fn assemble(
         quiet_loop_limit: base.quiet_loop_limit,
         slow_state: slow_state(&per_test),
         pin_error: None,
-        rss_outside_guest: None,
+        vmm_memory: None,
         tsc_khz: None,
     };
     for (def, rounds) in tests.iter().zip(per_test) {
@@ -371,7 +365,7 @@ fn assemble(
         }
         out.results.push(r);
         out.pin_error = out.pin_error.or(m.pin_error);
-        out.rss_outside_guest = out.rss_outside_guest.max(m.vmm_rss_bytes);
+        out.vmm_memory = exitlab_vmm::sys::VmmMemory::largest(out.vmm_memory, m.vmm_memory);
     }
     out
 }
@@ -391,13 +385,13 @@ fn overhead_step(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    rss_outside_guest: &mut Option<u64>,
+    vmm_memory: &mut Option<exitlab_vmm::sys::VmmMemory>,
     tests_done: usize,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<OverheadStep, RunError> {
     let mut out = OverheadStep::default();
     progress(Progress::Start(OVERHEAD_LABEL));
-    let stamps = overhead(kvm, image, opts, rss_outside_guest)?;
+    let stamps = overhead(kvm, image, opts, vmm_memory)?;
     let kernel = match (&stamps, &opts.floor) {
         (Some(_), Some(setup)) => crate::floor::compare(setup, &|| cancelled(opts)).map(Some),
         (Some(_), None) => Some(None),
@@ -958,7 +952,7 @@ fn overhead(
     kvm: &Arc<Kvm>,
     image: &[u8],
     opts: &BenchOptions,
-    rss_outside_guest: &mut Option<u64>,
+    vmm_memory: &mut Option<exitlab_vmm::sys::VmmMemory>,
 ) -> Result<Option<Result<Overhead, String>>, RunError> {
     let Some(def) = catalogue::find(OVERHEAD_TEST) else {
         return Ok(Some(Err("the test is missing from the catalogue".into())));
@@ -985,7 +979,7 @@ fn overhead(
                     ..params
                 },
             )?;
-            *rss_outside_guest = (*rss_outside_guest).max(m.vmm_rss_bytes);
+            *vmm_memory = exitlab_vmm::sys::VmmMemory::largest(*vmm_memory, m.vmm_memory);
             devices = n;
             if m.outcome != Outcome::Completed {
                 let status = status_of(&m.outcome);

@@ -116,9 +116,8 @@ pub struct Measurement {
     /// Durations of the KVM_RUN calls of the measured iterations, as the VMM saw them
     /// (userspace-exit tests with the full loop only).
     pub kvm_run_log: Vec<u64>,
-    /// Resident memory of the process outside guest RAM, just before the VM was torn
-    /// down (bytes).
-    pub vmm_rss_bytes: Option<u64>,
+    /// Memory of the process outside guest RAM, just before the VM was torn down.
+    pub vmm_memory: Option<exitlab_vmm::sys::VmmMemory>,
     /// APIC mode the guest ran in.
     pub apic: exitlab_results::irq::ApicMode,
     /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
@@ -158,7 +157,7 @@ impl Measurement {
             wall: Duration::ZERO,
             pin_error: None,
             kvm_run_log: Vec::new(),
-            vmm_rss_bytes: None,
+            vmm_memory: None,
             apic: params.irq.apic_for(def),
             per_vcpu: Vec::new(),
             injected_waits: 0,
@@ -210,7 +209,7 @@ impl Measurement {
             };
             m.doorbells += r.doorbells;
             m.kvm_run_log.extend(r.kvm_run_log);
-            m.vmm_rss_bytes = m.vmm_rss_bytes.max(r.vmm_rss_bytes);
+            m.vmm_memory = exitlab_vmm::sys::VmmMemory::largest(m.vmm_memory, r.vmm_memory);
             exitlab_results::irq::merge_vcpu_exits(&mut m.per_vcpu, &r.per_vcpu);
             m.wall += r.wall;
             m.rounds.extend(r.rounds);
@@ -977,7 +976,7 @@ fn collect(
 ) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
     m.injected_waits = f.vcpu.injected_waits();
-    m.vmm_rss_bytes = exitlab_vmm::sys::rss_outside_guest(machine.memory());
+    m.vmm_memory = exitlab_vmm::sys::memory_outside_guest(machine.memory());
     m.kvm_run_log = f
         .vcpu
         .run_log()

@@ -16,13 +16,15 @@ use crate::results::{Results, TestResult};
 use crate::verdict::{self, Change, Pairing, Verdict};
 
 /// Default `--threshold` of `exitlab compare` in percent: a test is called slower only
-/// when the whole 95 % interval of its change lies above this. Chosen from the
-/// known-answer trials on this project's development host (`docs/statistics.md`, 25 Nov
-/// 2026): the interval from one run's rounds cannot see how far a whole run drifts from
-/// the next, which on that busy host was 2-10 %; over 2 × 21 pairs of default runs of one
-/// build, 5 % flagged 0 and 2 of 336 test comparisons (1 %: 44 and 67). A change smaller
-/// than that is for an A/B run (`bench --ab`, rounds paired, threshold 0).
-pub const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
+/// when the whole 95 % interval of its change lies above this. Chosen from A/A pairs and
+/// doctored copies of default runs on this project's development host
+/// (`docs/statistics.md`, "Rounds of the slow host state set aside", 27 Nov 2026): once
+/// rounds of the host's slow state are set aside, 2 % flagged 1 of 320 test comparisons
+/// over 20 pairs of one build (1 %: 8, 0 %: 29) and named both a +5 % and a +3 % test in
+/// 15 of 40 doctored copies (5 %: 0 of 40). The interval from one run's rounds cannot see
+/// an exit path that drifts for a whole run without the empty loop moving (2-7 % on that
+/// host); a smaller change is for an A/B run (`bench --ab`, rounds paired, threshold 0).
+pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
 
 /// How far apart, in percent, the two runs' empty loops (the baseline test, raw) may lie
 /// before `compare` calls the host states different and draws no conclusion for any test:
@@ -66,6 +68,9 @@ pub struct TestComparison {
     pub figure: &'static str,
     /// The change and its verdict.
     pub change: Change,
+    /// Whether this is the paired empty loop (guest code with no exit): its change is the
+    /// host's, never a regression of the thing measured, so it does not gate.
+    pub baseline: bool,
 }
 
 /// A test present in both files that could not be compared, because it did
@@ -104,7 +109,7 @@ impl Comparison {
     pub fn regressions(&self) -> Vec<&str> {
         self.tests
             .iter()
-            .filter(|t| t.change.is_regression())
+            .filter(|t| t.change.is_regression() && !t.baseline)
             .map(|t| t.name.as_str())
             .collect()
     }
@@ -194,6 +199,7 @@ fn compare_with(
                     name: b.name.clone(),
                     figure,
                     change,
+                    baseline: b.baseline,
                 });
             }
             None => not_compared.push(NotCompared {
@@ -446,6 +452,15 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     if !cmp.only_after.is_empty() {
         tail.push(format!("only {}: {}", labels[1], cmp.only_after.join(", ")));
     }
+    for t in cmp.tests.iter().filter(|t| t.baseline) {
+        if let (Verdict::Slower | Verdict::Faster, Some(pct)) = (&t.change.verdict, t.change.pct) {
+            tail.push(format!(
+                "{} (the empty loop, no exit) moved {}: the host ran the guest's code at another speed; not a regression of any exit, and it does not set the exit status",
+                t.name,
+                fmt_pct_signed(pct)
+            ));
+        }
+    }
     let regressions = cmp.regressions();
     if !regressions.is_empty() {
         tail.push(format!(
@@ -521,7 +536,7 @@ mod tests {
         assert!(c.regressions().is_empty());
         let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
         assert_eq!(cpuid.verdict, Verdict::Faster);
-        // 5 % slower stays below the threshold.
+        // 5 % slower stays below a 10 % threshold.
         let mut after = sample_results();
         scale(&mut after.tests[1], 1.05);
         assert!(compare(&before, &after, 10.0).regressions().is_empty());
@@ -698,13 +713,23 @@ mod tests {
                 "{:?}",
                 c.warnings
             );
+            let text = render_comparison(&c, ["before", "after"]);
             if differs {
                 assert!(c.tests.iter().all(|t| matches!(
                     &t.change.verdict,
                     Verdict::NoConclusion(why) if why.contains("empty loop")
                 )));
-                let text = render_comparison(&c, ["before", "after"]);
                 assert!(text.contains("cycles before and"), "{text}");
+            } else {
+                // The empty loop 3 % slower is past the 2 % threshold: said, but it is the
+                // host's, so it neither gates nor is named with the regressions.
+                let lo_change = &c.tests.iter().find(|t| t.baseline).unwrap().change;
+                assert_eq!(lo_change.verdict, Verdict::Slower);
+                assert!(
+                    text.contains("loop_overhead (the empty loop, no exit) moved +3.0%"),
+                    "{text}"
+                );
+                assert!(text.trim_end().ends_with("confidence: cpuid"), "{text}");
             }
         }
         // A native empty loop of ~50 cycles scatters by a fifth between rounds: 20 % apart
@@ -729,24 +754,26 @@ mod tests {
     }
 
     #[test]
-    fn doctored_copies_are_both_named_30_percent_at_the_default_threshold_5_and_3_at_1() {
+    fn doctored_copies_are_named_by_how_far_they_clear_the_threshold() {
         // A run whose inl_from_qemu (a userspace exit, 2 % round spread) and cpuid (a
-        // kernel-handled one, 1 %) each have an outlier round; the copy has every figure of
-        // the first 5 % and of the second 3 % higher (or both 30 %), the rounds' variation
-        // kept. 5 % and 3 % are within the default threshold (between-run drift on a busy
-        // host), so they are looked for at 1 %.
+        // kernel-handled one, 1 %) each have eight rounds, one an outlier; the copy has every
+        // figure of the first 5 % and of the second 3 % higher (or both 30 %), the rounds'
+        // variation kept. At the default 2 % threshold the 5 % change is named, but the 3 %
+        // one is not: its interval's lower end (about 3 % minus a 1 % half-width) does not
+        // clear 2 %. At 1 % both are, at 5 % neither, and an unchanged copy names none.
         let mut before = sample_results();
         realistic_rounds(&mut before.tests[1], 3_000.0, 0.01);
         realistic_rounds(&mut before.tests[2], 24_000.0, 0.02);
         for (factors, threshold, named) in [
+            ([1.03, 1.05], DEFAULT_THRESHOLD_PCT, vec!["inl_from_qemu"]),
             ([1.03, 1.05], 1.0, vec!["cpuid", "inl_from_qemu"]),
             (
                 [1.30, 1.30],
                 DEFAULT_THRESHOLD_PCT,
                 vec!["cpuid", "inl_from_qemu"],
             ),
-            ([1.0, 1.0], 1.0, vec![]),
-            ([1.03, 1.05], DEFAULT_THRESHOLD_PCT, vec![]),
+            ([1.0, 1.0], DEFAULT_THRESHOLD_PCT, vec![]),
+            ([1.03, 1.05], 5.0, vec![]),
         ] {
             let mut after = before.clone();
             scale(&mut after.tests[1], factors[0]);

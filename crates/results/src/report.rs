@@ -267,8 +267,13 @@ fn detail_lines(results: &Results) -> Vec<String> {
     lines.extend(exit_check_lines(tests));
     if let Some(p) = &results.process {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let private = p
+            .vmm_private_outside_guest_bytes
+            .map_or(String::new(), |b| {
+                format!(", {:.1} MiB of it private", mib(b))
+            });
         lines.push(format!(
-            "process memory: {:.1} MiB resident outside guest RAM at most (peak RSS {:.1} MiB including guest RAM)",
+            "process memory: {:.1} MiB resident outside guest RAM at most{private} (peak RSS {:.1} MiB including guest RAM)",
             mib(p.vmm_rss_outside_guest_bytes),
             mib(p.peak_rss_bytes)
         ));
@@ -973,6 +978,27 @@ mod tests {
             assert!(host.contains(summary), "{text}");
             assert!(text.contains("note: another note"), "{text}");
         }
+    }
+
+    #[test]
+    fn process_memory_line_gives_the_private_part_when_the_file_has_it() {
+        let mut results = sample_results();
+        let text = render_table(&results);
+        assert!(
+            text.contains("process memory: 6.0 MiB resident outside guest RAM at most, 1.0 MiB of it private (peak RSS 7.0 MiB including guest RAM)"),
+            "{text}"
+        );
+        // Files written before the private figure existed.
+        results
+            .process
+            .as_mut()
+            .unwrap()
+            .vmm_private_outside_guest_bytes = None;
+        let text = render_table(&results);
+        assert!(
+            text.contains("process memory: 6.0 MiB resident outside guest RAM at most (peak RSS 7.0 MiB including guest RAM)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -246,6 +246,11 @@ pub struct ProcessStats {
     /// its VM was alive, the VMM overhead experiment's VMs included (bytes): the VMM's
     /// own footprint.
     pub vmm_rss_outside_guest_bytes: u64,
+    /// The private part of that memory at the same samples (its largest): anonymous
+    /// pages (heap, stacks, relocated pages); the rest are file pages of the binary and
+    /// the C libraries mapped from the page cache. Absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_private_outside_guest_bytes: Option<u64>,
     /// Peak resident memory of the process, guest RAM included (VmHWM, bytes).
     pub peak_rss_bytes: u64,
 }
@@ -1215,6 +1220,7 @@ pub(crate) mod tests {
             notes: vec!["this host is nested/paravirtual".to_string()],
             process: Some(ProcessStats {
                 vmm_rss_outside_guest_bytes: 6 << 20,
+                vmm_private_outside_guest_bytes: Some(1 << 20),
                 peak_rss_bytes: 7 << 20,
             }),
             provenance: Some(Provenance {

@@ -189,8 +189,8 @@ pub struct RunReport {
     pub first_entry: Option<Instant>,
     /// The e820 map the guest was given.
     pub e820: Vec<exitlab_boot::E820Entry>,
-    /// Resident memory of the process outside guest RAM when the guest stopped (bytes).
-    pub vmm_rss_bytes: Option<u64>,
+    /// Memory of the process outside guest RAM when the guest stopped.
+    pub vmm_memory: Option<crate::sys::VmmMemory>,
 }
 
 /// Errors that stop a run before the guest starts.
@@ -523,11 +523,19 @@ fn add_vcpus(
     Ok(())
 }
 
-/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]); the PICs
-/// and the PIT only where they are KVM's (a split irqchip has no PIT; `pit=off` none).
+/// What PC firmware leaves behind (see [`PlatformOptions::firmware_state`]): the PICs
+/// initialised with the firmware's bases and masks, KVM's or the userspace pair of a
+/// split irqchip, and the PIT only where it is KVM's (a split irqchip has no PIT;
+/// `pit=off` none).
 fn firmware_state(vm: &Vm, p: &PlatformOptions) -> Result<(), MachineError> {
     use exitlab_boot::firmware as fw;
     fw::write_bios_state(vm.memory().as_ref())?;
+    if let Some(chips) = vm.split_chips() {
+        chips.pic.firmware_init(
+            (fw::PIC_MASTER_BASE, fw::PIC_SLAVE_BASE),
+            (fw::PIC_MASTER_IMR, fw::PIC_SLAVE_IMR),
+        );
+    }
     if p.irqchip == IrqChip::Kernel {
         crate::sys::firmware_pic_pit(
             vm.fd(),
@@ -592,7 +600,7 @@ pub fn run(kvm: Arc<kvm_ioctls::Kvm>, cfg: MachineConfig) -> Result<RunReport, M
         run_time: started.elapsed(),
         first_entry: sup.first_entry,
         e820: loaded.e820,
-        vmm_rss_bytes: crate::sys::rss_outside_guest(sup.machine.memory()),
+        vmm_memory: crate::sys::memory_outside_guest(sup.machine.memory()),
     })
 }
 

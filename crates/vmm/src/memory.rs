@@ -33,7 +33,7 @@ pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>,
         };
         // Guest RAM stays out of core dumps, and its mapping keeps flags of its own, so
         // the kernel never merges it with a neighbouring anonymous mapping of the process
-        // (a malloc arena): `sys::rss_outside_guest` counts memory by mapping and would
+        // (a malloc arena): `sys::memory_outside_guest` counts memory by mapping and would
         // otherwise leave the merged part of the VMM's own memory out.
         // SAFETY: madvise only sets a flag on pages of the live mapping owned by `mem`.
         if unsafe {
