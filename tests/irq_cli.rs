@@ -15,6 +15,33 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Runs `exitlab bench ARGS... --json FILE` in a scratch directory of its own (`tag`)
+/// and returns its output and the results file it wrote.
+fn bench_json(tag: &str, args: &[&str]) -> (Output, serde_json::Value) {
+    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let o = exitlab(&all);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (o, v)
+}
+
+/// The test `name` of a results file.
+fn test_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} missing: {v}"))
+}
+
 #[test]
 fn bad_knob_values_are_usage_errors() {
     for (args, want) in [
@@ -130,40 +157,27 @@ fn the_irqchip_knob_is_probed_and_written_into_the_results() {
 
 #[test]
 fn the_apic_mode_of_every_test_is_recorded() {
-    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("r.json");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "eoi,x2apic_eoi",
-        "--samples",
-        "5",
-        "--warmup",
-        "1",
-        "--no-overhead",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let mode = |name: &str| {
-        v["tests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == name)
-            .map(|t| t["irq"]["apic"].clone())
-    };
-    assert_eq!(mode("eoi"), Some("xapic".into()));
-    assert_eq!(mode("x2apic_eoi"), Some("x2apic".into()));
-    assert_eq!(mode("loop_overhead"), Some("xapic".into()));
+    let (o, v) = bench_json(
+        "apic",
+        &[
+            "--tests",
+            "eoi,x2apic_eoi",
+            "--samples",
+            "5",
+            "--warmup",
+            "1",
+            "--no-overhead",
+        ],
+    );
+    let mode = |name: &str| test_named(&v, name)["irq"]["apic"].clone();
+    assert_eq!(mode("eoi"), "xapic");
+    assert_eq!(mode("x2apic_eoi"), "x2apic");
+    assert_eq!(mode("loop_overhead"), "xapic");
     let out = text(&o.stdout);
     assert!(
         out.contains(" apic "),
         "the table has an apic column: {out}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -199,4 +213,42 @@ fn vcpus_sharing_a_host_cpu_get_one_plain_note() {
         "{out}"
     );
     assert!(!out.contains("warning:"), "{out}");
+}
+
+#[test]
+fn hlt_without_an_irqchip_is_skipped_in_x2apic_mode_saying_why() {
+    // Not a guest #GP at the x2APIC MSR write (a failed test, exit 4): a skip, exit 0.
+    let (o, v) = bench_json(
+        "hlt",
+        &[
+            "--tests",
+            "hlt,cpuid",
+            "--samples",
+            "5",
+            "--warmup",
+            "1",
+            "--rounds",
+            "1",
+            "--apic",
+            "x2apic",
+        ],
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("hlt skipped: --apic x2apic: the test runs with no in-kernel irqchip"),
+        "{out}"
+    );
+    assert_eq!(
+        test_named(&v, "cpuid")["status"],
+        "ok",
+        "the other tests run in x2APIC mode"
+    );
+    let hlt = test_named(&v, "hlt");
+    assert_eq!(hlt["status"], "skipped", "{hlt}");
+    assert!(
+        hlt["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no local APIC")),
+        "{hlt}"
+    );
 }

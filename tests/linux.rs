@@ -49,6 +49,38 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `apt-get update`, waiting for another apt-get or dpkg as `.ci/run`'s `apt_update`
+/// does: `DPkg::Lock::Timeout` covers the dpkg lock but not the package lists' lock,
+/// which apt 2.6 gives up on at once, so try again every 5 s while that lock is the
+/// reason, up to 10 minutes. Any other failure fails the test.
+fn apt_update() {
+    const WAIT: Duration = Duration::from_secs(600);
+    let start = Instant::now();
+    loop {
+        let out = Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=600", "update", "-qq"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run apt-get update: {e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            lists_lock_held(&err) && start.elapsed() < WAIT,
+            "apt-get update failed: {}\n{err}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
+/// Whether apt-get failed because another process holds the package lists' lock (the
+/// messages `.ci/run`'s `apt_update` waits on).
+fn lists_lock_held(stderr: &str) -> bool {
+    stderr.contains("/var/lib/apt/lists/lock")
+        || stderr.contains("Unable to lock directory /var/lib/apt/lists")
+}
+
 /// Downloads and unpacks the Debian cloud kernel once; returns (bzImage, vmlinux).
 fn kernel() -> (PathBuf, PathBuf) {
     static ONCE: Mutex<Option<(PathBuf, PathBuf)>> = Mutex::new(None);
@@ -73,7 +105,7 @@ fn kernel() -> (PathBuf, PathBuf) {
                     .map(str::to_string)
             });
         if pkg.is_none() {
-            run(Command::new("apt-get").args(["update", "-qq"]));
+            apt_update();
             let s = run(Command::new("apt-cache").args(["depends", "linux-image-cloud-amd64"]));
             pkg = s
                 .lines()
@@ -134,6 +166,25 @@ fn extract_vmlinux(bz: &Path, out: &Path) {
     );
     std::fs::write(out, &o.stdout).unwrap();
     let _ = std::fs::remove_file(&lz);
+}
+
+#[test]
+fn apt_update_waits_only_while_the_package_lists_are_locked() {
+    // apt 2.6's messages when another apt-get holds the lists' lock ...
+    assert!(lists_lock_held(
+        "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1234 (apt-get)\n\
+         E: Unable to lock directory /var/lib/apt/lists/"
+    ));
+    assert!(lists_lock_held(
+        "E: Unable to lock directory /var/lib/apt/lists/"
+    ));
+    // ... and failures that waiting does not cure.
+    assert!(!lists_lock_held(
+        "E: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Could not resolve 'deb.debian.org'"
+    ));
+    assert!(!lists_lock_held(
+        "E: Could not open lock file /var/lib/dpkg/lock-frontend - open (13: Permission denied)"
+    ));
 }
 
 /// Serial writer that keeps the output, notes when the banner appeared, and cancels the

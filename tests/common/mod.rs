@@ -25,6 +25,51 @@ pub fn exitlab(args: &[&str]) -> std::process::Output {
         .expect("the exitlab binary runs")
 }
 
+/// Runs `exitlab ARGS...` and returns its output, killing it and failing the calling
+/// test if it has not ended after `guard`: a guard against a hang that would otherwise
+/// hold the test run forever, to be set far beyond any run's duration (it asserts
+/// nothing about speed).
+pub fn exitlab_guarded(args: &[&str], guard: std::time::Duration) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(EXITLAB)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the exitlab binary runs");
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = reader(Box::new(child.stdout.take().unwrap()));
+    let stderr = reader(Box::new(child.stderr.take().unwrap()));
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for exitlab") {
+            break status;
+        }
+        if started.elapsed() > guard {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "exitlab {} had not ended after {} s (the hang guard): killed",
+                args.join(" "),
+                guard.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 /// A fresh directory under the target's temporary directory for one test.
 pub fn tempdir(name: &str) -> std::path::PathBuf {
     let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -16,6 +16,7 @@ use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
 use exitlab_results::central;
+use exitlab_results::format::fmt_cycles;
 use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
 use exitlab_results::stats::summarize;
 
@@ -189,14 +190,15 @@ fn guest_work_ab_note(a: &[TestResult], b: &[TestResult], spec: &AbSpec) -> Opti
         return None;
     }
     let median = |c: Option<analysis::GuestWorkCalibration>| c.map_or(0.0, |c| c.median);
-    let side = |name: &str, value: &str, c: Option<analysis::GuestWorkCalibration>| {
-        match c {
+    let side = |name: &str, value: &str, c: Option<analysis::GuestWorkCalibration>| match c {
         Some(c) => format!(
-            "{:.0} cycles per iteration with {name}={value} ({} rounds, round medians {:.0}..{:.0})",
-            c.median, c.rounds, c.lo, c.hi
+            "{} cycles per iteration with {name}={value} ({} rounds, round medians {}..{})",
+            fmt_cycles(c.median),
+            c.rounds,
+            fmt_cycles(c.lo),
+            fmt_cycles(c.hi)
         ),
         None => format!("nothing with {name}={value}"),
-    }
     };
     let name = spec.knob.name;
     Some(format!(
@@ -215,17 +217,13 @@ const HOST_NOISE_NOTE: &str = "host noise: ";
 /// One host-noise note for all the runs of an A/B experiment: the samples left out over
 /// both sides and every round, and in how many of the runs.
 fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all: usize) -> String {
-    let (mut dropped, mut total) = (0, 0);
-    for t in runs.flat_map(|r| &r.tests).filter(|t| t.status.is_ok()) {
-        if let Some(s) = &t.round_spread {
-            dropped += s.dropped_samples;
-            total += t.samples;
-        }
-    }
+    let (dropped, total) = crate::bench::samples_left_out(runs.flat_map(|r| &r.tests));
     format!(
-        "{HOST_NOISE_NOTE}{dropped} of {total} samples left out of the figures over both sides \
+        "{HOST_NOISE_NOTE}{} of {} samples left out of the figures over both sides \
          (in {noisy} of the {all} runs, one per side and round): their empty loop ran slower \
-         than its run's typical round allows (exit checks count them)"
+         than its run's typical round allows (exit checks count them)",
+        fmt_cycles(dropped as f64),
+        fmt_cycles(total as f64)
     )
 }
 

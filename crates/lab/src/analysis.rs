@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use exitlab_abi::{Sample, SAMPLES_PER_BATCH};
 
 use crate::catalogue::{TestDef, UserExit, Where};
+use exitlab_results::format::fmt_cycles;
 use exitlab_results::results::{
     CounterCheck, CounterVerdict, ExitCheck, Handling, KvmCounters, Phases, RoundSpread,
     TestResult, TestStatus,
@@ -418,8 +419,8 @@ pub const GUEST_WORK_NOTE: &str = "guest work (known-answer control): ";
 pub fn guest_work_note(tests: &[TestResult], guest_cycles: u64) -> Option<String> {
     let c = guest_work_calibration(tests)?;
     Some(format!(
-        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {:.0} cycles per iteration over {} rounds (round medians {:.0}..{:.0}): the change those tests should show; userspace-handled tests do not get it",
-        c.median, c.rounds, c.lo, c.hi
+        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {} cycles per iteration over {} rounds (round medians {}..{}): the change those tests should show; userspace-handled tests do not get it",
+        fmt_cycles(c.median), c.rounds, fmt_cycles(c.lo), fmt_cycles(c.hi)
     ))
 }
 
@@ -792,7 +793,9 @@ mod tests {
         let note = guest_work_note(&tests, 1_300).unwrap();
         assert!(note.starts_with(GUEST_WORK_NOTE), "{note}");
         assert!(
-            note.contains("guest-cycles 1300") && note.contains("median 1330 cycles"),
+            note.contains("guest-cycles 1300")
+                && note.contains("median 1,330 cycles")
+                && note.contains("round medians 1,328..1,900"),
             "{note}"
         );
     }

@@ -3,7 +3,6 @@
 //! overhead experiment (the full exit loop against a bare KVM_RUN loop).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +16,7 @@ use crate::runner::{self, Measurement, Outcome, RunError, RunParams};
 use exitlab_abi::Sample;
 use exitlab_results::central;
 use exitlab_results::figures;
+use exitlab_results::format::fmt_cycles;
 use exitlab_results::packed::PackedSamples;
 use exitlab_results::results::RoundFigure;
 use exitlab_results::results::{
@@ -120,8 +120,6 @@ struct Collected {
     per_test: Vec<Vec<Stored>>,
     /// The round (1-based) during which the user interrupted the run.
     interrupted: Option<u32>,
-    /// Tests that got extra rounds (replacing outlier rounds), with how many.
-    extra: ExtraRounds,
     /// With `--precision`: the outcome.
     precision: Option<PrecisionRun>,
 }
@@ -151,11 +149,7 @@ pub fn run(
         ));
     }
     let results = assembled.results;
-    notes.extend(noise_note(
-        &results,
-        assembled.quiet_loop_limit,
-        &collected.extra,
-    ));
+    notes.extend(noise_note(&results, assembled.quiet_loop_limit));
     notes.extend(assembled.slow_state.as_ref().map(slow_state_note));
     notes.extend(analysis::guest_work_note(
         &results,
@@ -238,7 +232,6 @@ fn collect(
     let mut out = Collected {
         per_test: Vec::new(),
         interrupted,
-        extra: Vec::new(),
         precision: None,
     };
     if interrupted.is_none() && (rounds > 1 || opts.precision.is_some()) {
@@ -282,10 +275,8 @@ fn collect(
             });
             out.interrupted = stopped.map(|r| rounds as u32 + r);
         } else {
-            let (extra, stopped) =
+            out.interrupted =
                 replace_outliers(tests, opts, rounds, &mut per_test, progress, &mut one)?;
-            out.extra = extra;
-            out.interrupted = stopped;
         }
     }
     out.per_test = per_test;
@@ -698,9 +689,6 @@ fn one_round(
     Ok(m)
 }
 
-/// Tests that got extra rounds, with how many each.
-type ExtraRounds = Vec<(&'static str, u32)>;
-
 /// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
 /// round whose figure lies far from the test's other rounds (host interference on the
 /// exit path, which the empty loop before each sample does not see) is set aside
@@ -784,9 +772,8 @@ fn optimal_share(done: &[Stored], net: bool, share: u64) -> u64 {
 /// share of samples, at most as many extra rounds as planned ones. The host-noise
 /// filter's share of a round no longer asks for extra rounds: the central figure does
 /// not use it, and over 298 rounds the share it flagged did not tell how far a round's
-/// figure lay from the test's others (`docs/statistics.md`). Returns the tests that got
-/// extra rounds, with how many, and the round during which the user interrupted the
-/// run, if they did.
+/// figure lay from the test's others (`docs/statistics.md`). Returns the round during
+/// which the user interrupted the run, if they did.
 fn replace_outliers(
     tests: &[&'static TestDef],
     opts: &BenchOptions,
@@ -794,8 +781,7 @@ fn replace_outliers(
     per_test: &mut [Vec<Stored>],
     progress: &mut dyn FnMut(Progress<'_>),
     one: &mut RoundRunner<'_>,
-) -> Result<(ExtraRounds, Option<u32>), RunError> {
-    let mut extra: Vec<(&'static str, u32)> = Vec::new();
+) -> Result<Option<u32>, RunError> {
     for round in 0..rounds {
         let lacking = short_of_clean_rounds(tests, per_test, rounds);
         if lacking.is_empty() {
@@ -804,17 +790,12 @@ fn replace_outliers(
         progress(Progress::ExtraRound(round as u32 + 1, lacking.len() as u32));
         for i in lacking {
             if cancelled(opts) {
-                return Ok((extra, Some(rounds as u32 + round as u32 + 1)));
+                return Ok(Some(rounds as u32 + round as u32 + 1));
             }
             per_test[i].push(one(i, progress)?);
-            let name = tests[i].name;
-            match extra.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, k)) => *k += 1,
-                None => extra.push((name, 1)),
-            }
         }
     }
-    Ok((extra, None))
+    Ok(None)
 }
 
 /// The median of the empty loop the guest measured before each sample of a completed
@@ -917,47 +898,43 @@ fn slow_state_note(s: &SlowState) -> String {
         s.slow,
         s.rounds,
         (SLOW_STATE_FACTOR - 1.0) * 100.0,
-        exitlab_results::format::fmt_cycles(s.slow_median),
-        exitlab_results::format::fmt_cycles(s.quick),
+        fmt_cycles(s.slow_median),
+        fmt_cycles(s.quick),
         s.slow_median / s.quick,
         MIN_QUICK = central::MIN_QUICK_ROUNDS,
     )
 }
 
-/// The note that says how many samples the host-noise detector left out and which
-/// tests got extra rounds, if any.
-fn noise_note(results: &[TestResult], limit: Option<f64>, extra: &[(&str, u32)]) -> Option<String> {
+/// The note that says how many samples the host-noise detector left out, if any. The
+/// rounds set aside and the extra rounds that replaced them are the line on rounds set
+/// aside's ([`central::outliers_line`]), said there once.
+fn noise_note(results: &[TestResult], limit: Option<f64>) -> Option<String> {
+    let (dropped, total) = samples_left_out(results);
+    let limit = limit?;
+    if dropped == 0 {
+        return None;
+    }
+    Some(format!(
+        "host noise: {} of {} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
+        fmt_cycles(dropped as f64),
+        fmt_cycles(total as f64),
+        fmt_cycles(limit),
+        NOISE_TOLERANCE * 100.0,
+        exitlab_results::samples::MIN_KEPT_SHARE * 100.0
+    ))
+}
+
+/// The samples the host-noise detector left out of the tests that completed, and all
+/// their samples.
+pub(crate) fn samples_left_out<'a>(tests: impl IntoIterator<Item = &'a TestResult>) -> (u64, u64) {
     let (mut dropped, mut total) = (0, 0);
-    for t in results.iter().filter(|t| t.status.is_ok()) {
+    for t in tests.into_iter().filter(|t| t.status.is_ok()) {
         if let Some(s) = &t.round_spread {
             dropped += s.dropped_samples;
             total += t.samples;
         }
     }
-    let limit = limit?;
-    if dropped == 0 && extra.is_empty() {
-        return None;
-    }
-    let mut note = format!(
-        "host noise: {dropped} of {total} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit:.0} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
-        NOISE_TOLERANCE * 100.0,
-        exitlab_results::samples::MIN_KEPT_SHARE * 100.0
-    );
-    if !extra.is_empty() {
-        // The same number for every test that ran is said once.
-        let ran = results.iter().filter(|t| t.status.is_ok()).count();
-        let list = match extra {
-            [(_, k), rest @ ..] if extra.len() == ran && rest.iter().all(|(_, r)| r == k) => {
-                format!("{k} for each of the {ran} tests")
-            }
-            _ => {
-                let each: Vec<String> = extra.iter().map(|(n, k)| format!("{n} {k}")).collect();
-                each.join(", ")
-            }
-        };
-        let _ = write!(note, "; extra rounds replacing outlier rounds: {list}");
-    }
-    Some(note)
+    (dropped, total)
 }
 
 /// What the progress display shows for the whole VMM overhead experiment (one step).
@@ -1096,26 +1073,43 @@ mod tests {
     }
 
     #[test]
-    fn the_noise_note_says_an_equal_number_of_extra_rounds_once() {
+    fn the_noise_note_counts_samples_left_out_and_leaves_rounds_to_the_set_aside_line() {
         let mut r = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
         r.round_spread = Some(exitlab_results::results::RoundSpread {
             rounds: 2,
-            dropped_samples: 1,
+            dropped_samples: 0,
+            spread: 0.0,
+            outlier_rounds: 1,
+        });
+        // No sample left out: no note, whatever rounds were set aside and replaced.
+        assert_eq!(noise_note(std::slice::from_ref(&r), Some(100.0)), None);
+        r.round_spread.as_mut().unwrap().dropped_samples = 1;
+        let mut other = r.clone();
+        other.name = "hlt".into();
+        let note = noise_note(&[r, other], Some(100.0)).unwrap();
+        assert!(
+            note.starts_with("host noise: 2 of 6 samples left out"),
+            "{note}"
+        );
+        assert!(!note.contains("extra round"), "{note}");
+    }
+
+    #[test]
+    fn the_noise_note_writes_its_numbers_with_thousands_separators() {
+        let mut r = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
+        r.samples = 22_900;
+        r.round_spread = Some(exitlab_results::results::RoundSpread {
+            rounds: 2,
+            dropped_samples: 5_539,
             spread: 0.0,
             outlier_rounds: 0,
         });
-        let mut other = r.clone();
-        other.name = "hlt".into();
-        let tests = [r, other];
-        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 6)]).unwrap();
+        let note = noise_note(&[r], Some(21_210.4)).unwrap();
         assert!(
-            note.ends_with("extra rounds replacing outlier rounds: 6 for each of the 2 tests"),
+            note.starts_with("host noise: 5,539 of 22,900 samples")
+                && note.contains("more than 21,210 cycles"),
             "{note}"
         );
-        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6), ("hlt", 2)]).unwrap();
-        assert!(note.ends_with("outlier rounds: cpuid 6, hlt 2"), "{note}");
-        let note = noise_note(&tests, Some(100.0), &[("cpuid", 6)]).unwrap();
-        assert!(note.ends_with("outlier rounds: cpuid 6"), "{note}");
     }
 
     fn stored(loops: &[u64]) -> Stored {

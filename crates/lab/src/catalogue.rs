@@ -54,7 +54,8 @@ impl UserExit {
 pub enum Platform {
     /// In-kernel irqchip and PIT (the default).
     Irqchip,
-    /// No in-kernel irqchip, so HLT reaches userspace.
+    /// No in-kernel irqchip, so HLT reaches userspace; nor a local APIC, so the test is
+    /// skipped in x2APIC mode ([`crate::smp::IrqKnobs::skip_reason`]).
     NoIrqchip,
     /// In-kernel irqchip and `USER_MSR` routed to userspace with an MSR filter.
     UserMsr,

@@ -16,7 +16,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 
 use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
-use crate::catalogue::TestDef;
+use crate::catalogue::{Platform, TestDef};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -159,6 +159,12 @@ impl IrqKnobs {
         if def.pv_ipi && self.pv_ipi == Some(false) {
             return Some("--pv-ipi off hides KVM_FEATURE_PV_SEND_IPI from the guest".into());
         }
+        if def.platform == Platform::NoIrqchip && self.apic_for(def) == ApicMode::X2apic {
+            return Some(
+                "--apic x2apic: the test runs with no in-kernel irqchip, so there is no local APIC to put in x2APIC mode"
+                    .into(),
+            );
+        }
         None
     }
 }
@@ -281,6 +287,22 @@ mod tests {
         for n in crate::knobs::IRQ_KNOBS {
             assert!(k.set(n, "???").is_err(), "{n}");
         }
+    }
+
+    #[test]
+    fn a_test_without_an_irqchip_is_skipped_in_x2apic_mode_only() {
+        let hlt = crate::catalogue::find("hlt").unwrap();
+        let mut k = IrqKnobs::default();
+        assert_eq!(k.skip_reason(hlt), None);
+        k.set("apic", "x2apic").unwrap();
+        let why = k.skip_reason(hlt).expect("hlt cannot run in x2APIC mode");
+        assert!(why.contains("no in-kernel irqchip"), "{why}");
+        // Tests with an irqchip run in x2APIC mode as asked.
+        assert_eq!(
+            k.skip_reason(crate::catalogue::find("cpuid").unwrap()),
+            None
+        );
+        assert_eq!(k.skip_reason(crate::catalogue::find("eoi").unwrap()), None);
     }
 
     #[test]

@@ -302,11 +302,16 @@ fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
         ("rounds", b.rounds.to_string(), a.rounds.to_string()),
         ("pin", pin_str(b.pin), pin_str(a.pin)),
     ];
-    for (name, vb, va) in config {
-        differ(&format!("config {name}"), &vb, &va);
+    for (name, vb, va) in &config {
+        differ(&format!("config {name}"), vb, va);
     }
+    // A knob that is also a configuration field (ring, batch, warmup, pin) was warned
+    // about as the field: one change, one warning.
     let keys: BTreeSet<&String> = b.knobs.keys().chain(a.knobs.keys()).collect();
-    for k in keys {
+    for k in keys
+        .into_iter()
+        .filter(|k| !config.iter().any(|(name, ..)| name == k))
+    {
         let none = String::from("(absent)");
         differ(
             &format!("knob {k}"),
@@ -333,6 +338,23 @@ pub fn fmt_mdc(mdc: Option<f64>) -> String {
     mdc.filter(|m| m.is_finite())
         .map(|m| format!("±{m:.1}%"))
         .unwrap_or_else(|| "-".into())
+}
+
+/// Why a comparison drew no conclusion, in the words of its sides. The verdict counts
+/// the rounds of the two sides as "before" and "after"; an A/B run's sides are A and B,
+/// named with their knob values (`labels`), and its rounds are paired.
+pub fn no_conclusion_reason(why: &str, c: &Change, pairing: Pairing, labels: [&str; 2]) -> String {
+    let before_after = format!(
+        "{} round(s) before and {} after",
+        c.rounds_before, c.rounds_after
+    );
+    match why.strip_prefix(&before_after) {
+        Some(rest) if pairing == Pairing::Paired => format!(
+            "{} round(s) of A ({}) and {} of B ({}){rest}",
+            c.rounds_before, labels[0], c.rounds_after, labels[1]
+        ),
+        _ => why.to_string(),
+    }
 }
 
 /// Renders a comparison as a fixed-width terminal table with warnings first, the
@@ -404,9 +426,10 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for t in &cmp.tests {
         if let Verdict::NoConclusion(why) = &t.change.verdict {
-            match reasons.iter_mut().find(|(w, _)| w == why) {
+            let why = no_conclusion_reason(why, &t.change, cmp.pairing, labels);
+            match reasons.iter_mut().find(|(w, _)| *w == why) {
                 Some((_, names)) => names.push(&t.name),
-                None => reasons.push((why.clone(), vec![&t.name])),
+                None => reasons.push((why, vec![&t.name])),
             }
         }
     }
@@ -832,7 +855,12 @@ mod tests {
         after.host["module_params"] = serde_json::json!({"kvm": {"halt_poll_ns": "0"}});
         after.config.ring = 0;
         after.config.batch = 10;
+        // The knob a run records for its ring is the configuration's field: warned once.
+        before.config.knobs.insert("ring".into(), "3".into());
         after.config.knobs.insert("ring".into(), "0".into());
+        before.config.knobs.insert("pin".into(), "none".into());
+        after.config.knobs.insert("pin".into(), "0".into());
+        after.config.knobs.insert("apic".into(), "x2apic".into());
         after.tests[1].ring = 0;
         after.provenance.as_mut().unwrap().git_revision = "def5678".into();
         after.provenance.as_mut().unwrap().hostname = Some("otherhost".into());
@@ -851,11 +879,15 @@ mod tests {
             "warning: host name differs: \"testhost\" before, \"otherhost\" after",
             "warning: config ring differs: \"3\" before, \"0\" after",
             "warning: config batch differs: \"100\" before, \"10\" after",
-            "warning: knob ring differs: \"3\" before, \"0\" after",
+            "warning: knob apic differs: \"(absent)\" before, \"x2apic\" after",
             "warning: cpuid ran in ring 3 before and ring 0 after",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }
+        assert!(
+            !text.contains("knob ring") && !text.contains("knob pin"),
+            "{text}"
+        );
         assert_eq!(c.warnings.len(), 11, "{:?}", c.warnings);
     }
 
@@ -869,19 +901,25 @@ mod tests {
         assert!(compare(&after, &before, 10.0).warnings.is_empty());
     }
 
-    #[test]
-    fn ab_sides_are_compared_paired() {
-        let mut r = sample_results();
-        let mut b_tests = r.tests.clone();
-        scale(&mut b_tests[1], 0.5);
+    /// The two sides of `r` made an A/B run of `knob` (`[knob, a, b]`) with side B's
+    /// tests `b_tests`, two rounds in A B, B A order.
+    fn ab_sides(mut r: Results, b_tests: Vec<TestResult>, knob: [&str; 3]) -> (Results, Results) {
         r.ab = Some(crate::results::AbRun {
-            knob: "ring".into(),
-            a: "0".into(),
-            b: "3".into(),
+            knob: knob[0].into(),
+            a: knob[1].into(),
+            b: knob[2].into(),
             b_tests,
             order: vec![["a".into(), "b".into()], ["b".into(), "a".into()]],
         });
-        let (a, b) = r.ab_sides().unwrap();
+        r.ab_sides().unwrap()
+    }
+
+    #[test]
+    fn ab_sides_are_compared_paired() {
+        let r = sample_results();
+        let mut b_tests = r.tests.clone();
+        scale(&mut b_tests[1], 0.5);
+        let (a, b) = ab_sides(r, b_tests, ["ring", "0", "3"]);
         assert_eq!(a.config.knobs["ring"], "0");
         assert_eq!(b.config.knobs["ring"], "3");
         let c = compare_ab(&a, &b, 0.0);
@@ -891,5 +929,35 @@ mod tests {
         assert!((cpuid.pct.unwrap() + 50.0).abs() < 1e-9);
         let text = render_comparison(&c, ["ring=0", "ring=3"]);
         assert!(text.contains("rounds paired A/B"), "{text}");
+    }
+
+    #[test]
+    fn an_ab_run_short_of_rounds_names_its_sides_a_and_b() {
+        let mut r = sample_results();
+        for t in &mut r.tests {
+            t.rounds.truncate(2);
+        }
+        let b_tests = r.tests.clone();
+        let (a, b) = ab_sides(r, b_tests, ["apic", "xapic", "x2apic"]);
+        let c = compare_ab(&a, &b, 0.0);
+        let n = c.tests[0].change.rounds_before;
+        assert!(
+            n < verdict::MIN_ROUNDS,
+            "the sample has too few rounds: {n}"
+        );
+        let text = render_comparison(&c, ["apic=xapic", "apic=x2apic"]);
+        assert!(
+            text.contains(&format!(
+                "{n} round(s) of A (apic=xapic) and {n} of B (apic=x2apic); at least"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("round(s) before"), "{text}");
+        // Two files compared keep their own words.
+        let text = render_comparison(&compare(&a, &b, 0.0), ["before", "after"]);
+        assert!(
+            text.contains(&format!("{n} round(s) before and {n} after")),
+            "{text}"
+        );
     }
 }

@@ -298,7 +298,15 @@ fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
             _ => "",
         };
         let verdict = match &c.verdict {
-            Verdict::NoConclusion(why) => format!("no conclusion: {why}"),
+            Verdict::NoConclusion(why) => format!(
+                "no conclusion: {}",
+                compare::no_conclusion_reason(
+                    why,
+                    c,
+                    cmp.pairing,
+                    [labels[0].as_str(), labels[1].as_str()]
+                )
+            ),
             v => v.as_str().to_string(),
         };
         let _ = writeln!(
