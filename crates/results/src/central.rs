@@ -355,33 +355,6 @@ pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize)
     (kept, slow.iter().filter(|s| **s).count())
 }
 
-/// The round figures of two sides of an A/B run for a paired comparison (round `i` of
-/// each ran back to back): the pairs in which neither side ran in a slower host state
-/// than its side's quick rounds, and how many pairs were set aside.
-pub fn paired_state_figures(
-    a: &TestResult,
-    b: &TestResult,
-) -> Option<(Vec<f64>, Vec<f64>, Figure, usize)> {
-    let figure = figure_of(a)?;
-    figure_of(b)?;
-    let (va, la) = points(&a.rounds, figure);
-    let (vb, lb) = points(&b.rounds, figure);
-    if va.len() != vb.len() {
-        // Not paired round by round: nothing is set aside (the verdict refuses them).
-        return Some((va, vb, figure, 0));
-    }
-    let (sa, sb) = (slow_state_rounds(&la), slow_state_rounds(&lb));
-    let keep: Vec<bool> = sa.iter().zip(&sb).map(|(x, y)| !x && !y).collect();
-    let pick = |v: &[f64]| -> Vec<f64> {
-        v.iter()
-            .zip(&keep)
-            .filter_map(|(x, k)| k.then_some(*x))
-            .collect()
-    };
-    let dropped = keep.iter().filter(|k| !**k).count();
-    Some((pick(&va), pick(&vb), figure, dropped))
-}
-
 /// The finite figures of `rounds` and each one's empty loop, aligned.
 fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>) {
     rounds
