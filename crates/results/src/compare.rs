@@ -166,46 +166,8 @@ fn compare_with(
                 b.name, b.ring, a.ring
             ));
         }
-        let figures = match pairing {
-            Pairing::Independent => state_figures(b)
-                .zip(state_figures(a))
-                .map(|((fb, figure, sb), (fa, _, sa))| (fb, fa, figure, [sb, sa])),
-            // Every pair counts: a state both sides of a round shared cancels in its
-            // ratio, and a pair that straddled a change of state is an outlier among the
-            // ratios. Dropping the pairs with a slow side (tried, `docs/statistics.md`)
-            // changed no error rate and left short A/B runs too few pairs for a verdict.
-            Pairing::Paired => round_figures(b)
-                .zip(round_figures(a))
-                .map(|((fb, figure), (fa, _))| (fb, fa, figure, [0, 0])),
-        };
-        match figures {
-            Some((fb, fa, figure, slow)) => {
-                let figure = figure.as_str();
-                let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
-                [change.slow_state_before, change.slow_state_after] = slow;
-                if pairing == Pairing::Paired {
-                    // The pairs' ratios give the change; each side's figure is its
-                    // central figure, as every table shows it.
-                    if let (Some(cb), Some(ca)) = (central(b), central(a)) {
-                        (change.median_before, change.median_after) = (cb.value, ca.value);
-                    }
-                }
-                if let Some(why) = &host_state {
-                    change.verdict = Verdict::NoConclusion(why.clone());
-                }
-                if b.rounds.is_empty() || a.rounds.is_empty() {
-                    change.verdict = Verdict::NoConclusion(
-                        "the file has no per-round figures (written by an older exitlab, results schema 1); re-run bench with this exitlab"
-                            .into(),
-                    );
-                }
-                tests.push(TestComparison {
-                    name: b.name.clone(),
-                    figure,
-                    change,
-                    baseline: b.baseline,
-                });
-            }
+        match compare_test(b, a, pairing, threshold_pct, host_state.as_deref()) {
+            Some(t) => tests.push(t),
             None => not_compared.push(NotCompared {
                 name: b.name.clone(),
                 before: status_word(b),
@@ -228,6 +190,55 @@ fn compare_with(
         threshold_pct,
         pairing,
     }
+}
+
+/// One test of both files compared: the figures the verdict rests on (each side's
+/// quick-state rounds for two runs, every pair for A/B rounds), the change, and the
+/// verdict, which `host_state` (two runs in different host states) or a file without
+/// per-round figures turns into "no conclusion". `None` when a side did not complete.
+fn compare_test(
+    b: &TestResult,
+    a: &TestResult,
+    pairing: Pairing,
+    threshold_pct: f64,
+    host_state: Option<&str>,
+) -> Option<TestComparison> {
+    let (fb, fa, figure, slow) = match pairing {
+        Pairing::Independent => state_figures(b)
+            .zip(state_figures(a))
+            .map(|((fb, figure, sb), (fa, _, sa))| (fb, fa, figure, [sb, sa])),
+        // Every pair counts: a state both sides of a round shared cancels in its
+        // ratio, and a pair that straddled a change of state is an outlier among the
+        // ratios. Dropping the pairs with a slow side (tried, `docs/statistics.md`)
+        // changed no error rate and left short A/B runs too few pairs for a verdict.
+        Pairing::Paired => round_figures(b)
+            .zip(round_figures(a))
+            .map(|((fb, figure), (fa, _))| (fb, fa, figure, [0, 0])),
+    }?;
+    let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
+    [change.slow_state_before, change.slow_state_after] = slow;
+    if pairing == Pairing::Paired {
+        // The pairs' ratios give the change; each side's figure is its central figure,
+        // as every table shows it.
+        if let (Some(cb), Some(ca)) = (central(b), central(a)) {
+            (change.median_before, change.median_after) = (cb.value, ca.value);
+        }
+    }
+    if let Some(why) = host_state {
+        change.verdict = Verdict::NoConclusion(why.to_string());
+    }
+    if b.rounds.is_empty() || a.rounds.is_empty() {
+        change.verdict = Verdict::NoConclusion(
+            "the file has no per-round figures (written by an older exitlab, results schema 1); re-run bench with this exitlab"
+                .into(),
+        );
+    }
+    Some(TestComparison {
+        name: b.name.clone(),
+        figure: figure.as_str(),
+        change,
+        baseline: b.baseline,
+    })
 }
 
 /// Host facts compared between two runs: JSON pointer into the host block, and name.
