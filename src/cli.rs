@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{ArgAction, CommandFactory, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::agree_cmd::AgreeArgs;
 use crate::bench_cmd::BenchArgs;
@@ -21,6 +21,16 @@ use crate::trace_cmd::TraceArgs;
     after_long_help = exit_codes_help()
 )]
 struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+    #[command(subcommand)]
+    command: Command,
+}
+
+// The options every subcommand takes (`global`). A plain comment: a doc comment here
+// would become the about text of the commands it is flattened into.
+#[derive(Args, Debug)]
+struct Globals {
     /// Say more about what is done (repeat for more).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     verbose: u8,
@@ -36,8 +46,6 @@ struct Cli {
     /// skips the filter; see docs/exit-path.md.
     #[arg(long, global = true, conflicts_with = "no_seccomp")]
     strict_ioctl: bool,
-    #[command(subcommand)]
-    command: Command,
 }
 
 #[derive(Subcommand, Debug)]
@@ -154,28 +162,54 @@ fn clap_error_text(rendered: &str) -> String {
     }
 }
 
+/// `exitlab run ...` (`run` first) parsed by a command of `run`'s and the global
+/// arguments alone, so that starting a VM does not build (and fault in the code of) every
+/// other subcommand's arguments, which the derive's full command does: docs/memory.md,
+/// 2026-11-27. `None` for any other command line and whenever this parse fails, help and
+/// errors included: the full parser then says what it always said, word for word.
+fn run_only(args: &[std::ffi::OsString]) -> Option<Cli> {
+    if args.get(1)? != "run" {
+        return None;
+    }
+    let command = Globals::augment_args(clap::Command::new("exitlab"))
+        .subcommand(RunArgs::augment_args(clap::Command::new("run")))
+        .subcommand_required(true);
+    let mut matches = command.try_get_matches_from(args).ok()?;
+    let globals = Globals::from_arg_matches_mut(&mut matches).ok()?;
+    let (_, mut run) = matches.remove_subcommand()?;
+    let run = RunArgs::from_arg_matches_mut(&mut run).ok()?;
+    Some(Cli {
+        globals,
+        command: Command::Run(run),
+    })
+}
+
 fn parse_and_run() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
         return crate::qemu::qemu_cmd(qemu_args);
     }
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) if e.use_stderr() => {
-            // One style for every error: clap's `error: ...` becomes `exitlab: ...`, as
-            // exitlab's own errors read.
-            eprint!("{}", clap_error_text(&e.render().to_string()));
-            return EXIT_USAGE;
-        }
-        Err(e) => {
-            // --help and --version: standard output, success.
-            let _ = e.print();
-            return 0;
-        }
+    let cli = match run_only(&args) {
+        Some(cli) => cli,
+        None => match Cli::try_parse_from(&args) {
+            Ok(c) => c,
+            Err(e) if e.use_stderr() => {
+                // One style for every error: clap's `error: ...` becomes `exitlab: ...`, as
+                // exitlab's own errors read.
+                eprint!("{}", clap_error_text(&e.render().to_string()));
+                return EXIT_USAGE;
+            }
+            Err(e) => {
+                // --help and --version: standard output, success.
+                let _ = e.print();
+                return 0;
+            }
+        },
     };
-    crate::verbosity::set(cli.quiet, cli.verbose);
-    exitlab_vmm::seccomp::set_enabled(!cli.no_seccomp);
-    exitlab_vmm::seccomp::set_strict_ioctl(cli.strict_ioctl);
+    let g = cli.globals;
+    crate::verbosity::set(g.quiet, g.verbose);
+    exitlab_vmm::seccomp::set_enabled(!g.no_seccomp);
+    exitlab_vmm::seccomp::set_strict_ioctl(g.strict_ioctl);
     match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
@@ -205,6 +239,46 @@ fn parse_and_run() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn argv(line: &str) -> Vec<std::ffi::OsString> {
+        std::iter::once("exitlab")
+            .chain(line.split_whitespace())
+            .map(Into::into)
+            .collect()
+    }
+
+    #[test]
+    fn run_parsed_alone_gives_what_the_full_parser_gives() {
+        for line in [
+            "run --builtin conformance",
+            "run -vv --no-seccomp --builtin chaos --seconds 2 --seed 7 --cpus 2",
+            "run -q --strict-ioctl kernel.elf --append console=ttyS0 --smp 2 --mem 64",
+            "run kernel.elf --initrd builtin:hackbench -v",
+        ] {
+            let full = Cli::try_parse_from(argv(line)).expect(line);
+            let alone = run_only(&argv(line)).expect(line);
+            assert_eq!(format!("{alone:?}"), format!("{full:?}"), "{line}");
+        }
+    }
+
+    #[test]
+    fn help_errors_and_other_commands_go_to_the_full_parser() {
+        for line in [
+            "run --help",
+            "run -h",
+            "run",
+            "run --bogus",
+            "run --version",
+            "run -v -q --builtin conformance",
+            "run --builtin nope",
+            "-v run --builtin conformance",
+            "bench --list",
+            "help run",
+            "",
+        ] {
+            assert!(run_only(&argv(line)).is_none(), "{line}");
+        }
+    }
 
     #[test]
     fn a_panic_is_an_internal_error_and_a_failed_stdout_cannot_write() {
