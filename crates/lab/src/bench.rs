@@ -894,7 +894,7 @@ fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
 
 fn slow_state_note(s: &SlowState) -> String {
     format!(
-        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figures rest on its rounds in the quick state where at least {MIN_QUICK} of them ran (the line on rounds set aside names them); runs taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise (the line on rounds set aside names them); figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.slow,
         s.rounds,
         (SLOW_STATE_FACTOR - 1.0) * 100.0,

@@ -175,18 +175,19 @@ pub const OUTLIER_MIN_ROUNDS: usize = 5;
 /// their rounds' loops within 8 % of each other.
 pub const SLOW_STATE_FACTOR: f64 = 1.2;
 
-/// Fewest rounds in the test's quick state for its slow-state rounds to be set aside;
-/// with fewer (and fewer than a quarter of the rounds), the test ran in the slow state
-/// for most of the run, and all its rounds count.
+/// Fewest rounds in one host state for the figure to rest on that state's rounds alone.
 pub const MIN_QUICK_ROUNDS: usize = 3;
 
-/// Which rounds ran in a slower host state than the test's quick rounds, by each
-/// round's own empty loop (`loops`; a round without one is never slow): those whose
-/// loop ran more than [`SLOW_STATE_FACTOR`] times the quickest round's. None are when
-/// fewer than [`MIN_QUICK_ROUNDS`] rounds, or fewer than a quarter, are quick: a run
-/// taken wholly or mostly in one state keeps its rounds, and compare's host-state rule
-/// tells runs of different states apart.
-pub fn slow_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
+/// Which rounds ran in another host state than the one the test's figure rests on, by
+/// each round's own empty loop (`loops`; a round without one is always kept). The quick
+/// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the quickest
+/// round's. The figure rests on them, and the slow ones are set aside, when at least
+/// [`MIN_QUICK_ROUNDS`] and a quarter of the rounds are quick; otherwise the test ran
+/// mostly in the slow state, and the figure rests on the slow rounds when at least
+/// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not.
+/// Either way a figure rests on one state, never a mix, and compare tells by the kept
+/// rounds' loops whether two runs' figures of a test rest on the same state.
+pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
     let n = loops.len();
     let quickest = loops
         .iter()
@@ -202,10 +203,18 @@ pub fn slow_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
         .map(|l| l.is_some_and(|l| l > quickest * SLOW_STATE_FACTOR))
         .collect();
     let quick = slow.iter().filter(|s| !**s).count();
-    if quick < MIN_QUICK_ROUNDS || quick * 4 < n {
-        return vec![false; n];
+    if quick >= MIN_QUICK_ROUNDS && quick * 4 >= n {
+        return slow;
     }
-    slow
+    if n - quick >= MIN_QUICK_ROUNDS {
+        // Mostly slow: the quick rounds (with a loop) are the other state.
+        return loops
+            .iter()
+            .zip(&slow)
+            .map(|(l, s)| l.is_some() && !s)
+            .collect();
+    }
+    vec![false; n]
 }
 
 /// Which rounds are outliers (see [`OUTLIER_K`]); never more than a third of them (a
@@ -264,7 +273,8 @@ pub struct Central {
     /// Which rounds the figure rests on (`false`: set aside, as taken in a slower host
     /// state or as outliers).
     pub kept: Vec<bool>,
-    /// Which rounds ran in a slower host state ([`slow_state_rounds`]).
+    /// Which rounds ran in another host state than the figure rests on
+    /// ([`other_state_rounds`]).
     pub slow: Vec<bool>,
     /// The central figure, cycles per iteration.
     pub value: f64,
@@ -280,7 +290,7 @@ impl Central {
             .count()
     }
 
-    /// Rounds set aside as taken in a slower host state.
+    /// Rounds set aside as taken in another host state.
     pub fn slow_rounds(&self) -> usize {
         self.slow.iter().filter(|s| **s).count()
     }
@@ -334,7 +344,7 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
 }
 
 /// The round figures a comparison of `t` rests on: [`round_figures`] without the rounds
-/// taken in a slower host state ([`slow_state_rounds`]; outliers are the verdict's to
+/// taken in a slower host state ([`other_state_rounds`]; outliers are the verdict's to
 /// set aside), and how many of those there were.
 pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
     let figure = figure_of(t)?;
@@ -343,10 +353,10 @@ pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
 }
 
 /// The finite `figure`s of `rounds` but those taken in a slower host state
-/// ([`slow_state_rounds`]), and how many of those there were.
+/// ([`other_state_rounds`]), and how many of those there were.
 pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
     let (values, loops) = points(rounds, figure);
-    let slow = slow_state_rounds(&loops);
+    let slow = other_state_rounds(&loops);
     let kept = values
         .iter()
         .zip(&slow)
@@ -387,11 +397,24 @@ pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
     mask
 }
 
+/// The empty-loop medians of the rounds `t`'s central figure rests on (rounds that
+/// recorded one): the host state the figure was taken in.
+pub fn kept_loops(t: &TestResult) -> Vec<f64> {
+    let Some(figure) = figure_of(t) else {
+        return Vec::new();
+    };
+    t.rounds
+        .iter()
+        .zip(kept_mask(&t.rounds, figure))
+        .filter_map(|(r, k)| k.then_some(r.loop_median).flatten())
+        .collect()
+}
+
 /// The rounds (finite `values`, their `loops`) a method's figure rests on: the slow
 /// host state's set aside, then the method's outliers among the rest. Returns the
 /// estimate, the kept flags and the slow flags.
 fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<bool>, Vec<bool>) {
-    let slow = slow_state_rounds(loops);
+    let slow = other_state_rounds(loops);
     let state: Vec<f64> = values
         .iter()
         .zip(&slow)
@@ -464,7 +487,7 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
     let mut parts = Vec::new();
     if !slow.is_empty() {
         parts.push(format!(
-            "rounds in a slower host state set aside (their empty loop ran more than {:.0}% slower than the test's quickest round's; every figure of such a round is higher): {}",
+            "rounds in another host state set aside (the test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's, or, where fewer than a quarter did, on the slower ones; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
             slow.join(", ")
         ));
@@ -553,31 +576,41 @@ mod tests {
     }
 
     #[test]
-    fn rounds_whose_empty_loop_ran_1_2x_slower_than_the_quickest_are_slow_state() {
+    fn a_figure_rests_on_the_host_state_most_of_its_rounds_ran_in_quick_first() {
         let l = |v: f64| Some(v);
         // Ten rounds near 11,000 and two at 16,500: the two are slow.
         let mut loops = vec![l(11_000.0); 10];
         loops[3] = l(10_800.0);
         loops.extend([l(16_500.0), l(16_900.0)]);
-        let slow = slow_state_rounds(&loops);
+        let slow = other_state_rounds(&loops);
         assert_eq!(slow.iter().filter(|s| **s).count(), 2);
         assert!(slow[10] && slow[11] && !slow[3]);
         // 1.19x the quickest is not slow; a round without a loop never is.
         assert_eq!(
-            slow_state_rounds(&[l(100.0), l(119.0), None, l(100.0), l(101.0), l(130.0)]),
+            other_state_rounds(&[l(100.0), l(119.0), None, l(100.0), l(101.0), l(130.0)]),
             vec![false, false, false, false, false, true]
         );
-        // Two quick rounds of twelve: the run was in the slow state; nothing set aside.
+        // Two quick rounds of twelve: the test ran mostly in the slow state, its figure
+        // rests on the ten slow rounds and the two quick ones are set aside.
         let mostly_slow: Vec<Option<f64>> = (0..12)
             .map(|i| l(if i < 2 { 11_000.0 } else { 16_500.0 }))
             .collect();
-        assert!(slow_state_rounds(&mostly_slow).iter().all(|s| !s));
+        assert_eq!(
+            other_state_rounds(&mostly_slow),
+            [vec![true; 2], vec![false; 10]].concat()
+        );
+        // Two of each in four rounds: neither state has three rounds; all are kept.
+        assert!(
+            other_state_rounds(&[l(100.0), l(150.0), l(100.0), l(150.0)])
+                .iter()
+                .all(|s| !s)
+        );
         // Three quick of twelve is a quarter: the nine slow ones are set aside.
         let three: Vec<Option<f64>> = (0..12)
             .map(|i| l(if i < 3 { 11_000.0 } else { 16_500.0 }))
             .collect();
-        assert_eq!(slow_state_rounds(&three).iter().filter(|s| **s).count(), 9);
-        assert!(slow_state_rounds(&[]).is_empty());
+        assert_eq!(other_state_rounds(&three).iter().filter(|s| **s).count(), 9);
+        assert!(other_state_rounds(&[]).is_empty());
     }
 
     #[test]
@@ -613,7 +646,7 @@ mod tests {
         );
         let line = outliers_line(std::slice::from_ref(&t)).unwrap();
         assert!(
-            line.contains("rounds in a slower host state set aside")
+            line.contains("rounds in another host state set aside")
                 && line.contains("cpuid 5 of 13"),
             "{line}"
         );

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::central::{central, round_figures, state_figures};
+use crate::central::{central, kept_loops, round_figures, state_figures};
 use crate::format::{fmt_cycles, fmt_pct_signed, host_str, layout, Align};
 use crate::results::{Results, TestResult};
 use crate::verdict::{self, Change, Pairing, Verdict};
@@ -192,6 +192,24 @@ fn compare_with(
     }
 }
 
+/// Why one test's two figures rest on rounds of different host states, if they do: the
+/// empty loops timed before the samples of the rounds each figure keeps lie more than
+/// [`HOST_STATE_LIMIT_PCT`] apart with 95 % confidence. A test can differ where the runs'
+/// empty-loop tests agree: each figure rests on the state most of its own rounds ran in.
+fn test_state_differs(b: &TestResult, a: &TestResult) -> Option<String> {
+    let (lb, la) = (kept_loops(b), kept_loops(a));
+    let change = verdict::change(&lb, &la, Pairing::Independent, HOST_STATE_LIMIT_PCT);
+    if !matches!(change.verdict, Verdict::Slower | Verdict::Faster) {
+        return None;
+    }
+    Some(format!(
+        "its figures rest on rounds of different host states: the empty loop before its samples took {} cycles before and {} after ({}); re-run both on a quiet host, or use bench --ab, whose rounds are paired",
+        fmt_cycles(change.median_before),
+        fmt_cycles(change.median_after),
+        fmt_pct_signed(change.pct?),
+    ))
+}
+
 /// One test of both files compared: the figures the verdict rests on (each side's
 /// quick-state rounds for two runs, every pair for A/B rounds), the change, and the
 /// verdict, which `host_state` (two runs in different host states) or a file without
@@ -226,6 +244,10 @@ fn compare_test(
     }
     if let Some(why) = host_state {
         change.verdict = Verdict::NoConclusion(why.to_string());
+    } else if pairing == Pairing::Independent && !b.baseline {
+        if let Some(why) = test_state_differs(b, a) {
+            change.verdict = Verdict::NoConclusion(why);
+        }
     }
     if b.rounds.is_empty() || a.rounds.is_empty() {
         change.verdict = Verdict::NoConclusion(
@@ -686,6 +708,59 @@ mod tests {
         assert_eq!(cpuid.median_before, central(&a.tests[1]).unwrap().value);
         assert_eq!(cpuid.median_after, central(&b.tests[1]).unwrap().value);
         assert_eq!(central(&a.tests[1]).unwrap().slow_rounds(), 1);
+    }
+
+    #[test]
+    fn a_test_whose_figures_rest_on_two_host_states_gets_no_conclusion() {
+        // The runs' empty loops agree (the baseline test's rounds quick in both), but in
+        // the second run cpuid ran 10 of its 12 rounds in the slow state, so its figure
+        // rests on them: ~1.5x, which would be a false alarm. compare says why instead;
+        // inl_from_qemu, quick in both, is still compared.
+        let rounds = |level: f64, slow: usize| -> Vec<crate::results::RoundFigure> {
+            (0..12)
+                .map(|i| {
+                    let state = if i < slow { 1.5 } else { 1.0 };
+                    let wobble = 1.0 + 0.002 * (i % 5) as f64;
+                    crate::results::RoundFigure {
+                        samples: 100,
+                        median: (level + 11_000.0) * state * wobble,
+                        net_median: Some(level * state * wobble),
+                        loop_median: Some(11_000.0 * state * wobble),
+                        ..Default::default()
+                    }
+                })
+                .collect()
+        };
+        let mut before = sample_results();
+        let lo = before.tests.iter().position(|t| t.baseline).unwrap();
+        before.tests[lo].rounds = rounds(0.0, 0);
+        before.tests[1].rounds = rounds(3_000.0, 0);
+        before.tests[2].rounds = rounds(24_000.0, 0);
+        let mut after = before.clone();
+        after.tests[1].rounds = rounds(3_000.0, 10);
+        let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("another state")),
+            "{:?}",
+            c.warnings
+        );
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert!(
+            matches!(&cpuid.verdict, Verdict::NoConclusion(why) if why.contains("different host states") && why.contains("11,033 cycles before and 16,566 after")),
+            "{cpuid:?}"
+        );
+        assert!(c.regressions().is_empty());
+        let inl = &c
+            .tests
+            .iter()
+            .find(|t| t.name == "inl_from_qemu")
+            .unwrap()
+            .change;
+        assert_eq!(inl.verdict, Verdict::NoDetectableChange);
+        // Both quick: compared as usual.
+        let c = compare(&before, &before, DEFAULT_THRESHOLD_PCT);
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cpuid.verdict, Verdict::NoDetectableChange);
     }
 
     /// Round figures around `level` with the robust spread seen on the development host

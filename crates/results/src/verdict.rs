@@ -103,7 +103,7 @@ pub struct Change {
     #[serde(default)]
     pub outliers_after: usize,
     /// Rounds before set aside as taken in a slower host state than the test's quick
-    /// rounds ([`crate::central::slow_state_rounds`]; never for A/B rounds, whose pairs'
+    /// rounds ([`crate::central::other_state_rounds`]; never for A/B rounds, whose pairs'
     /// ratios cancel a shared state), not counted in `rounds_before`.
     #[serde(default)]
     pub slow_state_before: usize,
