@@ -20,10 +20,12 @@ use crate::verdict::{self, Change, Pairing, Verdict};
 /// doctored copies of default runs on this project's development host
 /// (`docs/statistics.md`, "Rounds of the slow host state set aside", 27 Nov 2026): once
 /// rounds of the host's slow state are set aside, 2 % flagged 1 of 320 test comparisons
-/// over 20 pairs of one build (1 %: 8, 0 %: 29) and named both a +5 % and a +3 % test in
-/// 15 of 40 doctored copies (5 %: 0 of 40). The interval from one run's rounds cannot see
-/// an exit path that drifts for a whole run without the empty loop moving (2-7 % on that
-/// host); a smaller change is for an A/B run (`bench --ab`, rounds paired, threshold 0).
+/// over 20 pairs of one build taken under load (1 %: 8, 0 %: 29) and named both a +5 % and
+/// a +3 % test in 15 of 40 doctored copies (5 %: 0 of 40). On the same host when quiet, in
+/// its slow state most of the time, 2 % flagged 24 of 320 and 5 % 16: the interval from
+/// one run's rounds cannot see an exit path that changes state for a whole run without
+/// the empty loop moving. A smaller change is for an A/B run (`bench --ab`, rounds paired,
+/// threshold 0).
 pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
 
 /// How far apart, in percent, the two runs' empty loops (the baseline test, raw) may lie
