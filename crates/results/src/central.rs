@@ -175,8 +175,10 @@ pub const OUTLIER_MIN_ROUNDS: usize = 5;
 /// their rounds' loops within 8 % of each other.
 pub const SLOW_STATE_FACTOR: f64 = 1.2;
 
-/// Fewest rounds in one host state for the figure to rest on that state's rounds alone.
-pub const MIN_QUICK_ROUNDS: usize = 3;
+/// Fewest rounds in one host state for the figure to rest on that state's rounds alone:
+/// as many as a verdict needs ([`crate::verdict::MIN_ROUNDS`]), so that setting rounds
+/// aside never leaves a short run without one.
+pub const MIN_QUICK_ROUNDS: usize = crate::verdict::MIN_ROUNDS;
 
 /// Which rounds ran in another host state than the one the test's figure rests on, by
 /// each round's own empty loop (`loops`; a round without one is always kept). The quick
@@ -184,7 +186,8 @@ pub const MIN_QUICK_ROUNDS: usize = 3;
 /// round's. The figure rests on them, and the slow ones are set aside, when at least
 /// [`MIN_QUICK_ROUNDS`] and a quarter of the rounds are quick; otherwise the test ran
 /// mostly in the slow state, and the figure rests on the slow rounds when at least
-/// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not.
+/// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not
+/// (a short run then mixes the states rather than lose its verdict).
 /// Either way a figure rests on one state, never a mix, and compare tells by the kept
 /// rounds' loops whether two runs' figures of a test rest on the same state.
 pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
@@ -587,8 +590,16 @@ mod tests {
         assert!(slow[10] && slow[11] && !slow[3]);
         // 1.19x the quickest is not slow; a round without a loop never is.
         assert_eq!(
-            other_state_rounds(&[l(100.0), l(119.0), None, l(100.0), l(101.0), l(130.0)]),
-            vec![false, false, false, false, false, true]
+            other_state_rounds(&[
+                l(100.0),
+                l(119.0),
+                None,
+                l(100.0),
+                l(101.0),
+                l(130.0),
+                l(100.0)
+            ]),
+            vec![false, false, false, false, false, true, false]
         );
         // Two quick rounds of twelve: the test ran mostly in the slow state, its figure
         // rests on the ten slow rounds and the two quick ones are set aside.
@@ -599,17 +610,20 @@ mod tests {
             other_state_rounds(&mostly_slow),
             [vec![true; 2], vec![false; 10]].concat()
         );
-        // Two of each in four rounds: neither state has three rounds; all are kept.
-        assert!(
-            other_state_rounds(&[l(100.0), l(150.0), l(100.0), l(150.0)])
-                .iter()
-                .all(|s| !s)
-        );
-        // Three quick of twelve is a quarter: the nine slow ones are set aside.
-        let three: Vec<Option<f64>> = (0..12)
-            .map(|i| l(if i < 3 { 11_000.0 } else { 16_500.0 }))
+        // Four of each in eight rounds: neither state has five rounds; all are kept.
+        let halves: Vec<Option<f64>> = (0..8)
+            .map(|i| l(if i % 2 == 0 { 100.0 } else { 150.0 }))
             .collect();
-        assert_eq!(other_state_rounds(&three).iter().filter(|s| **s).count(), 9);
+        assert!(other_state_rounds(&halves).iter().all(|s| !s));
+        // Five quick of twelve: the seven slow ones are set aside.
+        let five: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i < 5 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        assert_eq!(other_state_rounds(&five).iter().filter(|s| **s).count(), 7);
+        // Four quick and one slow in a five-round run: neither state has five rounds,
+        // so all five count (a verdict needs five).
+        let short = [l(100.0), l(100.0), l(150.0), l(100.0), l(100.0)];
+        assert!(other_state_rounds(&short).iter().all(|s| !s));
         assert!(other_state_rounds(&[]).is_empty());
     }
 

@@ -662,9 +662,11 @@ mod tests {
             "only {set_aside} slow rounds set aside over 80 runs"
         );
         let (detected, _) = tally(&mut rng, true, 1.03);
-        // 30 of 40 with this seed: the runs with an episode keep 4 to 7 rounds.
+        // 26 of 40 with this seed: a run whose episode left 5 to 7 quick rounds rests on
+        // them; one with 4 rests on its 8 slow rounds, and compare gives no conclusion
+        // against a run of the quick state rather than a verdict across states.
         assert!(
-            detected >= 28,
+            detected >= 25,
             "a 3 % change seen in {detected} of 40 pairs"
         );
         // The same runs without their empty loops recorded: the slow rounds stay, and the
