@@ -176,9 +176,9 @@ pub const OUTLIER_MIN_ROUNDS: usize = 5;
 pub const SLOW_STATE_FACTOR: f64 = 1.2;
 
 /// Fewest rounds in one host state for the figure to rest on that state's rounds alone:
-/// as many as a verdict needs ([`crate::verdict::MIN_ROUNDS`]), so that setting rounds
-/// aside never leaves a short run without one.
-pub const MIN_QUICK_ROUNDS: usize = crate::verdict::MIN_ROUNDS;
+/// as many as a verdict needs (the verdict's `MIN_ROUNDS`, which a test there holds
+/// equal), so that setting rounds aside never leaves a short run without one.
+pub const MIN_QUICK_ROUNDS: usize = 5;
 
 /// Which rounds ran in another host state than the one the test's figure rests on, by
 /// each round's own empty loop (`loops`; a round without one is always kept). The quick

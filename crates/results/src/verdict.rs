@@ -534,6 +534,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_host_state_needs_as_many_rounds_as_a_verdict() {
+        assert_eq!(crate::central::MIN_QUICK_ROUNDS, MIN_ROUNDS);
+    }
+
+    #[test]
     fn the_central_interval_is_the_order_statistics_interval_of_the_kept_rounds() {
         // 20 rounds 1..=20: [x(6), x(15)] covers the median with 95.9 %.
         let v: Vec<f64> = (1..=20).map(f64::from).collect();
