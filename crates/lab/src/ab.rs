@@ -258,7 +258,9 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
             t.raw_samples = keep_raw.then_some(raw);
             // Each side-run holds one round of the test: the CDF averages the rounds the
             // central figure keeps.
-            let kept = central::central(&t).map(|c| c.kept).unwrap_or_default();
+            let kept = central::figure_of(&t)
+                .map(|f| central::kept_mask(&t.rounds, f))
+                .unwrap_or_default();
             let pcts: Vec<&Vec<f64>> = same
                 .iter()
                 .enumerate()

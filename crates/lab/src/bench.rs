@@ -877,7 +877,6 @@ fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
 /// How the note on a slower host state starts.
 pub const HOST_STATE_NOTE: &str = "host state: ";
 
-/// The note on rounds taken in a slower host state, if any.
 /// Why a run interrupted `when` is incomplete: the tests it kept, and the VMM overhead
 /// experiment it did not run, where the run was to end with it.
 fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
@@ -892,6 +891,7 @@ fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
     )
 }
 
+/// The note on rounds taken in a slower host state.
 fn slow_state_note(s: &SlowState) -> String {
     format!(
         "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise (the line on rounds set aside names them); figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",

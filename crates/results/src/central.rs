@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds in a slower host state (their empty loop over 1.2x the test's quickest) and rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (empty loop over 1.2x the quickest round's, or not: the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -188,8 +188,9 @@ pub const MIN_QUICK_ROUNDS: usize = 5;
 /// mostly in the slow state, and the figure rests on the slow rounds when at least
 /// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not
 /// (a short run then mixes the states rather than lose its verdict).
-/// Either way a figure rests on one state, never a mix, and compare tells by the kept
-/// rounds' loops whether two runs' figures of a test rest on the same state.
+/// A figure thus mixes the states only where neither has five rounds (as in a run of
+/// fewer than ten), and compare tells by the kept state's loops whether two runs'
+/// figures of a test rest on the same state.
 pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
     let n = loops.len();
     let quickest = loops
@@ -347,15 +348,15 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
 }
 
 /// The round figures a comparison of `t` rests on: [`round_figures`] without the rounds
-/// taken in a slower host state ([`other_state_rounds`]; outliers are the verdict's to
-/// set aside), and how many of those there were.
+/// of the other host state ([`other_state_rounds`]; outliers are the verdict's to set
+/// aside), and how many of those there were.
 pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
     let figure = figure_of(t)?;
     let (values, slow) = state_values(&t.rounds, figure);
     Some((values, figure, slow))
 }
 
-/// The finite `figure`s of `rounds` but those taken in a slower host state
+/// The finite `figure`s of `rounds` but those of the other host state
 /// ([`other_state_rounds`]), and how many of those there were.
 pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
     let (values, loops) = points(rounds, figure);
@@ -400,17 +401,35 @@ pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
     mask
 }
 
-/// The empty-loop medians of the rounds `t`'s central figure rests on (rounds that
-/// recorded one): the host state the figure was taken in.
-pub fn kept_loops(t: &TestResult) -> Vec<f64> {
+/// The empty-loop medians of the rounds of the host state `t`'s central figure rests on
+/// ([`other_state_rounds`], before outliers are set aside; rounds that recorded one): the
+/// state the figure was taken in.
+pub fn state_loops(t: &TestResult) -> Vec<f64> {
     let Some(figure) = figure_of(t) else {
         return Vec::new();
     };
-    t.rounds
+    let (_, loops) = points(&t.rounds, figure);
+    let other = other_state_rounds(&loops);
+    loops
         .iter()
-        .zip(kept_mask(&t.rounds, figure))
-        .filter_map(|(r, k)| k.then_some(r.loop_median).flatten())
+        .zip(other)
+        .filter_map(|(l, o)| (!o).then_some(*l).flatten())
         .collect()
+}
+
+/// The figures of two sides of an A/B run, pair by pair (round `i` of each ran back to
+/// back): the pairs in which both sides have a finite figure, in order.
+pub fn paired_figures(a: &TestResult, b: &TestResult) -> Option<(Vec<f64>, Vec<f64>, Figure)> {
+    let figure = figure_of(a)?;
+    figure_of(b)?;
+    let (va, vb) = a
+        .rounds
+        .iter()
+        .zip(&b.rounds)
+        .map(|(x, y)| (round_value(x, figure), round_value(y, figure)))
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .unzip();
+    Some((va, vb, figure))
 }
 
 /// The rounds (finite `values`, their `loops`) a method's figure rests on: the slow
@@ -490,7 +509,7 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
     let mut parts = Vec::new();
     if !slow.is_empty() {
         parts.push(format!(
-            "rounds in another host state set aside (the test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's, or, where fewer than a quarter did, on the slower ones; every figure of a slow round is higher): {}",
+            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
             slow.join(", ")
         ));
@@ -579,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn a_figure_rests_on_the_host_state_most_of_its_rounds_ran_in_quick_first() {
+    fn a_figure_rests_on_the_quick_state_with_five_rounds_else_on_the_slow_one() {
         let l = |v: f64| Some(v);
         // Ten rounds near 11,000 and two at 16,500: the two are slow.
         let mut loops = vec![l(11_000.0); 10];
@@ -660,7 +679,7 @@ mod tests {
         );
         let line = outliers_line(std::slice::from_ref(&t)).unwrap();
         assert!(
-            line.contains("rounds in another host state set aside")
+            line.contains("rounds of another host state set aside")
                 && line.contains("cpuid 5 of 13"),
             "{line}"
         );

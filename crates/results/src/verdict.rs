@@ -102,12 +102,12 @@ pub struct Change {
     /// Rounds after set aside as outliers.
     #[serde(default)]
     pub outliers_after: usize,
-    /// Rounds before set aside as taken in a slower host state than the test's quick
-    /// rounds ([`crate::central::other_state_rounds`]; never for A/B rounds, whose pairs'
-    /// ratios cancel a shared state), not counted in `rounds_before`.
+    /// Rounds before set aside as taken in the test's other host state
+    /// ([`crate::central::other_state_rounds`]; never for A/B rounds, whose pairs' ratios
+    /// cancel a shared state), not counted in `rounds_before`.
     #[serde(default)]
     pub slow_state_before: usize,
-    /// Rounds after set aside as taken in a slower host state.
+    /// Rounds after set aside as taken in the test's other host state.
     #[serde(default)]
     pub slow_state_after: usize,
     /// Change in percent (positive: slower); `None` without a conclusion.
