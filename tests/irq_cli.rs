@@ -4,6 +4,9 @@
 
 use std::process::{Command, Output};
 
+/// bench options for one round of five samples after one warm-up iteration.
+const ONE_SHORT_ROUND: [&str; 6] = ["--samples", "5", "--warmup", "1", "--rounds", "1"];
+
 fn exitlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_exitlab"))
         .args(args)
@@ -184,20 +187,14 @@ fn the_apic_mode_of_every_test_is_recorded() {
 fn vcpus_sharing_a_host_cpu_get_one_plain_note() {
     // Both vCPUs of the IPI test pinned to host CPU 0: the report says so once, as a
     // note of its own (it read "note: warning: ..." once).
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "ipi",
-        "--pin",
-        "0,0",
-        "--samples",
-        "5",
-        "--warmup",
-        "1",
-        "--rounds",
-        "1",
-        "--no-overhead",
-    ]);
+    let o = exitlab(
+        &[
+            &["bench", "--tests", "ipi", "--pin", "0,0"][..],
+            &ONE_SHORT_ROUND,
+            &["--no-overhead"],
+        ]
+        .concat(),
+    );
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", text(&o.stderr));
     let shared: Vec<&str> = out
@@ -221,17 +218,11 @@ fn hlt_without_an_irqchip_is_skipped_in_x2apic_mode_saying_why() {
     let (o, v) = bench_json(
         "hlt",
         &[
-            "--tests",
-            "hlt,cpuid",
-            "--samples",
-            "5",
-            "--warmup",
-            "1",
-            "--rounds",
-            "1",
-            "--apic",
-            "x2apic",
-        ],
+            &["--tests", "hlt,cpuid"][..],
+            &ONE_SHORT_ROUND,
+            &["--apic", "x2apic"],
+        ]
+        .concat(),
     );
     let out = text(&o.stdout);
     assert!(
