@@ -286,25 +286,15 @@ impl<H> Drop for Machine<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::{HltPolicy, NoHook, VcpuStop};
+    use crate::hook::{NoHook, VcpuStop};
     use crate::irqchip::IrqChip;
-    use crate::testing::{kvm_or_fail, reset_vector_ram, write_at_reset_vector};
+    use crate::testing::{kvm_or_fail, reset_vector_ram, test_vcpu_config, write_at_reset_vector};
 
     /// Real mode at the reset vector: `mov dx, 0x700; out dx, al` (the doorbell), then
     /// `jmp $`.
     const DOORBELL_THEN_SPIN: [u8; 6] = [0xBA, 0x00, 0x07, 0xEE, 0xEB, 0xFE];
     /// `jmp $`: a guest that runs until it is stopped.
     const SPIN: [u8; 2] = [0xEB, 0xFE];
-
-    fn config(id: u32) -> VcpuConfig {
-        VcpuConfig {
-            id,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: Some(0x700),
-            hlt: HltPolicy::Stop,
-        }
-    }
 
     /// A machine of `cpus` vCPUs with the in-kernel irqchip and `code` at the reset
     /// vector; vCPU 0 runs from there (KVM's reset state), the others wait for INIT/SIPI.
@@ -323,7 +313,8 @@ mod tests {
         .unwrap();
         write_at_reset_vector(b.vm().memory(), code);
         for id in 0..cpus {
-            b.add_vcpu(VcpuSpec::new(config(id)), NoHook).unwrap();
+            b.add_vcpu(VcpuSpec::new(test_vcpu_config(id)), NoHook)
+                .unwrap();
         }
         b
     }
@@ -383,7 +374,10 @@ mod tests {
     #[test]
     fn a_vcpu_index_is_added_once_and_a_stopped_vcpu_restarts_where_it_was() {
         let mut b = machine(1, &DOORBELL_THEN_SPIN);
-        let e = b.add_vcpu(VcpuSpec::new(config(0)), NoHook).err().unwrap();
+        let e = b
+            .add_vcpu(VcpuSpec::new(test_vcpu_config(0)), NoHook)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("added twice"), "{e}");
         assert_eq!(b.vcpu(0).map(Vcpu::id), Some(0));
         assert!(b.vcpu(1).is_none());

@@ -194,7 +194,7 @@ mod tests {
 
     use super::*;
     use crate::builder::{MachineBuilder, VcpuSpec};
-    use crate::vcpu::{DoorbellCtx, ExitHook, HltPolicy, HookReply, VcpuConfig, VcpuStop};
+    use crate::vcpu::{DoorbellCtx, ExitHook, HookReply, VcpuStop};
     use crate::vm::VmConfig;
 
     /// On the guest's doorbell, tries what a compromised vCPU thread might: open a file,
@@ -257,13 +257,7 @@ mod tests {
             b.vm().memory(),
             &[0xBA, 0x00, 0x07, 0xEE, 0xEB, 0xFE],
         );
-        let spec = VcpuSpec::new(VcpuConfig {
-            id: 0,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: Some(0x700),
-            hlt: HltPolicy::Stop,
-        });
+        let spec = VcpuSpec::new(crate::testing::test_vcpu_config(0));
         b.add_vcpu(spec, Intruder::default()).unwrap();
         let mut m = b.start().unwrap();
         let f = m

@@ -43,3 +43,18 @@ pub fn write_at_reset_vector(mem: &vm_memory::GuestMemoryMmap, code: &[u8]) {
     mem.write_slice(code, vm_memory::GuestAddress(RESET_VECTOR))
         .expect("the reset vector is in reset_vector_ram()");
 }
+
+/// The port of the test guests' doorbell (the `out` that hands a value to the hook).
+pub const TEST_DOORBELL_PORT: u16 = 0x700;
+
+/// A test vCPU: no stamp page and no run log, the doorbell on [`TEST_DOORBELL_PORT`],
+/// and a HLT that stops it.
+pub fn test_vcpu_config(id: u32) -> crate::vcpu::VcpuConfig {
+    crate::vcpu::VcpuConfig {
+        id,
+        stamp_gpa: None,
+        run_log: 0,
+        doorbell_port: Some(TEST_DOORBELL_PORT),
+        hlt: crate::hook::HltPolicy::Stop,
+    }
+}

@@ -68,6 +68,9 @@ pub(crate) fn spawn<H: ExitHook + Send + 'static>(
         .name(format!("vcpu{}", vcpu.id()))
         .spawn(move || {
             let pin_error = pin.and_then(|cpu| sys::pin_current_thread(cpu).err());
+            // Only a cost is at stake: a thread left on the shared table (ENOMEM) runs
+            // as before, paying the fd lookup's reference counting on every KVM_RUN.
+            let _ = sys::private_fd_table();
             let stop = match crate::seccomp::apply(crate::seccomp::ThreadKind::Vcpu) {
                 Err(e) => VcpuStop::RunError(std::io::Error::other(e.to_string())),
                 Ok(()) => vcpu.run_with(handler, &mut hook),

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use exitlab_vmm::builder::{MachineBuilder, VcpuSpec};
-use exitlab_vmm::testing::{kvm_or_fail, reset_vector_ram, write_at_reset_vector};
-use exitlab_vmm::vcpu::{HltPolicy, NoHook, VcpuConfig, VcpuStop};
+use exitlab_vmm::testing::{
+    kvm_or_fail, reset_vector_ram, test_vcpu_config, write_at_reset_vector,
+};
+use exitlab_vmm::vcpu::{NoHook, VcpuStop};
 use exitlab_vmm::vm::{IoSpace, IrqChip, VmConfig};
 use exitlab_vmm::Kvm;
 
@@ -47,13 +49,7 @@ fn builder(kvm: &Arc<Kvm>) -> MachineBuilder<NoHook> {
         .add_ioeventfd(IoSpace::Mmio, 0xF_0000, 4, None)
         .expect("an ioeventfd");
     for id in 0..2 {
-        let spec = VcpuSpec::new(VcpuConfig {
-            id,
-            stamp_gpa: None,
-            run_log: 0,
-            doorbell_port: Some(0x700),
-            hlt: HltPolicy::Stop,
-        });
+        let spec = VcpuSpec::new(test_vcpu_config(id));
         b.add_vcpu(spec, NoHook).expect("a vCPU");
     }
     b
