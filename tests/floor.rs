@@ -45,11 +45,24 @@ fn the_floor_runs_the_harness_and_counts_exactly_its_exits() {
     // ...and the floor counted exactly those exits, and the guest's exit value.
     let c = exitlab_floor::parse_counts(&stderr).expect("the floor's counts line");
     assert_eq!((c.ins, c.outs, c.debug_exit), (567, 1234, 0), "{stderr}");
+    assert_eq!(c.seccomp, 0, "no filter unless asked: {stderr}");
     assert_eq!(
         c.serial as usize,
         stdout.len(),
         "one serial exit per byte the guest printed"
     );
+    // With --seccomp the same run happens under the one-rule filter, which the kernel
+    // reports at the end (mode 2: a filter).
+    let filtered = Command::new(&floor)
+        .args(["--seccomp"])
+        .arg(&kernel)
+        .arg("outs=12 ins=34")
+        .output()
+        .expect("running exitlab-floor --seccomp");
+    let stderr = String::from_utf8_lossy(&filtered.stderr);
+    assert_eq!(filtered.status.code(), Some(0), "{stderr}");
+    let c = exitlab_floor::parse_counts(&stderr).expect("the floor's counts line");
+    assert_eq!((c.ins, c.outs, c.seccomp), (34, 12, 2), "{stderr}");
     // A file that is no kernel is refused with status 2 before KVM is used.
     let bad = Command::new(&floor)
         .arg(floor.with_file_name("no-such-kernel"))
@@ -109,7 +122,7 @@ fn bench_records_exitlab_against_the_floor_as_consistent_fields() {
     let per_run = f["exits_per_run"].as_u64().unwrap();
     assert_eq!(rounds, u64::from(exitlab_lab::floor::ROUNDS));
     assert_eq!(per_run, exitlab_lab::floor::EXITS_PER_RUN);
-    for side in ["exitlab", "floor"] {
+    for side in ["exitlab", "floor", "filtered_floor"] {
         let s = &f[side];
         assert_eq!(s["exits"].as_u64(), Some(rounds * per_run), "{side}: {s}");
         assert_eq!(s["exits_expected"].as_u64(), Some(rounds * per_run));
@@ -129,12 +142,20 @@ fn bench_records_exitlab_against_the_floor_as_consistent_fields() {
         .as_str()
         .unwrap()
         .starts_with("exitlab-floor"));
-    let ratio = |q: &str| {
-        f["exitlab"]["user"][q].as_f64().unwrap() / f["floor"]["user"][q].as_f64().unwrap()
+    assert!(f["filtered_floor"]["command"]
+        .as_str()
+        .unwrap()
+        .starts_with("exitlab-floor --seccomp"));
+    let ratio = |over: &str, q: &str| {
+        f["exitlab"]["user"][q].as_f64().unwrap() / f[over]["user"][q].as_f64().unwrap()
     };
     for (field, q) in [("ratio_p10", "p10"), ("ratio_median", "median")] {
         let r = f[field].as_f64().unwrap();
-        assert!((r - ratio(q)).abs() < 1e-9, "{field} {r} vs {}", ratio(q));
+        assert!((r - ratio("floor", q)).abs() < 1e-9, "{field} {r}");
+    }
+    for (i, q) in ["p10", "median"].into_iter().enumerate() {
+        let r = f["ratio_filtered"][i].as_f64().unwrap();
+        assert!((r - ratio("filtered_floor", q)).abs() < 1e-9, "{q} {r}");
     }
     assert_eq!(f["lost_events"], 0);
     // The in-process stamps stay, as a diagnostic.

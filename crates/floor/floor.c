@@ -8,14 +8,18 @@
  * does, and then does nothing per exit but switch on the exit reason and on the port:
  * no seccomp, no signal handling, no device bus, no allocation, no timing.
  *
- * Usage: exitlab-floor [--serial] [--irqchip] [--cpuid] KERNEL [CMDLINE]
+ * Usage: exitlab-floor [--serial] [--irqchip] [--cpuid] [--seccomp] KERNEL [CMDLINE]
  *   --serial   copy what the guest writes to COM1 (0x3F8) to standard output
  *   --irqchip  create the in-kernel interrupt controllers (KVM_CREATE_IRQCHIP), as a PC
  *              platform does; off by default: the floor has no device at all
  *   --cpuid    give the vCPU every CPUID leaf KVM supports (KVM_SET_CPUID2), as a VMM
  *              does; off by default: KVM's own defaults
- * The two options change the kernel's work around each exit, not the loop; they let a
- * comparison tell the platform's share from the VMM's (docs/exit-path.md).
+ *   --seccomp  before the first KVM_RUN, attach a seccomp filter of one rule, "allow",
+ *              to the process: no filter can cost less, so this is what the kernel
+ *              charges every system call of a filtered thread on this host
+ * The first two options change the kernel's work around each exit, and the third its
+ * system-call entry, not the loop; they let a comparison tell the platform's share and
+ * any filter's share from the VMM's own (docs/exit-path.md).
  *
  * Ports: writes to 0x3F8..0x3FF are the serial port (dropped, or copied with --serial;
  * reads of its line status say "transmitter empty"); a write to 0xF4 (isa-debug-exit)
@@ -23,21 +27,26 @@
  * dropped, and each access is counted.
  *
  * At the end it prints one line on standard error:
- *   exitlab-floor: in=<N> out=<N> serial=<N> debug-exit=<value>
- * where in/out count the exits to unclaimed ports. Exit status: 0 when the guest ended
+ *   exitlab-floor: in=<N> out=<N> serial=<N> debug-exit=<value> seccomp=<mode>
+ * where in/out count the exits to unclaimed ports and mode is what the kernel says of
+ * the process (PR_GET_SECCOMP: 0 none, 2 a filter). Exit status: 0 when the guest ended
  * through the debug-exit port, 2 for a bad command line or kernel, 3 when KVM failed or
  * the guest stopped any other way.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/kvm.h>
+#include <linux/seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,8 +152,10 @@ __attribute__((noinline, aligned(64))) static int run_loop(int vcpu, struct kvm_
                     uint32_t v = 0;
                     memcpy(&v, data, bytes < 4 ? bytes : 4);
                     fflush(stdout);
-                    fprintf(stderr, "exitlab-floor: in=%lu out=%lu serial=%lu debug-exit=%u\n",
-                            ins, outs, serial, v);
+                    int mode = prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
+                    fprintf(stderr,
+                            "exitlab-floor: in=%lu out=%lu serial=%lu debug-exit=%u seccomp=%d\n",
+                            ins, outs, serial, v, mode);
                     return 0;
                 }
                 default:
@@ -188,9 +199,21 @@ __attribute__((noinline, aligned(64))) static int run_loop(int vcpu, struct kvm_
     }
 }
 
+/* Attaches the cheapest seccomp filter there is: one rule, allow every system call. */
+static int allow_all_filter(void)
+{
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {.len = 1, .filter = &allow};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return fail("prctl(PR_SET_NO_NEW_PRIVS)");
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+        return fail("seccomp(SECCOMP_SET_MODE_FILTER)");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int echo = 0, irqchip = 0, cpuid = 0, a = 1;
+    int echo = 0, irqchip = 0, cpuid = 0, filter = 0, a = 1;
     for (; a < argc && strncmp(argv[a], "--", 2) == 0; a++) {
         if (strcmp(argv[a], "--serial") == 0)
             echo = 1;
@@ -198,11 +221,13 @@ int main(int argc, char **argv)
             irqchip = 1;
         else if (strcmp(argv[a], "--cpuid") == 0)
             cpuid = 1;
+        else if (strcmp(argv[a], "--seccomp") == 0)
+            filter = 1;
         else
             break;
     }
     if (a >= argc || argc - a > 2)
-        return bad("usage: exitlab-floor [--serial] [--irqchip] [--cpuid] KERNEL [CMDLINE]");
+        return bad("usage: exitlab-floor [--serial] [--irqchip] [--cpuid] [--seccomp] KERNEL [CMDLINE]");
     const char *path = argv[a], *cmdline = a + 1 < argc ? argv[a + 1] : "";
     if (strlen(cmdline) >= CMDLINE_MAX)
         return bad("the command line is too long");
@@ -297,5 +322,10 @@ int main(int argc, char **argv)
     if (ioctl(vcpu, KVM_SET_REGS, &regs) < 0)
         return fail("KVM_SET_REGS");
 
+    if (filter) {
+        int r = allow_all_filter();
+        if (r != 0)
+            return r;
+    }
     return run_loop(vcpu, run, echo);
 }

@@ -36,10 +36,13 @@ pub struct FloorCounts {
     pub serial: u64,
     /// The value written to the debug-exit port.
     pub debug_exit: u32,
+    /// The process's seccomp mode as the kernel gave it at the end (`PR_GET_SECCOMP`:
+    /// 0 none, 2 a filter, as with `--seccomp`).
+    pub seccomp: u32,
 }
 
 /// Reads the floor program's final line (`exitlab-floor: in=N out=N serial=N
-/// debug-exit=V`) out of its standard error.
+/// debug-exit=V seccomp=M`) out of its standard error.
 pub fn parse_counts(stderr: &str) -> Option<FloorCounts> {
     let line = stderr
         .lines()
@@ -51,11 +54,13 @@ pub fn parse_counts(stderr: &str) -> Option<FloorCounts> {
     let outs = field("out=")?;
     let serial = field("serial=")?;
     let debug_exit = u32::try_from(field("debug-exit=")?).ok()?;
+    let seccomp = u32::try_from(field("seccomp=")?).ok()?;
     Some(FloorCounts {
         ins,
         outs,
         serial,
         debug_exit,
+        seccomp,
     })
 }
 
@@ -95,14 +100,15 @@ mod tests {
 
     #[test]
     fn the_final_line_is_read_back() {
-        let err = "noise\nexitlab-floor: in=567 out=1234 serial=80 debug-exit=0\n";
+        let err = "noise\nexitlab-floor: in=567 out=1234 serial=80 debug-exit=0 seccomp=2\n";
         assert_eq!(
             parse_counts(err),
             Some(FloorCounts {
                 ins: 567,
                 outs: 1234,
                 serial: 80,
-                debug_exit: 0
+                debug_exit: 0,
+                seccomp: 2,
             })
         );
         assert_eq!(parse_counts("exitlab-floor: the guest halted"), None);

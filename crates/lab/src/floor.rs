@@ -12,6 +12,11 @@
 //! thread's next `ioctl(KVM_RUN)` entry, in cycles of the x86-tsc trace clock: the
 //! method of `exitlab trace`. Each side's exits are checked against the count the guest
 //! makes by construction.
+//!
+//! A third side, `exitlab-floor --seccomp HARNESS ins=N`, runs the bare loop under a
+//! seccomp filter of one rule that allows everything, in the same rounds: what the
+//! kernel charges any filtered thread per exit on the host, which exitlab's vCPU filter
+//! pays too and no filter can avoid (docs/exit-path.md).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -86,12 +91,18 @@ impl Side {
         }
     }
 
-    /// One traced run of this side's `cmd` (`floor`: the bare loop, which prints its own
-    /// counts), checked and added to the side; returns the trace records lost.
-    fn run(&mut self, cmd: &mut Command, floor: bool, setup: &FloorSetup) -> Result<u64, String> {
+    /// One traced run of this side's `cmd`, checked and added to the side; returns the
+    /// trace records lost. `floor`: the bare loop, which prints its own counts and the
+    /// seccomp mode the kernel gave it (`Some(mode)`: the mode it must have run in).
+    fn run(
+        &mut self,
+        cmd: &mut Command,
+        floor: Option<u32>,
+        setup: &FloorSetup,
+    ) -> Result<u64, String> {
         let (cap, status, stderr) =
             traced_run(cmd, setup.run_timeout).map_err(|e| format!("{}: {e}", self.label))?;
-        let expected_status = if floor { 0 } else { 1 };
+        let expected_status = if floor.is_some() { 0 } else { 1 };
         if status != Some(expected_status) {
             return Err(format!(
                 "{} ended with {} instead of {expected_status} (the guest's debug-exit 0): {}",
@@ -100,9 +111,15 @@ impl Side {
                 stderr.trim()
             ));
         }
-        if floor {
+        if let Some(mode) = floor {
             let c = exitlab_floor::parse_counts(&stderr)
                 .ok_or_else(|| format!("exitlab-floor printed no counts: {}", stderr.trim()))?;
+            if c.seccomp != mode {
+                return Err(format!(
+                    "{} ran in seccomp mode {} where {mode} was asked",
+                    self.label, c.seccomp
+                ));
+            }
             if c.ins != setup.exits_per_run {
                 return Err(format!(
                     "exitlab-floor counted {} `in` exits where the guest makes {}",
@@ -167,6 +184,8 @@ fn compare_inner(
         .arg(&cmdline);
     let mut floor_cmd = Command::new(&floor);
     floor_cmd.arg(&guest.0).arg(&cmdline);
+    let mut filtered_cmd = Command::new(&floor);
+    filtered_cmd.arg("--seccomp").arg(&guest.0).arg(&cmdline);
     let shown = |c: &Command| {
         std::iter::once(c.get_program())
             .chain(c.get_args())
@@ -188,13 +207,14 @@ fn compare_inner(
     let mut sides = [
         Side::new("exitlab-floor", shown(&floor_cmd)),
         Side::new("exitlab run", shown(&exitlab_cmd)),
+        Side::new("exitlab-floor --seccomp", shown(&filtered_cmd)),
     ];
     let mut lost = 0;
     let rounds = setup.rounds.max(1);
-    // A B, then B A, and so on (the driver of every interleaved experiment).
+    // A B C, then C B A, and so on (the driver of every interleaved experiment).
     let ended = rounds::run(
         rounds,
-        2,
+        sides.len(),
         Order::Alternate,
         None,
         |step| -> Result<Flow, String> {
@@ -204,29 +224,34 @@ fn compare_inner(
             if cancelled() {
                 return Ok(Flow::Stop);
             }
-            let cmd = if side == 0 {
-                &mut floor_cmd
-            } else {
-                &mut exitlab_cmd
+            let cmd = match side {
+                0 => &mut floor_cmd,
+                1 => &mut exitlab_cmd,
+                _ => &mut filtered_cmd,
             };
-            lost += sides[side].run(cmd, side == 0, setup)?;
+            // The seccomp mode each floor must report: none, or a filter (2).
+            let floor = [Some(0), None, Some(2)][side];
+            lost += sides[side].run(cmd, floor, setup)?;
             Ok(Flow::Continue)
         },
     )?;
     if ended != Ended::Completed {
         return Ok(None);
     }
-    let [f, e] = sides;
+    let [f, e, filtered] = sides;
     let expected = setup.exits_per_run * u64::from(rounds);
-    Ok(Some(FloorComparison::new(
-        METHOD.to_string(),
-        format!("harness (exits mode) {cmdline} port={PORT:#x}"),
-        rounds,
-        setup.exits_per_run,
-        e.finish(expected)?,
-        f.finish(expected)?,
-        lost,
-    )))
+    Ok(Some(
+        FloorComparison::new(
+            METHOD.to_string(),
+            format!("harness (exits mode) {cmdline} port={PORT:#x}"),
+            rounds,
+            setup.exits_per_run,
+            e.finish(expected)?,
+            f.finish(expected)?,
+            lost,
+        )
+        .with_filtered_floor(filtered.finish(expected)?),
+    ))
 }
 
 /// The harness kernel written to a file both programs can load; removed when dropped.

@@ -390,17 +390,23 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
             s.command.clone(),
         ]
     };
-    let rows = vec![
-        row("exitlab", &c.exitlab),
-        row("bare loop", &c.floor),
+    let ratio_row = |name: &str, p10: f64, median: f64| {
         vec![
-            "ratio".to_string(),
-            fmt_ratio(c.ratio_p10),
-            fmt_ratio(c.ratio_median),
+            name.to_string(),
+            fmt_ratio(p10),
+            fmt_ratio(median),
             String::new(),
             String::new(),
-        ],
-    ];
+        ]
+    };
+    let mut rows = vec![row("exitlab", &c.exitlab), row("bare loop", &c.floor)];
+    if let Some(f) = &c.filtered_floor {
+        rows.push(row("bare loop, allow-all filter", f));
+    }
+    rows.push(ratio_row("ratio", c.ratio_p10, c.ratio_median));
+    if let Some((p10, median)) = c.ratio_filtered {
+        rows.push(ratio_row("ratio to the filtered loop", p10, median));
+    }
     let table = layout(
         &["", "p10", "median", "exits", "command"],
         &[
@@ -413,7 +419,14 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
         &rows,
     );
     lines.extend(table.lines().map(|l| format!("  {}", l.trim_end())));
-    for s in [&c.exitlab, &c.floor] {
+    if let Some((p10, median)) = c.filter_cost() {
+        lines.push(format!(
+            "  any seccomp filter costs the bare loop {} cycles at p10 and {} at the median here (one rule, allow all: the least a filter can cost); exitlab's vCPU filter pays it too, and --no-seccomp removes it",
+            fmt_cycles_signed(p10),
+            fmt_cycles_signed(median)
+        ));
+    }
+    for s in [&c.exitlab, &c.floor].into_iter().chain(&c.filtered_floor) {
         if s.exits != s.exits_expected {
             lines.push(format!(
                 "  warning: the trace saw {} exits of {} where the guest makes {}: the figures are incomplete",
@@ -1089,8 +1102,45 @@ mod tests {
             0,
         );
         assert!(c.counts_agree());
+        assert_eq!(c.filter_cost(), None);
         results.floor = Some(FloorView::Measured(Box::new(c.clone())));
         let text = render_table(&results);
+        assert!(
+            !text.contains("filter"),
+            "no filter row unless measured: {text}"
+        );
+        // With the bare loop under the one-rule filter measured in the same rounds:
+        // its row, exitlab's ratio to it, and what any filter costs.
+        let filtered = c.clone().with_filtered_floor(side(
+            "exitlab-floor --seccomp x",
+            1_700.0,
+            1_690.0,
+            100_000,
+        ));
+        assert_eq!(filtered.ratio_filtered, Some((1_664.0 / 1_700.0, 1.0)));
+        assert_eq!(filtered.filter_cost(), Some((100.0, 65.0)));
+        results.floor = Some(FloorView::Measured(Box::new(filtered.clone())));
+        let with = render_table(&results);
+        for needle in [
+            "bare loop, allow-all filter",
+            "exitlab-floor --seccomp x",
+            "ratio to the filtered loop",
+            "0.98x",
+            "any seccomp filter costs the bare loop +100 cycles at p10 and +65 at the median",
+        ] {
+            assert!(with.contains(needle), "{needle}: {with}");
+        }
+        let mut short = filtered;
+        short.filtered_floor.as_mut().unwrap().exits = 5;
+        assert!(
+            !short.counts_agree(),
+            "the filtered side's exits are checked too"
+        );
+        // A file from before the filtered side was measured reads back without it.
+        let mut old = serde_json::to_value(&c).unwrap();
+        old.as_object_mut().unwrap().remove("filtered_floor");
+        let back: FloorComparison = serde_json::from_value(old).unwrap();
+        assert_eq!((back.filtered_floor, back.ratio_filtered), (None, None));
         let block = text
             .split("VMM overhead, userspace cycles per exit, exitlab against the independent bare loop")
             .nth(1)

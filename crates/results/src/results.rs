@@ -616,7 +616,6 @@ impl Overhead {
     /// Builds the comparison, computing both ratios; a ratio whose
     /// denominator is not positive is NaN.
     pub fn new(test: impl Into<String>, full: Summary, bare: Summary) -> Self {
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         Self {
             test: test.into(),
             ratio_p10: ratio(full.p10, bare.p10),
@@ -665,6 +664,15 @@ pub struct FloorComparison {
     /// `exitlab.user.median / floor.user.median`.
     #[serde(deserialize_with = "f64_or_nan")]
     pub ratio_median: f64,
+    /// The bare loop under the cheapest seccomp filter there is, one rule that allows
+    /// everything (`exitlab-floor --seccomp`), run in the same rounds: what the kernel
+    /// charges a filtered thread per exit on this host, which no filter can go below
+    /// and exitlab's vCPU filter pays too (absent in files from before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filtered_floor: Option<FloorSide>,
+    /// `exitlab.user.p10 / filtered_floor.user.p10` and the same of the medians.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_filtered: Option<(f64, f64)>,
     /// Events the kernel dropped over all runs (0 when the figures are complete).
     pub lost_events: u64,
 }
@@ -695,7 +703,6 @@ impl FloorComparison {
         floor: FloorSide,
         lost_events: u64,
     ) -> Self {
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         FloorComparison {
             method,
             guest,
@@ -705,8 +712,30 @@ impl FloorComparison {
             ratio_median: ratio(exitlab.user.median, floor.user.median),
             exitlab,
             floor,
+            filtered_floor: None,
+            ratio_filtered: None,
             lost_events,
         }
+    }
+
+    /// Adds the bare loop under the one-rule allow-all filter, and exitlab's ratios to it.
+    pub fn with_filtered_floor(mut self, side: FloorSide) -> Self {
+        self.ratio_filtered = Some((
+            ratio(self.exitlab.user.p10, side.user.p10),
+            ratio(self.exitlab.user.median, side.user.median),
+        ));
+        self.filtered_floor = Some(side);
+        self
+    }
+
+    /// What any seccomp filter costs the bare loop per exit on this host, cycles at p10
+    /// and at the median (the filtered floor less the bare one), when it was measured.
+    pub fn filter_cost(&self) -> Option<(f64, f64)> {
+        let f = self.filtered_floor.as_ref()?;
+        Some((
+            f.user.p10 - self.floor.user.p10,
+            f.user.median - self.floor.user.median,
+        ))
     }
 
     /// Whether every run made exactly the exits the guest makes by construction, and
@@ -714,8 +743,18 @@ impl FloorComparison {
     pub fn counts_agree(&self) -> bool {
         self.lost_events == 0
             && [&self.exitlab, &self.floor]
-                .iter()
+                .into_iter()
+                .chain(&self.filtered_floor)
                 .all(|s| s.exits == s.exits_expected)
+    }
+}
+
+/// `a / b`, NaN over a non-positive `b`.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
     }
 }
 
