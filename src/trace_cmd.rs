@@ -37,11 +37,13 @@ pub struct TraceArgs {
     cleanup: bool,
     /// Compare `exitlab run` (as users run it) against the independent bare KVM_RUN
     /// loop `exitlab-floor`, on the harness kernel in its exits mode, in interleaved
-    /// rounds, each run traced: the userspace share per exit of each, and their ratio.
-    /// Arguments after `--` are added to `exitlab run` (e.g. `-- --no-seccomp`).
+    /// rounds, each run traced: the userspace share per exit of each, and their ratio;
+    /// also the bare loop under a one-rule allow-all seccomp filter, which tells what
+    /// any filter costs on this host. Arguments after `--` are added to `exitlab run`
+    /// (e.g. `-- --no-seccomp`).
     #[arg(long, conflicts_with = "pid")]
     floor: bool,
-    /// With --floor: rounds (each runs both sides once).
+    /// With --floor: rounds (each runs every side once: exitlab, the bare loop, and the bare loop under an allow-all seccomp filter).
     #[arg(long, default_value_t = exitlab_lab::floor::ROUNDS, requires = "floor", value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: u32,
     /// With --floor: `in` exits the guest makes per run.
@@ -120,7 +122,7 @@ fn floor(a: &TraceArgs) -> i32 {
     };
     if crate::verbosity::level() >= 0 {
         eprintln!(
-            "exitlab trace: exitlab run{} against exitlab-floor, {} round(s) of {} exits each ...",
+            "exitlab trace: exitlab run{} against exitlab-floor (bare, and under an allow-all seccomp filter), {} round(s) of {} exits each ...",
             if a.command.is_empty() {
                 String::new()
             } else {
