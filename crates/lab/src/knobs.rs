@@ -359,19 +359,13 @@ pub struct AbSpec {
     pub b: String,
 }
 
-/// Parses `KNOB=A,B`, checking that the knob exists and takes both values.
-pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
-    let names = || KNOBS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ");
+/// Splits `--ab`'s `KNOB=A,B` into the knob's name and the two values, trimmed, with
+/// the messages every `--ab` gives (`example`: a valid spec to show); the caller checks
+/// the name and the values against its knobs.
+pub fn split_ab<'a>(spec: &'a str, example: &str) -> Result<(&'a str, String, String), String> {
     let (name, values) = spec
         .split_once('=')
-        .ok_or_else(|| format!("--ab {spec}: expected KNOB=A,B, e.g. ring=0,3"))?;
-    let knob = find(name.trim()).ok_or_else(|| {
-        format!(
-            "--ab {spec}: unknown knob '{}'; knobs: {}",
-            name.trim(),
-            names()
-        )
-    })?;
+        .ok_or_else(|| format!("--ab {spec}: expected KNOB=A,B, e.g. {example}"))?;
     let (a, b) = values
         .split_once(',')
         .ok_or_else(|| format!("--ab {spec}: expected two values, A,B"))?;
@@ -379,6 +373,15 @@ pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
     if a == b {
         return Err(format!("--ab {spec}: the two values are the same"));
     }
+    Ok((name.trim(), a, b))
+}
+
+/// Parses `KNOB=A,B`, checking that the knob exists and takes both values.
+pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
+    let names = || KNOBS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ");
+    let (name, a, b) = split_ab(spec, "ring=0,3")?;
+    let knob = find(name)
+        .ok_or_else(|| format!("--ab {spec}: unknown knob '{name}'; knobs: {}", names()))?;
     for v in [&a, &b] {
         knob.set(&mut opts.clone(), v)
             .map_err(|e| format!("--ab {spec}: {e}"))?;

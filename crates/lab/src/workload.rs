@@ -97,21 +97,13 @@ pub struct WorkloadAb {
 
 /// Parses `KNOB=A,B` for a workload.
 pub fn parse_ab(spec: &str, base: &Setup) -> Result<WorkloadAb, String> {
-    let (knob, values) = spec
-        .split_once('=')
-        .ok_or_else(|| format!("--ab {spec}: write KNOB=A,B, e.g. apic=xapic,x2apic"))?;
-    let (a, b) = values
-        .split_once(',')
-        .ok_or_else(|| format!("--ab {spec}: give two values, A,B"))?;
-    if a == b {
-        return Err(format!("--ab {spec}: the two values are the same"));
-    }
-    base.with(knob, a)?;
-    base.with(knob, b)?;
+    let (knob, a, b) = crate::knobs::split_ab(spec, "apic=xapic,x2apic")?;
+    base.with(knob, &a)?;
+    base.with(knob, &b)?;
     Ok(WorkloadAb {
         knob: knob.to_string(),
-        a: a.to_string(),
-        b: b.to_string(),
+        a,
+        b,
     })
 }
 
