@@ -150,7 +150,7 @@ pub fn run(
     }
     let results = assembled.results;
     notes.extend(noise_note(&results, assembled.quiet_loop_limit));
-    notes.extend(assembled.slow_state.as_ref().map(slow_state_note));
+    notes.extend(assembled.other_state.as_ref().map(other_state_note));
     notes.extend(analysis::guest_work_note(
         &results,
         opts.params.guest_cycles,
@@ -288,7 +288,7 @@ struct Assembled {
     results: Vec<TestResult>,
     quiet_loop_limit: Option<f64>,
     /// Rounds taken while the host ran the guest's empty loop far slower than its best.
-    slow_state: Option<SlowState>,
+    other_state: Option<OtherState>,
     /// The first pinning failure.
     pin_error: Option<String>,
     /// The most memory outside guest RAM (each figure's largest).
@@ -312,7 +312,7 @@ fn assemble(
     let mut out = Assembled {
         results: Vec::with_capacity(tests.len()),
         quiet_loop_limit: base.quiet_loop_limit,
-        slow_state: slow_state(&per_test),
+        other_state: other_state(&per_test),
         pin_error: None,
         vmm_memory: None,
         tsc_khz: None,
@@ -842,7 +842,7 @@ pub const SLOW_STATE_FACTOR: f64 = central::SLOW_STATE_FACTOR;
 
 /// The rounds of a run taken in a slower host state.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct SlowState {
+struct OtherState {
     /// Completed rounds, all tests.
     rounds: usize,
     /// Of them, in the slow state.
@@ -855,7 +855,7 @@ struct SlowState {
 
 /// Counts the rounds whose empty loop ran more than [`SLOW_STATE_FACTOR`] times the
 /// run's quick rounds; `None` when there is none (or no completed round).
-fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
+fn other_state(per_test: &[Vec<Stored>]) -> Option<OtherState> {
     let medians = round_loop_medians(per_test);
     if medians.is_empty() {
         return None;
@@ -866,7 +866,7 @@ fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
         .copied()
         .filter(|m| *m > quick * SLOW_STATE_FACTOR)
         .collect();
-    (!slow.is_empty()).then(|| SlowState {
+    (!slow.is_empty()).then(|| OtherState {
         rounds: medians.len(),
         slow: slow.len(),
         quick,
@@ -892,7 +892,7 @@ fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
 }
 
 /// The note on rounds taken in a slower host state.
-fn slow_state_note(s: &SlowState) -> String {
+fn other_state_note(s: &OtherState) -> String {
     format!(
         "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise (the line on rounds set aside names them); figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.slow,
@@ -1157,17 +1157,17 @@ mod tests {
         a.extend((0..3).map(|_| stored(&[1550; 3])));
         let mut b: Vec<Stored> = (0..20).map(|i| stored(&[990 + i; 3])).collect();
         b.extend((0..3).map(|_| stored(&[1560; 3])));
-        let s = slow_state(&[a.clone(), b]).expect("a slow state");
+        let s = other_state(&[a.clone(), b]).expect("a slow state");
         assert_eq!((s.rounds, s.slow), (46, 6));
         assert!((990.0..1000.0).contains(&s.quick), "{s:?}");
         assert_eq!(s.slow_median, 1555.0);
-        let note = slow_state_note(&s);
+        let note = other_state_note(&s);
         assert!(note.starts_with("host state: in 6 of 46 rounds"), "{note}");
         assert!(note.contains("1.56x") || note.contains("1.57x"), "{note}");
         // A spread of a few percent is not a state: no note.
         let even: Vec<Stored> = (0..20).map(|i| stored(&[1000 + 5 * i; 3])).collect();
-        assert_eq!(slow_state(&[even]), None);
-        assert_eq!(slow_state(&[]), None);
+        assert_eq!(other_state(&[even]), None);
+        assert_eq!(other_state(&[]), None);
     }
 
     /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,

@@ -274,12 +274,13 @@ pub struct Central {
     /// The figure of each round, in the order they ran (empty for a file without
     /// per-round figures).
     pub rounds: Vec<f64>,
-    /// Which rounds the figure rests on (`false`: set aside, as taken in a slower host
-    /// state or as outliers).
+    /// Which rounds the figure rests on (`false`: set aside, as taken in the test's
+    /// other host state or as outliers).
     pub kept: Vec<bool>,
     /// Which rounds ran in another host state than the figure rests on
-    /// ([`other_state_rounds`]).
-    pub slow: Vec<bool>,
+    /// ([`other_state_rounds`]): the slow ones, or the quick ones of a test that ran
+    /// mostly in the slow state.
+    pub other_state: Vec<bool>,
     /// The central figure, cycles per iteration.
     pub value: f64,
 }
@@ -289,14 +290,14 @@ impl Central {
     pub fn outliers(&self) -> usize {
         self.kept
             .iter()
-            .zip(self.slow.iter().chain(std::iter::repeat(&false)))
+            .zip(self.other_state.iter().chain(std::iter::repeat(&false)))
             .filter(|(k, s)| !**k && !**s)
             .count()
     }
 
     /// Rounds set aside as taken in another host state.
-    pub fn slow_rounds(&self) -> usize {
-        self.slow.iter().filter(|s| **s).count()
+    pub fn other_state_count(&self) -> usize {
+        self.other_state.iter().filter(|s| **s).count()
     }
 
     /// The kept rounds' figures.
@@ -352,21 +353,21 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
 /// aside), and how many of those there were.
 pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
     let figure = figure_of(t)?;
-    let (values, slow) = state_values(&t.rounds, figure);
-    Some((values, figure, slow))
+    let (values, other) = state_values(&t.rounds, figure);
+    Some((values, figure, other))
 }
 
 /// The finite `figure`s of `rounds` but those of the other host state
 /// ([`other_state_rounds`]), and how many of those there were.
 pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
     let (values, loops) = points(rounds, figure);
-    let slow = other_state_rounds(&loops);
+    let other = other_state_rounds(&loops);
     let kept = values
         .iter()
-        .zip(&slow)
-        .filter_map(|(v, s)| (!s).then_some(*v))
+        .zip(&other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
         .collect();
-    (kept, slow.iter().filter(|s| **s).count())
+    (kept, other.iter().filter(|o| **o).count())
 }
 
 /// The finite figures of `rounds` and each one's empty loop, aligned.
@@ -379,7 +380,7 @@ fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>
 }
 
 /// Which of `rounds` the central figure rests on (aligned with them: a round without a
-/// finite figure is never kept): not in a slower host state, then not an outlier among
+/// finite figure is never kept): not in the test's other host state, then not an outlier among
 /// the rest ([`CHOSEN`]).
 pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
     let values: Vec<f64> = rounds.iter().map(|r| round_value(r, figure)).collect();
@@ -432,22 +433,22 @@ pub fn paired_figures(a: &TestResult, b: &TestResult) -> Option<(Vec<f64>, Vec<f
     Some((va, vb, figure))
 }
 
-/// The rounds (finite `values`, their `loops`) a method's figure rests on: the slow
+/// The rounds (finite `values`, their `loops`) a method's figure rests on: the other
 /// host state's set aside, then the method's outliers among the rest. Returns the
-/// estimate, the kept flags and the slow flags.
+/// estimate, the kept flags and the other-state flags.
 fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<bool>, Vec<bool>) {
-    let slow = other_state_rounds(loops);
+    let other = other_state_rounds(loops);
     let state: Vec<f64> = values
         .iter()
-        .zip(&slow)
-        .filter_map(|(v, s)| (!s).then_some(*v))
+        .zip(&other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
         .collect();
     let mut flags = method.kept(&state).into_iter();
-    let kept: Vec<bool> = slow
+    let kept: Vec<bool> = other
         .iter()
-        .map(|s| !s && flags.next().unwrap_or(false))
+        .map(|o| !o && flags.next().unwrap_or(false))
         .collect();
-    (method.estimate(&state), kept, slow)
+    (method.estimate(&state), kept, other)
 }
 
 /// The central figure of `t` with [`CHOSEN`]: from its rounds, or, in a file without
@@ -470,16 +471,16 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
             figure,
             rounds,
             kept: Vec::new(),
-            slow: Vec::new(),
+            other_state: Vec::new(),
             value,
         });
     }
-    let (value, kept, slow) = rest_on(&rounds, &loops, method);
+    let (value, kept, other_state) = rest_on(&rounds, &loops, method);
     Some(Central {
         figure,
         rounds,
         kept,
-        slow,
+        other_state,
         value,
     })
 }
@@ -505,13 +506,13 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
             })
             .collect()
     };
-    let (outliers, slow) = (list(Central::outliers), list(Central::slow_rounds));
+    let (outliers, other) = (list(Central::outliers), list(Central::other_state_count));
     let mut parts = Vec::new();
-    if !slow.is_empty() {
+    if !other.is_empty() {
         parts.push(format!(
             "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
-            slow.join(", ")
+            other.join(", ")
         ));
     }
     if !outliers.is_empty() {
@@ -671,7 +672,7 @@ mod tests {
             .collect();
         let c = central(&t).unwrap();
         assert_eq!(c.value, 3_000.0);
-        assert_eq!((c.slow_rounds(), c.outliers()), (5, 0));
+        assert_eq!((c.other_state_count(), c.outliers()), (5, 0));
         assert_eq!(c.kept.iter().filter(|k| **k).count(), 8);
         assert_eq!(
             kept_mask(&t.rounds, Figure::Net),
@@ -688,7 +689,7 @@ mod tests {
             r.loop_median = None;
         }
         let c = central(&t).unwrap();
-        assert_eq!(c.slow_rounds(), 0);
+        assert_eq!(c.other_state_count(), 0);
         assert_eq!(c.value, 3_010.0);
     }
 

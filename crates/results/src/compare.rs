@@ -255,7 +255,7 @@ fn compare_test(
     threshold_pct: f64,
     host_state: Option<&str>,
 ) -> Option<TestComparison> {
-    let (fb, fa, figure, slow) = match pairing {
+    let (fb, fa, figure, other) = match pairing {
         Pairing::Independent => state_figures(b)
             .zip(state_figures(a))
             .map(|((fb, figure, sb), (fa, _, sa))| (fb, fa, figure, [sb, sa])),
@@ -266,7 +266,7 @@ fn compare_test(
         Pairing::Paired => paired_figures(b, a).map(|(fb, fa, figure)| (fb, fa, figure, [0, 0])),
     }?;
     let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
-    [change.slow_state_before, change.slow_state_after] = slow;
+    [change.other_state_before, change.other_state_after] = other;
     if pairing == Pairing::Paired {
         // The pairs' ratios give the change; each side's figure is its central figure,
         // as every table shows it.
@@ -686,7 +686,7 @@ mod tests {
                 let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
                 flagged += usize::from(matches!(cpuid.verdict, Verdict::Slower | Verdict::Faster));
                 refused += usize::from(matches!(cpuid.verdict, Verdict::NoConclusion(_)));
-                set_aside += cpuid.slow_state_before + cpuid.slow_state_after;
+                set_aside += cpuid.other_state_before + cpuid.other_state_after;
             }
             [flagged, refused, set_aside]
         };
@@ -737,13 +737,13 @@ mod tests {
         }
         let c = compare_ab(&a, &b, 0.0);
         let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
-        assert_eq!((cpuid.outliers_before, cpuid.slow_state_before), (2, 0));
+        assert_eq!((cpuid.outliers_before, cpuid.other_state_before), (2, 0));
         assert_eq!(cpuid.rounds_before, 8);
         assert!((cpuid.pct.unwrap() - 10.0).abs() < 1e-9, "{cpuid:?}");
         assert_eq!(cpuid.verdict, Verdict::Slower);
         assert_eq!(cpuid.median_before, central(&a.tests[1]).unwrap().value);
         assert_eq!(cpuid.median_after, central(&b.tests[1]).unwrap().value);
-        assert_eq!(central(&a.tests[1]).unwrap().slow_rounds(), 1);
+        assert_eq!(central(&a.tests[1]).unwrap().other_state_count(), 1);
     }
 
     #[test]
