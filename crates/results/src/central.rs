@@ -274,6 +274,8 @@ pub struct Central {
     /// The figure of each round, in the order they ran (empty for a file without
     /// per-round figures).
     pub rounds: Vec<f64>,
+    /// Each round's empty loop ([`RoundFigure::loop_median`]), aligned with `rounds`.
+    pub loops: Vec<Option<f64>>,
     /// Which rounds the figure rests on (`false`: set aside, as taken in the test's
     /// other host state or as outliers).
     pub kept: Vec<bool>,
@@ -470,6 +472,7 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
         return Some(Central {
             figure,
             rounds,
+            loops,
             kept: Vec::new(),
             other_state: Vec::new(),
             value,
@@ -479,6 +482,7 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     Some(Central {
         figure,
         rounds,
+        loops,
         kept,
         other_state,
         value,
