@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (empty loop over 1.2x the quickest round's, or not: the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on, or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -166,9 +166,10 @@ pub const SPREAD_FLOOR: f64 = 0.01;
 /// say too little about which round is odd.
 pub const OUTLIER_MIN_ROUNDS: usize = 5;
 
-/// How much slower than the test's quickest round a round's empty loop (the guest code
-/// with no exit timed before every sample, [`RoundFigure::loop_median`]) must run for the
-/// round to count as taken in a slower host state. This project's development host has
+/// How much slower than the test's quick rounds (its [`state_reference`]) a round's
+/// empty loop (the guest code with no exit timed before every sample,
+/// [`RoundFigure::loop_median`]) must run for the round to count as taken in a slower
+/// host state. This project's development host has
 /// such a state: the loop took 10,450-11,230 cycles in 37 of 40 default runs and
 /// 16,400-17,800 in the others, every figure exits included ~1.5x, and 15 % of all
 /// rounds ran in it (`docs/statistics.md`, "Forty default runs"). Runs of one state keep
@@ -180,10 +181,48 @@ pub const SLOW_STATE_FACTOR: f64 = 1.2;
 /// equal), so that setting rounds aside never leaves a short run without one.
 pub const MIN_QUICK_ROUNDS: usize = 5;
 
+/// Which share of a test's rounds may run freakishly fast without moving the loop the
+/// others are measured against: [`state_reference`] is the loop at this percentile of
+/// the rounds' loops (by rank, never the quickest round's).
+pub const REFERENCE_PERCENTILE: f64 = 10.0;
+
+/// The empty loop a test's rounds are measured against to tell their host state: the
+/// loop of the round at the [`REFERENCE_PERCENTILE`]th percentile of `loops` by rank,
+/// and never the quickest (the second-quickest round's in a run of fewer than 20); the
+/// quickest round's when only one has a loop. `None` when none has a usable loop.
+///
+/// Why not the quickest round's, as at first: one round whose loop ran freakishly fast
+/// then set the line below the quick state itself. With a quick state at 11,000 cycles
+/// and one round at 9,100, every round above 10,920 counted as slow, so most of the
+/// quick state was set aside and the figure rested on a mix of the two states. A rank
+/// ignores up to a tenth of the rounds (at least one) lying anywhere below the others.
+/// Why not a higher percentile (the 25th, the median): the reference must lie in the
+/// quick state whenever the quick state can carry the figure, which it does from a
+/// quarter of the rounds on. At the 10th percentile a quick state of more than a tenth
+/// of the rounds (and at least two) sets the reference; one of fewer could not carry the
+/// figure anyway (fewer than a quarter of the rounds), and with the reference in the
+/// slow state its rounds count with the slow ones, where the outlier rule takes them by
+/// their figure if it lies far (it does in this host's slow state, every figure ~1.5x).
+/// Why not the split at the largest gap between the sorted loops: a freak far below the
+/// others makes the largest gap its own, and a round that straddled a change of state
+/// (its median loop between the two) halves the gap between the states.
+pub fn state_reference(loops: &[Option<f64>]) -> Option<f64> {
+    let mut usable: Vec<f64> = loops
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|l| l.is_finite() && *l > 0.0)
+        .collect();
+    usable.sort_unstable_by(f64::total_cmp);
+    let n = usable.len();
+    let rank = ((n as f64 * REFERENCE_PERCENTILE / 100.0) as usize).max(1);
+    usable.get(rank.min(n.checked_sub(1)?)).copied()
+}
+
 /// Which rounds ran in another host state than the one the test's figure rests on, by
 /// each round's own empty loop (`loops`; a round without one is always kept). The quick
-/// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the quickest
-/// round's. The figure rests on them, and the slow ones are set aside, when at least
+/// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the test's
+/// [`state_reference`]. The figure rests on them, and the slow ones are set aside, when at least
 /// [`MIN_QUICK_ROUNDS`] and a quarter of the rounds are quick; otherwise the test ran
 /// mostly in the slow state, and the figure rests on the slow rounds when at least
 /// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not
@@ -193,18 +232,12 @@ pub const MIN_QUICK_ROUNDS: usize = 5;
 /// figures of a test rest on the same state.
 pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
     let n = loops.len();
-    let quickest = loops
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|l| l.is_finite() && *l > 0.0)
-        .min_by(f64::total_cmp);
-    let Some(quickest) = quickest else {
+    let Some(reference) = state_reference(loops) else {
         return vec![false; n];
     };
     let slow: Vec<bool> = loops
         .iter()
-        .map(|l| l.is_some_and(|l| l > quickest * SLOW_STATE_FACTOR))
+        .map(|l| l.is_some_and(|l| l > reference * SLOW_STATE_FACTOR))
         .collect();
     let quick = slow.iter().filter(|s| !**s).count();
     if quick >= MIN_QUICK_ROUNDS && quick * 4 >= n {
@@ -514,7 +547,7 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
     let mut parts = Vec::new();
     if !other.is_empty() {
         parts.push(format!(
-            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
+            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on) where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
             other.join(", ")
         ));
@@ -612,7 +645,8 @@ mod tests {
         let slow = other_state_rounds(&loops);
         assert_eq!(slow.iter().filter(|s| **s).count(), 2);
         assert!(slow[10] && slow[11] && !slow[3]);
-        // 1.19x the quickest is not slow; a round without a loop never is.
+        // 1.19x the reference (the second-quickest round's loop) is not slow; a round
+        // without a loop never is.
         assert_eq!(
             other_state_rounds(&[
                 l(100.0),
@@ -649,6 +683,65 @@ mod tests {
         let short = [l(100.0), l(100.0), l(150.0), l(100.0), l(100.0)];
         assert!(other_state_rounds(&short).iter().all(|s| !s));
         assert!(other_state_rounds(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_freakishly_fast_round_does_not_move_the_states_but_two_real_states_still_split() {
+        let l = |v: f64| Some(v);
+        // One state, twelve rounds at 10,700-11,300 cycles, and one round at 9,200. With
+        // the quickest round as the reference, every round above 11,040 counted as slow
+        // and six rounds of the one state were set aside; now none is.
+        let one_state: Vec<Option<f64>> =
+            (0..12).map(|i| l(10_700.0 + 50.0 * f64::from(i))).collect();
+        let mut with_freak = one_state.clone();
+        with_freak.insert(5, l(9_200.0));
+        assert_eq!(state_reference(&with_freak), Some(10_700.0));
+        assert!(other_state_rounds(&one_state).iter().all(|o| !o));
+        assert!(other_state_rounds(&with_freak).iter().all(|o| !o));
+        // Two states, 8 rounds at ~11,000 and 4 at ~16,500: the 4 slow ones are set aside,
+        // with a freak at 9,100 as without it (the freak counts with the quick rounds).
+        let two_states: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i % 3 == 2 { 16_500.0 } else { 11_000.0 } + f64::from(i)))
+            .collect();
+        let split = other_state_rounds(&two_states);
+        assert_eq!(
+            split,
+            (0..12).map(|i| i % 3 == 2).collect::<Vec<_>>(),
+            "{two_states:?}"
+        );
+        let mut with_freak = two_states.clone();
+        with_freak.push(l(9_100.0));
+        assert_eq!(
+            other_state_rounds(&with_freak),
+            [split, vec![false]].concat()
+        );
+        // Mostly slow with a freak: two quick rounds and ten slow ones still rest on the
+        // slow ones, the quick ones and the freak set aside.
+        let mut mostly_slow: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i < 2 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        mostly_slow.push(l(9_100.0));
+        assert_eq!(
+            other_state_rounds(&mostly_slow),
+            [vec![true; 2], vec![false; 10], vec![true]].concat()
+        );
+        // From 20 rounds on the reference is the 10th percentile's round: 24 rounds
+        // ignore two freaks (rank 2 of 0..24).
+        let mut many: Vec<Option<f64>> = (0..22)
+            .map(|i| l(if i < 14 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        many.extend([l(8_000.0), l(9_000.0)]);
+        assert_eq!(state_reference(&many), Some(11_000.0));
+        assert_eq!(other_state_rounds(&many).iter().filter(|o| **o).count(), 8);
+        // A lone quick round with eleven slow ones cannot be told from a freak: it counts
+        // with them (the outlier rule judges its figure).
+        let lone: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i == 0 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        assert_eq!(state_reference(&lone), Some(16_500.0));
+        assert!(other_state_rounds(&lone).iter().all(|o| !o));
+        assert_eq!(state_reference(&[None, l(5.0)]), Some(5.0));
+        assert_eq!(state_reference(&[None, l(f64::NAN)]), None);
     }
 
     #[test]

@@ -233,7 +233,7 @@ pub struct RoundFigure {
     pub sampling_seconds: Option<f64>,
     /// Median cycles per iteration of the empty loop the guest timed before each sample
     /// of the round: how fast the host ran the guest then. A round whose loop ran far
-    /// slower than the test's quickest rounds ran in a slower host state
+    /// slower than the test's quick rounds ran in a slower host state
     /// ([`crate::central::other_state_rounds`]). Absent in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loop_median: Option<f64>,
