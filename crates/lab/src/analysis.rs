@@ -333,6 +333,7 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         rounds: Vec::new(),
         net_percentiles: None,
         variance: None,
+        paired_other_state: None,
         irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
             cpus: m.params.irq.cpus_for(def),

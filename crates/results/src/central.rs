@@ -388,8 +388,13 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
 /// aside), and how many of those there were.
 pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
     let figure = figure_of(t)?;
-    let (values, other) = state_values(&t.rounds, figure);
-    Some((values, figure, other))
+    let (values, _, other) = state_points(t, figure);
+    let kept = values
+        .iter()
+        .zip(&other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
+        .collect();
+    Some((kept, figure, other.iter().filter(|o| **o).count()))
 }
 
 /// The finite `figure`s of `rounds` but those of the other host state
@@ -414,20 +419,63 @@ fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>
         .unzip()
 }
 
+/// [`points`] of `t`'s rounds and which of them ran in another host state than its
+/// figure rests on: the A/B sides' joint choice where `t` carries one
+/// ([`TestResult::paired_other_state`]), else its own rounds' ([`other_state_rounds`]).
+fn state_points(t: &TestResult, figure: Figure) -> (Vec<f64>, Vec<Option<f64>>, Vec<bool>) {
+    let (values, loops) = points(&t.rounds, figure);
+    let other = match joint_flags(t) {
+        Some(joint) => t
+            .rounds
+            .iter()
+            .zip(joint)
+            .filter(|(r, _)| round_value(r, figure).is_finite())
+            .map(|(_, o)| *o)
+            .collect(),
+        None => other_state_rounds(&loops),
+    };
+    (values, loops, other)
+}
+
+/// `t`'s joint A/B choice of host state, aligned with its rounds, if it carries one.
+fn joint_flags(t: &TestResult) -> Option<&[bool]> {
+    t.paired_other_state
+        .as_deref()
+        .filter(|j| j.len() == t.rounds.len())
+}
+
 /// Which of `rounds` the central figure rests on (aligned with them: a round without a
 /// finite figure is never kept): not in the test's other host state, then not an outlier among
 /// the rest ([`CHOSEN`]).
 pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
+    mask_of(rounds, figure, None)
+}
+
+/// [`kept_mask`] of `t`'s rounds by `figure`, honouring an A/B run's joint choice of
+/// host state ([`TestResult::paired_other_state`]).
+pub fn test_kept_mask(t: &TestResult, figure: Figure) -> Vec<bool> {
+    mask_of(&t.rounds, figure, joint_flags(t))
+}
+
+/// [`kept_mask`] with the other host state's rounds given (`joint`, aligned with
+/// `rounds`) or, without, chosen from the rounds' loops.
+fn mask_of(rounds: &[RoundFigure], figure: Figure, joint: Option<&[bool]>) -> Vec<bool> {
     let values: Vec<f64> = rounds.iter().map(|r| round_value(r, figure)).collect();
     let finite: Vec<usize> = (0..rounds.len())
         .filter(|&i| values[i].is_finite())
         .collect();
-    let (_, kept, _) = rest_on(
+    let other = match joint {
+        Some(j) => finite.iter().map(|&i| j[i]).collect(),
+        None => other_state_rounds(
+            &finite
+                .iter()
+                .map(|&i| rounds[i].loop_median)
+                .collect::<Vec<_>>(),
+        ),
+    };
+    let (_, kept) = rest_on(
         &finite.iter().map(|&i| values[i]).collect::<Vec<_>>(),
-        &finite
-            .iter()
-            .map(|&i| rounds[i].loop_median)
-            .collect::<Vec<_>>(),
+        &other,
         CHOSEN,
     );
     let mut mask = vec![false; rounds.len()];
@@ -444,8 +492,7 @@ pub fn state_loops(t: &TestResult) -> Vec<f64> {
     let Some(figure) = figure_of(t) else {
         return Vec::new();
     };
-    let (_, loops) = points(&t.rounds, figure);
-    let other = other_state_rounds(&loops);
+    let (_, loops, other) = state_points(t, figure);
     loops
         .iter()
         .zip(other)
@@ -453,29 +500,99 @@ pub fn state_loops(t: &TestResult) -> Vec<f64> {
         .collect()
 }
 
-/// The figures of two sides of an A/B run, pair by pair (round `i` of each ran back to
-/// back): the pairs in which both sides have a finite figure, in order.
-pub fn paired_figures(a: &TestResult, b: &TestResult) -> Option<(Vec<f64>, Vec<f64>, Figure)> {
+/// The joint choice of host state of the two sides of an A/B run (round `i` of each
+/// ran back to back): which pairs of rounds are set aside, for each `i` up to the
+/// shorter side's rounds. Each side choosing on its own could rest side A on its quick
+/// rounds and side B on its slow ones. The state is chosen over both sides' rounds
+/// together ([`other_state_rounds`] on all of their loops, so one reference and one
+/// count), and a pair is kept when both its rounds are in that state; where fewer than
+/// [`MIN_QUICK_ROUNDS`] pairs are, the pairs wholly in the other state are kept if there
+/// are enough of those, and every pair otherwise (a short A/B run keeps its verdict; a
+/// state both sides of a pair shared cancels in its ratio, and the ratio outlier rule
+/// takes a pair that straddled a change). Pairs without a finite figure on both sides
+/// are no pair and are not set aside here. `None` when a side did not complete.
+pub fn paired_other_state(a: &TestResult, b: &TestResult) -> Option<Vec<bool>> {
     let figure = figure_of(a)?;
     figure_of(b)?;
+    let pairs: Vec<usize> = (0..a.rounds.len().min(b.rounds.len()))
+        .filter(|&i| {
+            round_value(&a.rounds[i], figure).is_finite()
+                && round_value(&b.rounds[i], figure).is_finite()
+        })
+        .collect();
+    let n = pairs.len();
+    let loops: Vec<Option<f64>> = [&a.rounds, &b.rounds]
+        .iter()
+        .flat_map(|side| pairs.iter().map(|&i| side[i].loop_median))
+        .collect();
+    let other = other_state_rounds(&loops);
+    let (side_a, side_b) = other.split_at(n);
+    let kept = (0..n).filter(|&i| !side_a[i] && !side_b[i]).count();
+    let other_kept = (0..n).filter(|&i| side_a[i] && side_b[i]).count();
+    let set_aside: Vec<bool> = if kept >= MIN_QUICK_ROUNDS {
+        (0..n).map(|i| side_a[i] || side_b[i]).collect()
+    } else if other_kept >= MIN_QUICK_ROUNDS {
+        (0..n).map(|i| !(side_a[i] && side_b[i])).collect()
+    } else {
+        vec![false; n]
+    };
+    let mut mask = vec![false; a.rounds.len().min(b.rounds.len())];
+    for (&i, s) in pairs.iter().zip(set_aside) {
+        mask[i] = s;
+    }
+    Some(mask)
+}
+
+/// Gives each test of side `a` of an A/B run and its namesake of side `b` their joint
+/// choice of host state ([`paired_other_state`], in
+/// [`TestResult::paired_other_state`]), so that each side's central figure, its kept
+/// rounds and the comparison rest on the same pairs of rounds.
+pub fn pair_states(a: &mut [TestResult], b: &mut [TestResult]) {
+    for ta in a.iter_mut() {
+        let Some(tb) = b.iter_mut().find(|t| t.name == ta.name) else {
+            continue;
+        };
+        let joint = paired_other_state(ta, tb);
+        for t in [&mut *ta, &mut *tb] {
+            t.paired_other_state = joint.as_ref().map(|j| {
+                let mut m = j.clone();
+                m.resize(t.rounds.len(), false);
+                m
+            });
+        }
+    }
+}
+
+/// The figures of two sides of an A/B run, pair by pair (round `i` of each ran back to
+/// back): the pairs in which both sides have a finite figure and that the sides' joint
+/// choice of host state keeps ([`paired_other_state`]), in order, and how many pairs
+/// that choice set aside.
+pub fn paired_figures(
+    a: &TestResult,
+    b: &TestResult,
+) -> Option<(Vec<f64>, Vec<f64>, Figure, usize)> {
+    let figure = figure_of(a)?;
+    figure_of(b)?;
+    let set_aside = paired_other_state(a, b)?;
     let (va, vb) = a
         .rounds
         .iter()
         .zip(&b.rounds)
-        .map(|(x, y)| (round_value(x, figure), round_value(y, figure)))
+        .zip(&set_aside)
+        .filter(|(_, s)| !**s)
+        .map(|((x, y), _)| (round_value(x, figure), round_value(y, figure)))
         .filter(|(x, y)| x.is_finite() && y.is_finite())
         .unzip();
-    Some((va, vb, figure))
+    Some((va, vb, figure, set_aside.iter().filter(|s| **s).count()))
 }
 
-/// The rounds (finite `values`, their `loops`) a method's figure rests on: the other
-/// host state's set aside, then the method's outliers among the rest. Returns the
-/// estimate, the kept flags and the other-state flags.
-fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<bool>, Vec<bool>) {
-    let other = other_state_rounds(loops);
+/// The rounds (finite `values`) a method's figure rests on: those of the other host
+/// state (`other`) set aside, then the method's outliers among the rest. Returns the
+/// estimate and the kept flags.
+fn rest_on(values: &[f64], other: &[bool], method: Method) -> (f64, Vec<bool>) {
     let state: Vec<f64> = values
         .iter()
-        .zip(&other)
+        .zip(other)
         .filter_map(|(v, o)| (!o).then_some(*v))
         .collect();
     let mut flags = method.kept(&state).into_iter();
@@ -483,7 +600,7 @@ fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<b
         .iter()
         .map(|o| !o && flags.next().unwrap_or(false))
         .collect();
-    (method.estimate(&state), kept, other)
+    (method.estimate(&state), kept)
 }
 
 /// The central figure of `t` with [`CHOSEN`]: from its rounds, or, in a file without
@@ -496,7 +613,7 @@ pub fn central(t: &TestResult) -> Option<Central> {
 /// [`central`] with another method (for the trials that compare methods).
 pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     let figure = figure_of(t)?;
-    let (rounds, loops) = points(&t.rounds, figure);
+    let (rounds, loops, other_state) = state_points(t, figure);
     if rounds.is_empty() {
         let value = match figure {
             Figure::Net => t.net_median_cycles?,
@@ -507,11 +624,11 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
             rounds,
             loops,
             kept: Vec::new(),
-            other_state: Vec::new(),
+            other_state,
             value,
         });
     }
-    let (value, kept, other_state) = rest_on(&rounds, &loops, method);
+    let (value, kept) = rest_on(&rounds, &other_state, method);
     Some(Central {
         figure,
         rounds,

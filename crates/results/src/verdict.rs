@@ -103,8 +103,9 @@ pub struct Change {
     #[serde(default)]
     pub outliers_after: usize,
     /// Rounds before set aside as taken in the test's other host state
-    /// ([`crate::central::other_state_rounds`]; never for A/B rounds, whose pairs' ratios
-    /// cancel a shared state), not counted in `rounds_before`. Named
+    /// ([`crate::central::other_state_rounds`]; for A/B rounds, the pairs set aside by
+    /// the sides' joint choice, [`crate::central::paired_other_state`]), not counted in
+    /// `rounds_before`. Named
     /// `slow_state_before` in files of 27 Nov 2026, though those rounds could be the
     /// quick ones.
     #[serde(default, alias = "slow_state_before")]
