@@ -150,7 +150,9 @@ fn compare_with(
     let mut not_compared = Vec::new();
     let mut only_before = Vec::new();
     let mut warnings = if pairing == Pairing::Independent {
-        host_and_config_warnings(before, after)
+        let mut w = host_and_config_warnings(before, after);
+        w.extend(loop_figures_differ(before, after));
+        w
     } else {
         Vec::new()
     };
@@ -199,6 +201,46 @@ fn compare_with(
         threshold_pct,
         pairing,
     }
+}
+
+/// Whether any round of `r`'s tests recorded the empty loop timed before its samples
+/// (`rounds[].loop_median`, in files written since 27 Nov 2026).
+fn has_round_loops(r: &Results) -> bool {
+    r.tests
+        .iter()
+        .flat_map(|t| &t.rounds)
+        .any(|round| round.loop_median.is_some())
+}
+
+/// A warning when one file records each round's empty loop and the other does not: the
+/// older file's figures rest on every round, whatever host state each ran in, while the
+/// newer one's rest on one state per test ([`crate::central::other_state_rounds`]), so
+/// a change may be a mixed figure against a one-state one, which compare cannot tell
+/// test by test (it has no loops to compare on one side). Names the tests of the newer
+/// file that did set rounds of another state aside.
+fn loop_figures_differ(before: &Results, after: &Results) -> Option<String> {
+    let (old, new, newer) = match (has_round_loops(before), has_round_loops(after)) {
+        (false, true) => ("before", "after", after),
+        (true, false) => ("after", "before", before),
+        _ => return None,
+    };
+    let set_aside: Vec<String> = newer
+        .tests
+        .iter()
+        .filter_map(|t| {
+            let c = central(t)?;
+            let n = c.other_state_count();
+            (n > 0).then(|| format!("{} {} of {}", t.name, n, c.rounds.len()))
+        })
+        .collect();
+    let which = if set_aside.is_empty() {
+        "none of its tests set a round aside".to_string()
+    } else {
+        format!("rounds set aside: {}", set_aside.join(", "))
+    };
+    Some(format!(
+        "the {old} file records no empty loop per round (an older exitlab), so its figures rest on every round, whatever host state each ran in, while the {new} file's rest on one host state per test ({which}): a change may be the host's; re-run the {old} side with this exitlab to compare figures of one state"
+    ))
 }
 
 /// Why one test's two figures rest on rounds of different host states, if they do: the
@@ -847,6 +889,54 @@ mod tests {
             "{:?}",
             c.warnings
         );
+    }
+
+    #[test]
+    fn a_file_without_round_loops_against_one_with_them_is_said_to_mix_states() {
+        // The old file has no empty loop per round; in the new one cpuid's round 5 ran in
+        // the slow state and is set aside, so its figure rests on one state and the old
+        // one's on every round.
+        let old = sample_results();
+        let mut new = old.clone();
+        for t in &mut new.tests {
+            for (i, r) in t.rounds.iter_mut().enumerate() {
+                let slow = t.name == "cpuid" && i == 5;
+                r.loop_median = Some(if slow { 16_500.0 } else { 11_000.0 });
+                if slow {
+                    r.net_median = r.net_median.map(|v| v * 1.5);
+                }
+            }
+        }
+        assert_eq!(central(&new.tests[1]).unwrap().other_state_count(), 1);
+        let c = compare(&old, &new, 0.0);
+        let rounds = new.tests[1].rounds.len();
+        assert!(
+            c.warnings.iter().any(|w| w.starts_with(
+                "the before file records no empty loop per round (an older exitlab), so its figures rest on every round"
+            ) && w.contains(&format!("(rounds set aside: cpuid 1 of {rounds})"))),
+            "{:?}",
+            c.warnings
+        );
+        let text = render_comparison(&c, ["before", "after"]);
+        assert!(
+            text.contains("the before file records no empty loop"),
+            "{text}"
+        );
+        let back = compare(&new, &old, 0.0);
+        assert!(
+            back.warnings
+                .iter()
+                .any(|w| w.starts_with("the after file records no empty loop")),
+            "{:?}",
+            back.warnings
+        );
+        // Two files of one kind: no such warning.
+        for (b, a) in [(&old, &old), (&new, &new)] {
+            assert!(!compare(b, a, 0.0)
+                .warnings
+                .iter()
+                .any(|w| w.contains("records no empty loop")),);
+        }
     }
 
     #[test]
