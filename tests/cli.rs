@@ -643,7 +643,12 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
             .any(|v| row.ends_with(v)),
         "{row}"
     );
-    assert!(row.contains("6/6") && row.contains('%'), "{row}");
+    // Six pairs, or five where the sides' joint choice of host state set one aside
+    // (fewer would keep all six).
+    assert!(
+        (row.contains("6/6") || row.contains("5/5")) && row.contains('%'),
+        "{row}"
+    );
     // Unknown knobs and bad values are refused before anything runs.
     let bad = exitlab(&["bench", "--ab", "nosuchknob=1,2"]);
     assert_eq!(bad.status.code(), Some(2));

@@ -128,7 +128,14 @@ fn assemble(
         return Err(AbError::NothingCompleted);
     };
     let mut out = first.clone();
-    out.tests = merge_side(&a_runs, base.raw);
+    // Each side's figure and CDF rest on the pairs of rounds of the host state both
+    // sides chose together.
+    let (mut a_tests, mut b_tests) = (merge_side(&a_runs, base.raw), merge_side(&b_runs, base.raw));
+    central::pair_states(&mut a_tests, &mut b_tests);
+    let khz = first.config.tsc_khz;
+    finish_side(&mut a_tests, &a_runs, khz);
+    finish_side(&mut b_tests, &b_runs, khz);
+    out.tests = a_tests;
     out.config.rounds = complete as u32;
     out.config.samples = a_runs.iter().map(|r| r.config.samples).sum();
     out.config.raw = base.raw;
@@ -159,7 +166,6 @@ fn assemble(
             a_runs.len() + b_runs.len(),
         ));
     }
-    let b_tests = merge_side(&b_runs, base.raw);
     out.notes
         .extend(guest_work_ab_note(&out.tests, &b_tests, spec));
     // The sides' order in each completed round, as the driver ran them.
@@ -228,9 +234,8 @@ fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all:
 }
 
 /// Merges one side's one-round runs into one result per test: the rounds' figures in
-/// order, cycles summarized over all samples, the net distribution as the average of
-/// the rounds' percentiles (Vincent averaging), exits added, the first failed exit
-/// check kept.
+/// order, cycles summarized over all samples, exits added, the first failed exit check
+/// kept ([`finish_side`] adds what rests on the kept rounds).
 fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
     let Some(first) = runs.first() else {
         return Vec::new();
@@ -256,24 +261,6 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
                 .collect();
             t.cycles = summarize(&per_iter).ok().or(t.cycles);
             t.raw_samples = keep_raw.then_some(raw);
-            // Each side-run holds one round of the test: the CDF averages the rounds the
-            // central figure keeps.
-            let kept = central::figure_of(&t)
-                .map(|f| central::kept_mask(&t.rounds, f))
-                .unwrap_or_default();
-            let pcts: Vec<&Vec<f64>> = same
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| kept.get(*i).copied().unwrap_or(true))
-                .filter_map(|(_, t)| t.net_percentiles.as_ref())
-                .collect();
-            if let Some(p0) = pcts.first() {
-                t.net_percentiles = Some(
-                    (0..p0.len())
-                        .map(|i| pcts.iter().map(|p| p[i]).sum::<f64>() / pcts.len() as f64)
-                        .collect(),
-                );
-            }
             t.exits = Default::default();
             for s in &same {
                 for (k, v) in &s.exits {
@@ -285,8 +272,34 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
                 .filter_map(|s| s.exit_check.clone())
                 .find(|c: &ExitCheck| !c.passed)
                 .or(t.exit_check);
-            central::store(&mut t, first.config.tsc_khz);
             t
         })
         .collect()
+}
+
+/// What rests on the rounds each test of one side's merged `tests` keeps (its own
+/// choice of host state, or the sides' joint one where it carries that): the net
+/// distribution as the average of those rounds' percentiles (Vincent averaging; each
+/// of the side's `runs` holds one round), and the central figure stored at `tsc_khz`.
+fn finish_side(tests: &mut [TestResult], runs: &[Results], tsc_khz: u64) {
+    for t in tests {
+        let kept = central::figure_of(t)
+            .map(|f| central::test_kept_mask(t, f))
+            .unwrap_or_default();
+        let pcts: Vec<&Vec<f64>> = runs
+            .iter()
+            .filter_map(|r| r.test(&t.name))
+            .enumerate()
+            .filter(|(i, _)| kept.get(*i).copied().unwrap_or(true))
+            .filter_map(|(_, t)| t.net_percentiles.as_ref())
+            .collect();
+        if let Some(p0) = pcts.first() {
+            t.net_percentiles = Some(
+                (0..p0.len())
+                    .map(|i| pcts.iter().map(|p| p[i]).sum::<f64>() / pcts.len() as f64)
+                    .collect(),
+            );
+        }
+        central::store(t, tsc_khz);
+    }
 }

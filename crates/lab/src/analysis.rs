@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use exitlab_abi::{Sample, SAMPLES_PER_BATCH};
 
 use crate::catalogue::{TestDef, UserExit, Where};
+use exitlab_results::central;
 use exitlab_results::format::fmt_cycles;
 use exitlab_results::results::{
     CounterCheck, CounterVerdict, ExitCheck, Handling, KvmCounters, Phases, RoundSpread,
@@ -333,6 +334,7 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         rounds: Vec::new(),
         net_percentiles: None,
         variance: None,
+        paired_other_state: None,
         irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
             cpus: m.params.irq.cpus_for(def),
@@ -379,7 +381,11 @@ fn net_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], tsc_khz:
 
 /// What the guest work (`guest-cycles`, a known-answer control) costs in one run: the
 /// empty loop's rounds with the work, each sample net of its paired empty loop without
-/// it, measured in the same run as the tests it is added to.
+/// it, measured in the same run as the tests it is added to. It rests on the rounds the
+/// central figure rule keeps ([`central::test_kept_mask`] of the net figure: the rounds
+/// of the test's other host state and the outliers set aside), as the figures of the
+/// tests it calibrates do: a round in the slow state or far out would move the
+/// calibration those figures are checked against.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuestWorkCalibration {
     /// Median over the rounds of each round's median (cycles per iteration).
@@ -388,19 +394,26 @@ pub struct GuestWorkCalibration {
     pub lo: f64,
     /// Highest round median.
     pub hi: f64,
-    /// Rounds.
+    /// Rounds it rests on.
     pub rounds: usize,
+    /// Rounds set aside (another host state, outliers).
+    pub set_aside: usize,
 }
 
 /// The calibration of the guest work in a run's results, from the baseline's per-round
 /// net medians (only a run with the work gives the baseline one); `None` without.
 pub fn guest_work_calibration(tests: &[TestResult]) -> Option<GuestWorkCalibration> {
     let t = tests.iter().find(|t| t.baseline && t.status.is_ok())?;
+    let with_work = t
+        .rounds
+        .iter()
+        .filter(|r| r.net_median.is_some_and(f64::is_finite))
+        .count();
     let mut v: Vec<f64> = t
         .rounds
         .iter()
-        .filter_map(|r| r.net_median)
-        .filter(|v| v.is_finite())
+        .zip(central::test_kept_mask(t, central::Figure::Net))
+        .filter_map(|(r, k)| k.then_some(r.net_median).flatten())
         .collect();
     v.sort_by(f64::total_cmp);
     let median = summary_of(&v)?.median;
@@ -409,6 +422,7 @@ pub fn guest_work_calibration(tests: &[TestResult]) -> Option<GuestWorkCalibrati
         lo: v[0],
         hi: v[v.len() - 1],
         rounds: v.len(),
+        set_aside: with_work - v.len(),
     })
 }
 
@@ -419,8 +433,15 @@ pub const GUEST_WORK_NOTE: &str = "guest work (known-answer control): ";
 pub fn guest_work_note(tests: &[TestResult], guest_cycles: u64) -> Option<String> {
     let c = guest_work_calibration(tests)?;
     Some(format!(
-        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {} cycles per iteration over {} rounds (round medians {}..{}): the change those tests should show; userspace-handled tests do not get it",
-        fmt_cycles(c.median), c.rounds, fmt_cycles(c.lo), fmt_cycles(c.hi)
+        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {} cycles per iteration over {} rounds (round medians {}..{}{}): the change those tests should show; userspace-handled tests do not get it",
+        fmt_cycles(c.median),
+        c.rounds,
+        fmt_cycles(c.lo),
+        fmt_cycles(c.hi),
+        match c.set_aside {
+            0 => String::new(),
+            n => format!("; {n} more set aside, of another host state or outliers, as for every figure"),
+        }
     ))
 }
 
@@ -781,21 +802,34 @@ mod tests {
         let tests = [base.clone(), cpuid.clone()];
         assert_eq!(guest_work_calibration(&tests), None);
         assert_eq!(guest_work_note(&tests, 0), None);
-        base.rounds = [1_331.0, 1_329.0, 1_330.0, 1_900.0, 1_328.0]
+        base.rounds = [1_331.0, 1_329.0, 1_330.0, 1_900.0, 1_328.0, 1_332.0]
             .map(|v| round(Some(v)))
             .to_vec();
+        // The rounds the central figure rule keeps: the one far out is set aside, and so
+        // are the two of the slower host state (their empty loop 1.5x).
+        let mut slow = base.clone();
+        slow.rounds
+            .extend([1_990.0, 1_995.0].map(|v| round(Some(v))));
+        for (i, r) in slow.rounds.iter_mut().enumerate() {
+            r.loop_median = Some(if i >= 6 { 16_500.0 } else { 11_000.0 });
+        }
+        let c = guest_work_calibration(&[slow, cpuid.clone()]).unwrap();
+        assert_eq!(
+            (c.median, c.lo, c.hi, c.rounds, c.set_aside),
+            (1_330.0, 1_328.0, 1_332.0, 5, 3)
+        );
         let tests = [base, cpuid];
         let c = guest_work_calibration(&tests).unwrap();
         assert_eq!(
-            (c.median, c.lo, c.hi, c.rounds),
-            (1_330.0, 1_328.0, 1_900.0, 5)
+            (c.median, c.lo, c.hi, c.rounds, c.set_aside),
+            (1_330.0, 1_328.0, 1_332.0, 5, 1)
         );
         let note = guest_work_note(&tests, 1_300).unwrap();
         assert!(note.starts_with(GUEST_WORK_NOTE), "{note}");
         assert!(
             note.contains("guest-cycles 1300")
                 && note.contains("median 1,330 cycles")
-                && note.contains("round medians 1,328..1,900"),
+                && note.contains("over 5 rounds (round medians 1,328..1,332; 1 more set aside"),
             "{note}"
         );
     }

@@ -150,7 +150,7 @@ pub fn run(
     }
     let results = assembled.results;
     notes.extend(noise_note(&results, assembled.quiet_loop_limit));
-    notes.extend(assembled.slow_state.as_ref().map(slow_state_note));
+    notes.extend(assembled.other_state.as_ref().map(other_state_note));
     notes.extend(analysis::guest_work_note(
         &results,
         opts.params.guest_cycles,
@@ -287,8 +287,8 @@ fn collect(
 struct Assembled {
     results: Vec<TestResult>,
     quiet_loop_limit: Option<f64>,
-    /// Rounds taken while the host ran the guest's empty loop far slower than its best.
-    slow_state: Option<SlowState>,
+    /// The rounds the tests' figures set aside as taken in another host state.
+    other_state: Option<OtherState>,
     /// The first pinning failure.
     pin_error: Option<String>,
     /// The most memory outside guest RAM (each figure's largest).
@@ -312,7 +312,7 @@ fn assemble(
     let mut out = Assembled {
         results: Vec::with_capacity(tests.len()),
         quiet_loop_limit: base.quiet_loop_limit,
-        slow_state: slow_state(&per_test),
+        other_state: None,
         pin_error: None,
         vmm_memory: None,
         tsc_khz: None,
@@ -367,6 +367,7 @@ fn assemble(
         out.pin_error = out.pin_error.or(m.pin_error);
         out.vmm_memory = exitlab_vmm::sys::VmmMemory::largest(out.vmm_memory, m.vmm_memory);
     }
+    out.other_state = other_state(&out.results);
     out
 }
 
@@ -834,44 +835,80 @@ fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
     Some(exitlab_results::stats::percentile(&medians, 50.0) * (1.0 + NOISE_TOLERANCE))
 }
 
-/// How much slower than the run's quick rounds (their 5th percentile) a round's empty
-/// loop must run for the run's note to count it as taken in a slower host state: the
-/// factor by which the central figure sets such rounds aside, test by test
-/// ([`central::SLOW_STATE_FACTOR`]).
+/// How much slower than a test's quick rounds a round's empty loop must run for the
+/// round to count as taken in a slower host state ([`central::SLOW_STATE_FACTOR`]).
 pub const SLOW_STATE_FACTOR: f64 = central::SLOW_STATE_FACTOR;
 
-/// The rounds of a run taken in a slower host state.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct SlowState {
-    /// Completed rounds, all tests.
+/// The rounds a run's figures set aside, test by test, as [`central::central`] decides
+/// them: the run-wide note says what the figures rest on, by the same rule.
+#[derive(Debug, Clone, PartialEq)]
+struct OtherState {
+    /// Rounds with a figure, all tests.
     rounds: usize,
-    /// Of them, in the slow state.
-    slow: usize,
-    /// The 5th percentile of the rounds' empty-loop medians, cycles.
+    /// Of them, set aside as taken in another host state than their test's figure
+    /// rests on ([`central::other_state_rounds`]).
+    other: usize,
+    /// Of the rest, set aside as outliers ([`central::outlier_rounds`]).
+    outliers: usize,
+    /// The tests with rounds of another state set aside.
+    tests: usize,
+    /// Of them, those whose figure rests on their slow rounds (their quick ones set aside).
+    on_slow: Vec<String>,
+    /// The median empty loop of those tests' rounds in their quick state, cycles.
     quick: f64,
-    /// The median of the slow rounds' empty-loop medians, cycles.
-    slow_median: f64,
+    /// The same in their slow state.
+    slow: f64,
 }
 
-/// Counts the rounds whose empty loop ran more than [`SLOW_STATE_FACTOR`] times the
-/// run's quick rounds; `None` when there is none (or no completed round).
-fn slow_state(per_test: &[Vec<Stored>]) -> Option<SlowState> {
-    let medians = round_loop_medians(per_test);
-    if medians.is_empty() {
-        return None;
+/// Counts the rounds each test's central figure set aside as taken in its other host
+/// state, and as outliers; `None` when no test set a round aside as another state's.
+fn other_state(results: &[TestResult]) -> Option<OtherState> {
+    let median = |mut v: Vec<f64>| {
+        v.sort_unstable_by(f64::total_cmp);
+        (!v.is_empty()).then(|| exitlab_results::stats::percentile(&v, 50.0))
+    };
+    let mut out = OtherState {
+        rounds: 0,
+        other: 0,
+        outliers: 0,
+        tests: 0,
+        on_slow: Vec::new(),
+        quick: f64::NAN,
+        slow: f64::NAN,
+    };
+    let (mut quick, mut slow) = (Vec::new(), Vec::new());
+    for t in results {
+        let Some(c) = central::central(t) else {
+            continue;
+        };
+        out.rounds += c.rounds.len();
+        out.outliers += c.outliers();
+        let other = c.other_state_count();
+        if other == 0 {
+            continue;
+        }
+        out.other += other;
+        out.tests += 1;
+        let loops = |of_other: bool| -> Vec<f64> {
+            c.loops
+                .iter()
+                .zip(&c.other_state)
+                .filter_map(|(l, o)| (*o == of_other).then_some(*l).flatten())
+                .collect()
+        };
+        let (kept, set_aside) = (loops(false), loops(true));
+        if median(set_aside.clone()) < median(kept.clone()) {
+            out.on_slow.push(t.name.clone());
+            quick.extend(set_aside);
+            slow.extend(kept);
+        } else {
+            quick.extend(kept);
+            slow.extend(set_aside);
+        }
     }
-    let quick = exitlab_results::stats::percentile(&medians, 5.0);
-    let slow: Vec<f64> = medians
-        .iter()
-        .copied()
-        .filter(|m| *m > quick * SLOW_STATE_FACTOR)
-        .collect();
-    (!slow.is_empty()).then(|| SlowState {
-        rounds: medians.len(),
-        slow: slow.len(),
-        quick,
-        slow_median: exitlab_results::stats::percentile(&slow, 50.0),
-    })
+    out.quick = median(quick)?;
+    out.slow = median(slow)?;
+    (out.other > 0).then_some(out)
 }
 
 /// How the note on a slower host state starts.
@@ -891,16 +928,26 @@ fn interrupted_reason(when: &str, kept: usize, overhead_due: bool) -> String {
     )
 }
 
-/// The note on rounds taken in a slower host state.
-fn slow_state_note(s: &SlowState) -> String {
+/// The note on rounds set aside as taken in another host state.
+fn other_state_note(s: &OtherState) -> String {
+    let outliers = match s.outliers {
+        0 => String::new(),
+        n => format!("; {n} more as outliers"),
+    };
+    let on_slow = if s.on_slow.is_empty() {
+        String::new()
+    } else {
+        format!(" (here: {})", s.on_slow.join(", "))
+    };
     format!(
-        "{HOST_STATE_NOTE}in {} of {} rounds the guest's empty loop (no exit) ran more than {:.0}% slower than in the run's quick rounds ({} against {} cycles, {:.2}x): the host was in a slower state then, and every figure of those rounds is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise (the line on rounds set aside names them); figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
-        s.slow,
+        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples: in those tests it took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        s.other,
         s.rounds,
-        (SLOW_STATE_FACTOR - 1.0) * 100.0,
-        fmt_cycles(s.slow_median),
+        s.tests,
+        fmt_cycles(s.slow),
         fmt_cycles(s.quick),
-        s.slow_median / s.quick,
+        s.slow / s.quick,
+        (SLOW_STATE_FACTOR - 1.0) * 100.0,
         MIN_QUICK = central::MIN_QUICK_ROUNDS,
     )
 }
@@ -1150,24 +1197,69 @@ mod tests {
         assert_eq!(quiet_loop_limit(&quick), Some(999.0 * 1.03));
     }
 
+    /// A completed test whose rounds have these (net figure, empty loop) pairs.
+    fn test_of_rounds(name: &str, rounds: &[(f64, f64)]) -> TestResult {
+        let mut t = analysis::analyse(&round(&[10, 10, 10]), &Default::default(), 1_000_000, false);
+        t.name = name.into();
+        t.rounds = rounds
+            .iter()
+            .map(|&(net, empty)| RoundFigure {
+                samples: 30,
+                median: net + empty,
+                net_median: Some(net),
+                loop_median: Some(empty),
+                ..Default::default()
+            })
+            .collect();
+        t
+    }
+
     #[test]
-    fn rounds_whose_empty_loop_runs_far_slower_are_counted_as_a_slow_host_state() {
-        // 40 rounds at ~1,000 cycles and 6 at ~1,550 (the host's slow state), in two tests.
-        let mut a: Vec<Stored> = (0..20).map(|i| stored(&[1000 + i; 3])).collect();
-        a.extend((0..3).map(|_| stored(&[1550; 3])));
-        let mut b: Vec<Stored> = (0..20).map(|i| stored(&[990 + i; 3])).collect();
-        b.extend((0..3).map(|_| stored(&[1560; 3])));
-        let s = slow_state(&[a.clone(), b]).expect("a slow state");
-        assert_eq!((s.rounds, s.slow), (46, 6));
-        assert!((990.0..1000.0).contains(&s.quick), "{s:?}");
-        assert_eq!(s.slow_median, 1555.0);
-        let note = slow_state_note(&s);
-        assert!(note.starts_with("host state: in 6 of 46 rounds"), "{note}");
-        assert!(note.contains("1.56x") || note.contains("1.57x"), "{note}");
-        // A spread of a few percent is not a state: no note.
-        let even: Vec<Stored> = (0..20).map(|i| stored(&[1000 + 5 * i; 3])).collect();
-        assert_eq!(slow_state(&[even]), None);
-        assert_eq!(slow_state(&[]), None);
+    fn the_host_state_note_counts_the_rounds_each_test_set_aside() {
+        // cpuid: 10 quick rounds (one an outlier) and 3 slow ones: the 3 slow are set
+        // aside. hlt: 2 quick rounds and 10 slow: it ran mostly in the slow state, its
+        // figure rests on the slow rounds and the 2 quick ones are set aside. A pooled
+        // rule over the run's loops would count the 13 slow rounds instead.
+        let mut cpuid: Vec<(f64, f64)> = (0..10).map(|i| (3_000.0 + i as f64, 1_000.0)).collect();
+        cpuid[4].0 = 4_000.0;
+        cpuid.extend([(4_500.0, 1_550.0); 3]);
+        let mut hlt: Vec<(f64, f64)> = vec![(6_000.0, 1_010.0); 2];
+        hlt.extend((0..10).map(|i| (9_000.0 + i as f64, 1_560.0)));
+        let tests = [test_of_rounds("cpuid", &cpuid), test_of_rounds("hlt", &hlt)];
+        let s = other_state(&tests).expect("rounds set aside");
+        assert_eq!(
+            (s.rounds, s.other, s.outliers, s.tests),
+            (25, 5, 1, 2),
+            "{s:?}"
+        );
+        assert_eq!(s.on_slow, ["hlt"]);
+        // Quick: cpuid's 10 at 1,000 and hlt's 2 at 1,010; slow: 3 at 1,550, 10 at 1,560.
+        assert_eq!((s.quick, s.slow), (1_000.0, 1_560.0));
+        let line = central::outliers_line(&tests).unwrap();
+        assert!(line.contains("cpuid 3 of 13, hlt 2 of 12"), "{line}");
+        let note = other_state_note(&s);
+        assert!(
+            note.starts_with("host state: 5 of 25 rounds (2 tests) were set aside as taken in another host state than their test's figure rests on; 1 more as outliers."),
+            "{note}"
+        );
+        assert!(
+            note.contains("1,560 cycles in the slow state against 1,000 in the quick one (1.56x")
+                && note.contains("its slow ones otherwise (here: hlt)"),
+            "{note}"
+        );
+        // A spread of a few percent is not a state: no note, whatever the outliers.
+        let even: Vec<(f64, f64)> = (0..12)
+            .map(|i| {
+                (
+                    if i == 3 { 5_000.0 } else { 3_000.0 },
+                    1_000.0 + 5.0 * i as f64,
+                )
+            })
+            .collect();
+        let even = test_of_rounds("cpuid", &even);
+        assert_eq!(central::central(&even).unwrap().outliers(), 1);
+        assert_eq!(other_state(&[even]), None);
+        assert_eq!(other_state(&[]), None);
     }
 
     /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,

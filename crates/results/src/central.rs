@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (empty loop over 1.2x the quickest round's, or not: the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on, or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -166,9 +166,10 @@ pub const SPREAD_FLOOR: f64 = 0.01;
 /// say too little about which round is odd.
 pub const OUTLIER_MIN_ROUNDS: usize = 5;
 
-/// How much slower than the test's quickest round a round's empty loop (the guest code
-/// with no exit timed before every sample, [`RoundFigure::loop_median`]) must run for the
-/// round to count as taken in a slower host state. This project's development host has
+/// How much slower than the test's quick rounds (its [`state_reference`]) a round's
+/// empty loop (the guest code with no exit timed before every sample,
+/// [`RoundFigure::loop_median`]) must run for the round to count as taken in a slower
+/// host state. This project's development host has
 /// such a state: the loop took 10,450-11,230 cycles in 37 of 40 default runs and
 /// 16,400-17,800 in the others, every figure exits included ~1.5x, and 15 % of all
 /// rounds ran in it (`docs/statistics.md`, "Forty default runs"). Runs of one state keep
@@ -180,10 +181,48 @@ pub const SLOW_STATE_FACTOR: f64 = 1.2;
 /// equal), so that setting rounds aside never leaves a short run without one.
 pub const MIN_QUICK_ROUNDS: usize = 5;
 
+/// Which share of a test's rounds may run freakishly fast without moving the loop the
+/// others are measured against: [`state_reference`] is the loop at this percentile of
+/// the rounds' loops (by rank, never the quickest round's).
+pub const REFERENCE_PERCENTILE: f64 = 10.0;
+
+/// The empty loop a test's rounds are measured against to tell their host state: the
+/// loop of the round at the [`REFERENCE_PERCENTILE`]th percentile of `loops` by rank,
+/// and never the quickest (the second-quickest round's in a run of fewer than 20); the
+/// quickest round's when only one has a loop. `None` when none has a usable loop.
+///
+/// Why not the quickest round's, as at first: one round whose loop ran freakishly fast
+/// then set the line below the quick state itself. With a quick state at 11,000 cycles
+/// and one round at 9,100, every round above 10,920 counted as slow, so most of the
+/// quick state was set aside and the figure rested on a mix of the two states. A rank
+/// ignores up to a tenth of the rounds (at least one) lying anywhere below the others.
+/// Why not a higher percentile (the 25th, the median): the reference must lie in the
+/// quick state whenever the quick state can carry the figure, which it does from a
+/// quarter of the rounds on. At the 10th percentile a quick state of more than a tenth
+/// of the rounds (and at least two) sets the reference; one of fewer could not carry the
+/// figure anyway (fewer than a quarter of the rounds), and with the reference in the
+/// slow state its rounds count with the slow ones, where the outlier rule takes them by
+/// their figure if it lies far (it does in this host's slow state, every figure ~1.5x).
+/// Why not the split at the largest gap between the sorted loops: a freak far below the
+/// others makes the largest gap its own, and a round that straddled a change of state
+/// (its median loop between the two) halves the gap between the states.
+pub fn state_reference(loops: &[Option<f64>]) -> Option<f64> {
+    let mut usable: Vec<f64> = loops
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|l| l.is_finite() && *l > 0.0)
+        .collect();
+    usable.sort_unstable_by(f64::total_cmp);
+    let n = usable.len();
+    let rank = ((n as f64 * REFERENCE_PERCENTILE / 100.0) as usize).max(1);
+    usable.get(rank.min(n.checked_sub(1)?)).copied()
+}
+
 /// Which rounds ran in another host state than the one the test's figure rests on, by
 /// each round's own empty loop (`loops`; a round without one is always kept). The quick
-/// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the quickest
-/// round's. The figure rests on them, and the slow ones are set aside, when at least
+/// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the test's
+/// [`state_reference`]. The figure rests on them, and the slow ones are set aside, when at least
 /// [`MIN_QUICK_ROUNDS`] and a quarter of the rounds are quick; otherwise the test ran
 /// mostly in the slow state, and the figure rests on the slow rounds when at least
 /// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not
@@ -193,18 +232,12 @@ pub const MIN_QUICK_ROUNDS: usize = 5;
 /// figures of a test rest on the same state.
 pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
     let n = loops.len();
-    let quickest = loops
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|l| l.is_finite() && *l > 0.0)
-        .min_by(f64::total_cmp);
-    let Some(quickest) = quickest else {
+    let Some(reference) = state_reference(loops) else {
         return vec![false; n];
     };
     let slow: Vec<bool> = loops
         .iter()
-        .map(|l| l.is_some_and(|l| l > quickest * SLOW_STATE_FACTOR))
+        .map(|l| l.is_some_and(|l| l > reference * SLOW_STATE_FACTOR))
         .collect();
     let quick = slow.iter().filter(|s| !**s).count();
     if quick >= MIN_QUICK_ROUNDS && quick * 4 >= n {
@@ -274,12 +307,15 @@ pub struct Central {
     /// The figure of each round, in the order they ran (empty for a file without
     /// per-round figures).
     pub rounds: Vec<f64>,
-    /// Which rounds the figure rests on (`false`: set aside, as taken in a slower host
-    /// state or as outliers).
+    /// Each round's empty loop ([`RoundFigure::loop_median`]), aligned with `rounds`.
+    pub loops: Vec<Option<f64>>,
+    /// Which rounds the figure rests on (`false`: set aside, as taken in the test's
+    /// other host state or as outliers).
     pub kept: Vec<bool>,
     /// Which rounds ran in another host state than the figure rests on
-    /// ([`other_state_rounds`]).
-    pub slow: Vec<bool>,
+    /// ([`other_state_rounds`]): the slow ones, or the quick ones of a test that ran
+    /// mostly in the slow state.
+    pub other_state: Vec<bool>,
     /// The central figure, cycles per iteration.
     pub value: f64,
 }
@@ -289,14 +325,14 @@ impl Central {
     pub fn outliers(&self) -> usize {
         self.kept
             .iter()
-            .zip(self.slow.iter().chain(std::iter::repeat(&false)))
+            .zip(self.other_state.iter().chain(std::iter::repeat(&false)))
             .filter(|(k, s)| !**k && !**s)
             .count()
     }
 
     /// Rounds set aside as taken in another host state.
-    pub fn slow_rounds(&self) -> usize {
-        self.slow.iter().filter(|s| **s).count()
+    pub fn other_state_count(&self) -> usize {
+        self.other_state.iter().filter(|s| **s).count()
     }
 
     /// The kept rounds' figures.
@@ -352,21 +388,26 @@ pub fn round_figures(t: &TestResult) -> Option<(Vec<f64>, Figure)> {
 /// aside), and how many of those there were.
 pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
     let figure = figure_of(t)?;
-    let (values, slow) = state_values(&t.rounds, figure);
-    Some((values, figure, slow))
+    let (values, _, other) = state_points(t, figure);
+    let kept = values
+        .iter()
+        .zip(&other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
+        .collect();
+    Some((kept, figure, other.iter().filter(|o| **o).count()))
 }
 
 /// The finite `figure`s of `rounds` but those of the other host state
 /// ([`other_state_rounds`]), and how many of those there were.
 pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
     let (values, loops) = points(rounds, figure);
-    let slow = other_state_rounds(&loops);
+    let other = other_state_rounds(&loops);
     let kept = values
         .iter()
-        .zip(&slow)
-        .filter_map(|(v, s)| (!s).then_some(*v))
+        .zip(&other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
         .collect();
-    (kept, slow.iter().filter(|s| **s).count())
+    (kept, other.iter().filter(|o| **o).count())
 }
 
 /// The finite figures of `rounds` and each one's empty loop, aligned.
@@ -378,20 +419,63 @@ fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>
         .unzip()
 }
 
+/// [`points`] of `t`'s rounds and which of them ran in another host state than its
+/// figure rests on: the A/B sides' joint choice where `t` carries one
+/// ([`TestResult::paired_other_state`]), else its own rounds' ([`other_state_rounds`]).
+fn state_points(t: &TestResult, figure: Figure) -> (Vec<f64>, Vec<Option<f64>>, Vec<bool>) {
+    let (values, loops) = points(&t.rounds, figure);
+    let other = match joint_flags(t) {
+        Some(joint) => t
+            .rounds
+            .iter()
+            .zip(joint)
+            .filter(|(r, _)| round_value(r, figure).is_finite())
+            .map(|(_, o)| *o)
+            .collect(),
+        None => other_state_rounds(&loops),
+    };
+    (values, loops, other)
+}
+
+/// `t`'s joint A/B choice of host state, aligned with its rounds, if it carries one.
+fn joint_flags(t: &TestResult) -> Option<&[bool]> {
+    t.paired_other_state
+        .as_deref()
+        .filter(|j| j.len() == t.rounds.len())
+}
+
 /// Which of `rounds` the central figure rests on (aligned with them: a round without a
-/// finite figure is never kept): not in a slower host state, then not an outlier among
+/// finite figure is never kept): not in the test's other host state, then not an outlier among
 /// the rest ([`CHOSEN`]).
 pub fn kept_mask(rounds: &[RoundFigure], figure: Figure) -> Vec<bool> {
+    mask_of(rounds, figure, None)
+}
+
+/// [`kept_mask`] of `t`'s rounds by `figure`, honouring an A/B run's joint choice of
+/// host state ([`TestResult::paired_other_state`]).
+pub fn test_kept_mask(t: &TestResult, figure: Figure) -> Vec<bool> {
+    mask_of(&t.rounds, figure, joint_flags(t))
+}
+
+/// [`kept_mask`] with the other host state's rounds given (`joint`, aligned with
+/// `rounds`) or, without, chosen from the rounds' loops.
+fn mask_of(rounds: &[RoundFigure], figure: Figure, joint: Option<&[bool]>) -> Vec<bool> {
     let values: Vec<f64> = rounds.iter().map(|r| round_value(r, figure)).collect();
     let finite: Vec<usize> = (0..rounds.len())
         .filter(|&i| values[i].is_finite())
         .collect();
-    let (_, kept, _) = rest_on(
+    let other = match joint {
+        Some(j) => finite.iter().map(|&i| j[i]).collect(),
+        None => other_state_rounds(
+            &finite
+                .iter()
+                .map(|&i| rounds[i].loop_median)
+                .collect::<Vec<_>>(),
+        ),
+    };
+    let (_, kept) = rest_on(
         &finite.iter().map(|&i| values[i]).collect::<Vec<_>>(),
-        &finite
-            .iter()
-            .map(|&i| rounds[i].loop_median)
-            .collect::<Vec<_>>(),
+        &other,
         CHOSEN,
     );
     let mut mask = vec![false; rounds.len()];
@@ -408,8 +492,7 @@ pub fn state_loops(t: &TestResult) -> Vec<f64> {
     let Some(figure) = figure_of(t) else {
         return Vec::new();
     };
-    let (_, loops) = points(&t.rounds, figure);
-    let other = other_state_rounds(&loops);
+    let (_, loops, other) = state_points(t, figure);
     loops
         .iter()
         .zip(other)
@@ -417,37 +500,107 @@ pub fn state_loops(t: &TestResult) -> Vec<f64> {
         .collect()
 }
 
-/// The figures of two sides of an A/B run, pair by pair (round `i` of each ran back to
-/// back): the pairs in which both sides have a finite figure, in order.
-pub fn paired_figures(a: &TestResult, b: &TestResult) -> Option<(Vec<f64>, Vec<f64>, Figure)> {
+/// The joint choice of host state of the two sides of an A/B run (round `i` of each
+/// ran back to back): which pairs of rounds are set aside, for each `i` up to the
+/// shorter side's rounds. Each side choosing on its own could rest side A on its quick
+/// rounds and side B on its slow ones. The state is chosen over both sides' rounds
+/// together ([`other_state_rounds`] on all of their loops, so one reference and one
+/// count), and a pair is kept when both its rounds are in that state; where fewer than
+/// [`MIN_QUICK_ROUNDS`] pairs are, the pairs wholly in the other state are kept if there
+/// are enough of those, and every pair otherwise (a short A/B run keeps its verdict; a
+/// state both sides of a pair shared cancels in its ratio, and the ratio outlier rule
+/// takes a pair that straddled a change). Pairs without a finite figure on both sides
+/// are no pair and are not set aside here. `None` when a side did not complete.
+pub fn paired_other_state(a: &TestResult, b: &TestResult) -> Option<Vec<bool>> {
     let figure = figure_of(a)?;
     figure_of(b)?;
+    let pairs: Vec<usize> = (0..a.rounds.len().min(b.rounds.len()))
+        .filter(|&i| {
+            round_value(&a.rounds[i], figure).is_finite()
+                && round_value(&b.rounds[i], figure).is_finite()
+        })
+        .collect();
+    let n = pairs.len();
+    let loops: Vec<Option<f64>> = [&a.rounds, &b.rounds]
+        .iter()
+        .flat_map(|side| pairs.iter().map(|&i| side[i].loop_median))
+        .collect();
+    let other = other_state_rounds(&loops);
+    let (side_a, side_b) = other.split_at(n);
+    let kept = (0..n).filter(|&i| !side_a[i] && !side_b[i]).count();
+    let other_kept = (0..n).filter(|&i| side_a[i] && side_b[i]).count();
+    let set_aside: Vec<bool> = if kept >= MIN_QUICK_ROUNDS {
+        (0..n).map(|i| side_a[i] || side_b[i]).collect()
+    } else if other_kept >= MIN_QUICK_ROUNDS {
+        (0..n).map(|i| !(side_a[i] && side_b[i])).collect()
+    } else {
+        vec![false; n]
+    };
+    let mut mask = vec![false; a.rounds.len().min(b.rounds.len())];
+    for (&i, s) in pairs.iter().zip(set_aside) {
+        mask[i] = s;
+    }
+    Some(mask)
+}
+
+/// Gives each test of side `a` of an A/B run and its namesake of side `b` their joint
+/// choice of host state ([`paired_other_state`], in
+/// [`TestResult::paired_other_state`]), so that each side's central figure, its kept
+/// rounds and the comparison rest on the same pairs of rounds.
+pub fn pair_states(a: &mut [TestResult], b: &mut [TestResult]) {
+    for ta in a.iter_mut() {
+        let Some(tb) = b.iter_mut().find(|t| t.name == ta.name) else {
+            continue;
+        };
+        let joint = paired_other_state(ta, tb);
+        for t in [&mut *ta, &mut *tb] {
+            t.paired_other_state = joint.as_ref().map(|j| {
+                let mut m = j.clone();
+                m.resize(t.rounds.len(), false);
+                m
+            });
+        }
+    }
+}
+
+/// The figures of two sides of an A/B run, pair by pair (round `i` of each ran back to
+/// back): the pairs in which both sides have a finite figure and that the sides' joint
+/// choice of host state keeps ([`paired_other_state`]), in order, and how many pairs
+/// that choice set aside.
+pub fn paired_figures(
+    a: &TestResult,
+    b: &TestResult,
+) -> Option<(Vec<f64>, Vec<f64>, Figure, usize)> {
+    let figure = figure_of(a)?;
+    figure_of(b)?;
+    let set_aside = paired_other_state(a, b)?;
     let (va, vb) = a
         .rounds
         .iter()
         .zip(&b.rounds)
-        .map(|(x, y)| (round_value(x, figure), round_value(y, figure)))
+        .zip(&set_aside)
+        .filter(|(_, s)| !**s)
+        .map(|((x, y), _)| (round_value(x, figure), round_value(y, figure)))
         .filter(|(x, y)| x.is_finite() && y.is_finite())
         .unzip();
-    Some((va, vb, figure))
+    Some((va, vb, figure, set_aside.iter().filter(|s| **s).count()))
 }
 
-/// The rounds (finite `values`, their `loops`) a method's figure rests on: the slow
-/// host state's set aside, then the method's outliers among the rest. Returns the
-/// estimate, the kept flags and the slow flags.
-fn rest_on(values: &[f64], loops: &[Option<f64>], method: Method) -> (f64, Vec<bool>, Vec<bool>) {
-    let slow = other_state_rounds(loops);
+/// The rounds (finite `values`) a method's figure rests on: those of the other host
+/// state (`other`) set aside, then the method's outliers among the rest. Returns the
+/// estimate and the kept flags.
+fn rest_on(values: &[f64], other: &[bool], method: Method) -> (f64, Vec<bool>) {
     let state: Vec<f64> = values
         .iter()
-        .zip(&slow)
-        .filter_map(|(v, s)| (!s).then_some(*v))
+        .zip(other)
+        .filter_map(|(v, o)| (!o).then_some(*v))
         .collect();
     let mut flags = method.kept(&state).into_iter();
-    let kept: Vec<bool> = slow
+    let kept: Vec<bool> = other
         .iter()
-        .map(|s| !s && flags.next().unwrap_or(false))
+        .map(|o| !o && flags.next().unwrap_or(false))
         .collect();
-    (method.estimate(&state), kept, slow)
+    (method.estimate(&state), kept)
 }
 
 /// The central figure of `t` with [`CHOSEN`]: from its rounds, or, in a file without
@@ -460,7 +613,7 @@ pub fn central(t: &TestResult) -> Option<Central> {
 /// [`central`] with another method (for the trials that compare methods).
 pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     let figure = figure_of(t)?;
-    let (rounds, loops) = points(&t.rounds, figure);
+    let (rounds, loops, other_state) = state_points(t, figure);
     if rounds.is_empty() {
         let value = match figure {
             Figure::Net => t.net_median_cycles?,
@@ -469,17 +622,19 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
         return Some(Central {
             figure,
             rounds,
+            loops,
             kept: Vec::new(),
-            slow: Vec::new(),
+            other_state,
             value,
         });
     }
-    let (value, kept, slow) = rest_on(&rounds, &loops, method);
+    let (value, kept) = rest_on(&rounds, &other_state, method);
     Some(Central {
         figure,
         rounds,
+        loops,
         kept,
-        slow,
+        other_state,
         value,
     })
 }
@@ -505,13 +660,13 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
             })
             .collect()
     };
-    let (outliers, slow) = (list(Central::outliers), list(Central::slow_rounds));
+    let (outliers, other) = (list(Central::outliers), list(Central::other_state_count));
     let mut parts = Vec::new();
-    if !slow.is_empty() {
+    if !other.is_empty() {
         parts.push(format!(
-            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its quickest round's where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
+            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on) where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
-            slow.join(", ")
+            other.join(", ")
         ));
     }
     if !outliers.is_empty() {
@@ -607,7 +762,8 @@ mod tests {
         let slow = other_state_rounds(&loops);
         assert_eq!(slow.iter().filter(|s| **s).count(), 2);
         assert!(slow[10] && slow[11] && !slow[3]);
-        // 1.19x the quickest is not slow; a round without a loop never is.
+        // 1.19x the reference (the second-quickest round's loop) is not slow; a round
+        // without a loop never is.
         assert_eq!(
             other_state_rounds(&[
                 l(100.0),
@@ -647,6 +803,65 @@ mod tests {
     }
 
     #[test]
+    fn a_freakishly_fast_round_does_not_move_the_states_but_two_real_states_still_split() {
+        let l = |v: f64| Some(v);
+        // One state, twelve rounds at 10,700-11,300 cycles, and one round at 9,200. With
+        // the quickest round as the reference, every round above 11,040 counted as slow
+        // and six rounds of the one state were set aside; now none is.
+        let one_state: Vec<Option<f64>> =
+            (0..12).map(|i| l(10_700.0 + 50.0 * f64::from(i))).collect();
+        let mut with_freak = one_state.clone();
+        with_freak.insert(5, l(9_200.0));
+        assert_eq!(state_reference(&with_freak), Some(10_700.0));
+        assert!(other_state_rounds(&one_state).iter().all(|o| !o));
+        assert!(other_state_rounds(&with_freak).iter().all(|o| !o));
+        // Two states, 8 rounds at ~11,000 and 4 at ~16,500: the 4 slow ones are set aside,
+        // with a freak at 9,100 as without it (the freak counts with the quick rounds).
+        let two_states: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i % 3 == 2 { 16_500.0 } else { 11_000.0 } + f64::from(i)))
+            .collect();
+        let split = other_state_rounds(&two_states);
+        assert_eq!(
+            split,
+            (0..12).map(|i| i % 3 == 2).collect::<Vec<_>>(),
+            "{two_states:?}"
+        );
+        let mut with_freak = two_states.clone();
+        with_freak.push(l(9_100.0));
+        assert_eq!(
+            other_state_rounds(&with_freak),
+            [split, vec![false]].concat()
+        );
+        // Mostly slow with a freak: two quick rounds and ten slow ones still rest on the
+        // slow ones, the quick ones and the freak set aside.
+        let mut mostly_slow: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i < 2 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        mostly_slow.push(l(9_100.0));
+        assert_eq!(
+            other_state_rounds(&mostly_slow),
+            [vec![true; 2], vec![false; 10], vec![true]].concat()
+        );
+        // From 20 rounds on the reference is the 10th percentile's round: 24 rounds
+        // ignore two freaks (rank 2 of 0..24).
+        let mut many: Vec<Option<f64>> = (0..22)
+            .map(|i| l(if i < 14 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        many.extend([l(8_000.0), l(9_000.0)]);
+        assert_eq!(state_reference(&many), Some(11_000.0));
+        assert_eq!(other_state_rounds(&many).iter().filter(|o| **o).count(), 8);
+        // A lone quick round with eleven slow ones cannot be told from a freak: it counts
+        // with them (the outlier rule judges its figure).
+        let lone: Vec<Option<f64>> = (0..12)
+            .map(|i| l(if i == 0 { 11_000.0 } else { 16_500.0 }))
+            .collect();
+        assert_eq!(state_reference(&lone), Some(16_500.0));
+        assert!(other_state_rounds(&lone).iter().all(|o| !o));
+        assert_eq!(state_reference(&[None, l(5.0)]), Some(5.0));
+        assert_eq!(state_reference(&[None, l(f64::NAN)]), None);
+    }
+
+    #[test]
     fn the_central_figure_rests_on_the_quick_state_rounds() {
         use crate::results::tests::ok_test;
         // Eight rounds at ~3,000 net cycles and five in the slow state at ~4,500 (too many
@@ -671,7 +886,7 @@ mod tests {
             .collect();
         let c = central(&t).unwrap();
         assert_eq!(c.value, 3_000.0);
-        assert_eq!((c.slow_rounds(), c.outliers()), (5, 0));
+        assert_eq!((c.other_state_count(), c.outliers()), (5, 0));
         assert_eq!(c.kept.iter().filter(|k| **k).count(), 8);
         assert_eq!(
             kept_mask(&t.rounds, Figure::Net),
@@ -688,7 +903,7 @@ mod tests {
             r.loop_median = None;
         }
         let c = central(&t).unwrap();
-        assert_eq!(c.slow_rounds(), 0);
+        assert_eq!(c.other_state_count(), 0);
         assert_eq!(c.value, 3_010.0);
     }
 

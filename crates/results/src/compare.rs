@@ -131,9 +131,13 @@ pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Compari
     compare_with(before, after, Pairing::Independent, threshold_pct)
 }
 
-/// Compares the two sides of an A/B run (round `i` of each ran back to back).
+/// Compares the two sides of an A/B run (round `i` of each ran back to back), each test
+/// on the pairs of rounds of the host state the sides chose together
+/// ([`crate::central::pair_states`]).
 pub fn compare_ab(a: &Results, b: &Results, threshold_pct: f64) -> Comparison {
-    compare_with(a, b, Pairing::Paired, threshold_pct)
+    let (mut a, mut b) = (a.clone(), b.clone());
+    crate::central::pair_states(&mut a.tests, &mut b.tests);
+    compare_with(&a, &b, Pairing::Paired, threshold_pct)
 }
 
 fn compare_with(
@@ -146,7 +150,9 @@ fn compare_with(
     let mut not_compared = Vec::new();
     let mut only_before = Vec::new();
     let mut warnings = if pairing == Pairing::Independent {
-        host_and_config_warnings(before, after)
+        let mut w = host_and_config_warnings(before, after);
+        w.extend(loop_figures_differ(before, after));
+        w
     } else {
         Vec::new()
     };
@@ -197,6 +203,46 @@ fn compare_with(
     }
 }
 
+/// Whether any round of `r`'s tests recorded the empty loop timed before its samples
+/// (`rounds[].loop_median`, in files written since 27 Nov 2026).
+fn has_round_loops(r: &Results) -> bool {
+    r.tests
+        .iter()
+        .flat_map(|t| &t.rounds)
+        .any(|round| round.loop_median.is_some())
+}
+
+/// A warning when one file records each round's empty loop and the other does not: the
+/// older file's figures rest on every round, whatever host state each ran in, while the
+/// newer one's rest on one state per test ([`crate::central::other_state_rounds`]), so
+/// a change may be a mixed figure against a one-state one, which compare cannot tell
+/// test by test (it has no loops to compare on one side). Names the tests of the newer
+/// file that did set rounds of another state aside.
+fn loop_figures_differ(before: &Results, after: &Results) -> Option<String> {
+    let (old, new, newer) = match (has_round_loops(before), has_round_loops(after)) {
+        (false, true) => ("before", "after", after),
+        (true, false) => ("after", "before", before),
+        _ => return None,
+    };
+    let set_aside: Vec<String> = newer
+        .tests
+        .iter()
+        .filter_map(|t| {
+            let c = central(t)?;
+            let n = c.other_state_count();
+            (n > 0).then(|| format!("{} {} of {}", t.name, n, c.rounds.len()))
+        })
+        .collect();
+    let which = if set_aside.is_empty() {
+        "none of its tests set a round aside".to_string()
+    } else {
+        format!("rounds set aside: {}", set_aside.join(", "))
+    };
+    Some(format!(
+        "the {old} file records no empty loop per round (an older exitlab), so its figures rest on every round, whatever host state each ran in, while the {new} file's rest on one host state per test ({which}): a change may be the host's; re-run the {old} side with this exitlab to compare figures of one state"
+    ))
+}
+
 /// Why one test's two figures rest on rounds of different host states, if they do: the
 /// empty loops of the rounds of the state each figure rests on (before outliers are set
 /// aside) lie more than [`HOST_STATE_LIMIT_PCT`] apart, with 95 % confidence where both
@@ -226,9 +272,16 @@ fn test_state_differs(b: &TestResult, a: &TestResult) -> Option<String> {
 }
 
 /// For the two sides of an A/B run: a warning when each side's figure rests on another
-/// host state (each side chooses the state most of its own rounds ran in; the change
-/// comes from every pair either way).
+/// host state. The sides choose their state together ([`crate::central::pair_states`]),
+/// so this can happen only where neither state had enough pairs of rounds and every
+/// pair was kept (no pair set aside).
 fn sides_state_differ(b: &TestResult, a: &TestResult) -> Option<String> {
+    if [b, a]
+        .iter()
+        .any(|t| t.paired_other_state.iter().flatten().any(|s| *s))
+    {
+        return None;
+    }
     let median = |mut v: Vec<f64>| {
         v.sort_unstable_by(f64::total_cmp);
         (!v.is_empty()).then(|| crate::stats::percentile(&v, 50.0))
@@ -236,10 +289,11 @@ fn sides_state_differ(b: &TestResult, a: &TestResult) -> Option<String> {
     let (mb, ma) = (median(state_loops(b))?, median(state_loops(a))?);
     ((ma / mb - 1.0).abs() * 100.0 > HOST_STATE_LIMIT_PCT).then(|| {
         format!(
-            "{}: the two sides' figures rest on different host states (the empty loop before their samples took {} and {} cycles); the change is from every pair of rounds",
+            "{}: the two sides' figures rest on different host states (the empty loop before their samples took {} and {} cycles): no state had {} pairs of rounds in it on both sides, so the change is from every pair",
             b.name,
             fmt_cycles(mb),
-            fmt_cycles(ma)
+            fmt_cycles(ma),
+            crate::central::MIN_QUICK_ROUNDS,
         )
     })
 }
@@ -255,21 +309,21 @@ fn compare_test(
     threshold_pct: f64,
     host_state: Option<&str>,
 ) -> Option<TestComparison> {
-    let (fb, fa, figure, slow) = match pairing {
+    let (fb, fa, figure, other) = match pairing {
         Pairing::Independent => state_figures(b)
             .zip(state_figures(a))
             .map(|((fb, figure, sb), (fa, _, sa))| (fb, fa, figure, [sb, sa])),
-        // Every pair counts: a state both sides of a round shared cancels in its
-        // ratio, and a pair that straddled a change of state is an outlier among the
-        // ratios. Dropping the pairs with a slow side (tried, `docs/statistics.md`)
-        // changed no error rate and left short A/B runs too few pairs for a verdict.
-        Pairing::Paired => paired_figures(b, a).map(|(fb, fa, figure)| (fb, fa, figure, [0, 0])),
+        // The pairs of the state both sides chose together; every pair where neither
+        // state has enough (a short A/B run keeps its verdict).
+        Pairing::Paired => paired_figures(b, a)
+            .map(|(fb, fa, figure, set_aside)| (fb, fa, figure, [set_aside, set_aside])),
     }?;
     let mut change = verdict::change(&fb, &fa, pairing, threshold_pct);
-    [change.slow_state_before, change.slow_state_after] = slow;
+    [change.other_state_before, change.other_state_after] = other;
     if pairing == Pairing::Paired {
         // The pairs' ratios give the change; each side's figure is its central figure,
-        // as every table shows it.
+        // as every table shows it (on the same pairs: the sides carry their joint
+        // choice of host state).
         if let (Some(cb), Some(ca)) = (central(b), central(a)) {
             (change.median_before, change.median_after) = (cb.value, ca.value);
         }
@@ -551,6 +605,7 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::central::CHOSEN;
     use crate::results::tests::{ok_test, sample_results};
     use crate::results::TestStatus;
 
@@ -686,7 +741,7 @@ mod tests {
                 let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
                 flagged += usize::from(matches!(cpuid.verdict, Verdict::Slower | Verdict::Faster));
                 refused += usize::from(matches!(cpuid.verdict, Verdict::NoConclusion(_)));
-                set_aside += cpuid.slow_state_before + cpuid.slow_state_after;
+                set_aside += cpuid.other_state_before + cpuid.other_state_after;
             }
             [flagged, refused, set_aside]
         };
@@ -713,11 +768,11 @@ mod tests {
     }
 
     #[test]
-    fn a_b_pairs_with_a_side_in_the_slower_host_state_are_ratio_outliers() {
-        // Round 2's B side and round 5's A side ran in the slow state: their pairs' ratios
-        // lie far from the others and the ratio outlier rule sets them aside, so the change
-        // is the other pairs' +10 %; each side's figure is its central figure, which sets
-        // its own slow round aside.
+    fn a_b_pairs_with_a_side_in_the_slower_host_state_are_set_aside_on_both_sides() {
+        // Round 2's B side and round 5's A side ran in the slow state: the sides' joint
+        // choice rests on the six pairs quick on both sides and sets both pairs aside on
+        // both sides, so the change is the other pairs' +10 % and each side's figure, as
+        // every table shows it, rests on the same six rounds.
         let mut a = sample_results();
         let level = |i: usize| 3_000.0 * (1.0 + 0.002 * i as f64);
         a.tests[1].rounds = (0..8)
@@ -737,13 +792,151 @@ mod tests {
         }
         let c = compare_ab(&a, &b, 0.0);
         let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
-        assert_eq!((cpuid.outliers_before, cpuid.slow_state_before), (2, 0));
-        assert_eq!(cpuid.rounds_before, 8);
+        assert_eq!((cpuid.outliers_before, cpuid.other_state_before), (0, 2));
+        assert_eq!((cpuid.rounds_before, cpuid.other_state_after), (6, 2));
         assert!((cpuid.pct.unwrap() - 10.0).abs() < 1e-9, "{cpuid:?}");
         assert_eq!(cpuid.verdict, Verdict::Slower);
-        assert_eq!(cpuid.median_before, central(&a.tests[1]).unwrap().value);
-        assert_eq!(cpuid.median_after, central(&b.tests[1]).unwrap().value);
-        assert_eq!(central(&a.tests[1]).unwrap().slow_rounds(), 1);
+        let kept = [0, 1, 3, 4, 6, 7].map(level);
+        assert_eq!(cpuid.median_before, CHOSEN.estimate(&kept));
+        let (sa, sb) = ab_sides(a.clone(), b.tests.clone(), ["ring", "0", "3"]);
+        let (ca, cb) = (
+            central(&sa.tests[1]).unwrap(),
+            central(&sb.tests[1]).unwrap(),
+        );
+        assert_eq!(
+            (cpuid.median_before, cpuid.median_after),
+            (ca.value, cb.value)
+        );
+        assert_eq!((ca.other_state_count(), cb.other_state_count()), (2, 2));
+        // On its own, side A would have set aside its slow round 5 only.
+        assert_eq!(central(&a.tests[1]).unwrap().other_state_count(), 1);
+    }
+
+    /// cpuid's rounds of an A/B run: side A quick in `a_quick` rounds, side B in
+    /// `b_quick` (the others in the slow state: empty loop and figure 1.5x), B 10 %
+    /// above A in every pair of one state.
+    fn ab_states(a_quick: &[usize], b_quick: &[usize]) -> Results {
+        let r = sample_results();
+        let side = |quick: &[usize], scale: f64| -> Vec<crate::results::RoundFigure> {
+            (0..12)
+                .map(|i| {
+                    let state = if quick.contains(&i) { 1.0 } else { 1.5 };
+                    crate::results::RoundFigure {
+                        samples: 100,
+                        median: 14_000.0 * state,
+                        net_median: Some(3_000.0 * (1.0 + 0.001 * i as f64) * state * scale),
+                        loop_median: Some(11_000.0 * state),
+                        ..Default::default()
+                    }
+                })
+                .collect()
+        };
+        let mut a = r.clone();
+        a.tests[1].rounds = side(a_quick, 1.0);
+        let mut b_tests = r.tests.clone();
+        b_tests[1].rounds = side(b_quick, 1.1);
+        ab_run(a, b_tests, ["ring", "0", "3"])
+    }
+
+    #[test]
+    fn a_b_sides_choose_their_host_state_together() {
+        // Side A ran quick in rounds 0-6, side B only in 0-2: on its own, A rests on its
+        // 7 quick rounds and B on its 9 slow ones, so the table would set A's quick figure
+        // beside B's slow one (+65 %). Together they rest on the 5 pairs slow on both
+        // sides (7-11): +10 %, and each side's figure is its slow one.
+        let run = ab_states(&[0, 1, 2, 3, 4, 5, 6], &[0, 1, 2]);
+        let (a, b) = run.ab_sides().unwrap();
+        let own = |t: &TestResult| {
+            let mut t = t.clone();
+            t.paired_other_state = None;
+            central(&t).unwrap()
+        };
+        assert!(own(&a.tests[1]).value < 3_100.0 && own(&b.tests[1]).value > 4_900.0);
+        let c = compare_ab(&a, &b, 0.0);
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!((cpuid.rounds_before, cpuid.other_state_before), (5, 7));
+        let slow_a: Vec<f64> = (7..12)
+            .map(|i| a.tests[1].rounds[i].net_median.unwrap())
+            .collect();
+        assert_eq!(cpuid.median_before, CHOSEN.estimate(&slow_a));
+        assert!(
+            (cpuid.median_after / cpuid.median_before - 1.1).abs() < 1e-9,
+            "{cpuid:?}"
+        );
+        assert!((cpuid.pct.unwrap() - 10.0).abs() < 1e-9, "{cpuid:?}");
+        assert_eq!(central(&a.tests[1]).unwrap().value, cpuid.median_before);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let text = crate::report::render_ab(&run).unwrap();
+        let row = text.lines().find(|l| l.contains("cpuid")).unwrap();
+        assert!(row.contains(&fmt_cycles(cpuid.median_before)), "{text}");
+    }
+
+    #[test]
+    fn a_b_sides_keep_every_pair_when_no_state_has_five_and_say_so() {
+        // Side A quick in rounds 0-7, side B in 0-3: 4 pairs quick on both sides and 4
+        // slow on both, too few either way: every pair counts, and the sides' figures
+        // rest on different states, which compare says.
+        let (a, b) = ab_states(&[0, 1, 2, 3, 4, 5, 6, 7], &[0, 1, 2, 3])
+            .ab_sides()
+            .unwrap();
+        let c = compare_ab(&a, &b, 0.0);
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!((cpuid.rounds_before, cpuid.other_state_before), (12, 0));
+        assert!(
+            c.warnings.iter().any(|w| w
+                .starts_with("cpuid: the two sides' figures rest on different host states")
+                && w.contains("no state had 5 pairs of rounds")),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    #[test]
+    fn a_file_without_round_loops_against_one_with_them_is_said_to_mix_states() {
+        // The old file has no empty loop per round; in the new one cpuid's round 5 ran in
+        // the slow state and is set aside, so its figure rests on one state and the old
+        // one's on every round.
+        let old = sample_results();
+        let mut new = old.clone();
+        for t in &mut new.tests {
+            for (i, r) in t.rounds.iter_mut().enumerate() {
+                let slow = t.name == "cpuid" && i == 5;
+                r.loop_median = Some(if slow { 16_500.0 } else { 11_000.0 });
+                if slow {
+                    r.net_median = r.net_median.map(|v| v * 1.5);
+                }
+            }
+        }
+        assert_eq!(central(&new.tests[1]).unwrap().other_state_count(), 1);
+        let c = compare(&old, &new, 0.0);
+        let rounds = new.tests[1].rounds.len();
+        assert!(
+            c.warnings.iter().any(|w| w.starts_with(
+                "the before file records no empty loop per round (an older exitlab), so its figures rest on every round"
+            ) && w.contains(&format!("(rounds set aside: cpuid 1 of {rounds})"))),
+            "{:?}",
+            c.warnings
+        );
+        let text = render_comparison(&c, ["before", "after"]);
+        assert!(
+            text.contains("the before file records no empty loop"),
+            "{text}"
+        );
+        let back = compare(&new, &old, 0.0);
+        assert!(
+            back.warnings
+                .iter()
+                .any(|w| w.starts_with("the after file records no empty loop")),
+            "{:?}",
+            back.warnings
+        );
+        // Two files of one kind: no such warning.
+        for (b, a) in [(&old, &old), (&new, &new)] {
+            assert!(!compare(b, a, 0.0)
+                .warnings
+                .iter()
+                .any(|w| w.contains("records no empty loop")),);
+        }
     }
 
     #[test]
@@ -832,7 +1025,7 @@ mod tests {
         for (i, r) in b.tests[1].rounds.iter_mut().enumerate() {
             r.net_median = (i != 7).then_some((1_000.0 + 100.0 * i as f64) * 1.1);
         }
-        let (fa, fb, _) = crate::central::paired_figures(&a.tests[1], &b.tests[1]).unwrap();
+        let (fa, fb, _, _) = crate::central::paired_figures(&a.tests[1], &b.tests[1]).unwrap();
         assert_eq!(fa.len(), 10);
         assert!(fa.iter().zip(&fb).all(|(x, y)| (y / x - 1.1).abs() < 1e-12));
         let c = compare_ab(&a, &b, 0.0);
@@ -1073,7 +1266,12 @@ mod tests {
 
     /// The two sides of `r` made an A/B run of `knob` (`[knob, a, b]`) with side B's
     /// tests `b_tests`, two rounds in A B, B A order.
-    fn ab_sides(mut r: Results, b_tests: Vec<TestResult>, knob: [&str; 3]) -> (Results, Results) {
+    fn ab_sides(r: Results, b_tests: Vec<TestResult>, knob: [&str; 3]) -> (Results, Results) {
+        ab_run(r, b_tests, knob).ab_sides().unwrap()
+    }
+
+    /// `r` made an A/B run as [`ab_sides`] describes it.
+    fn ab_run(mut r: Results, b_tests: Vec<TestResult>, knob: [&str; 3]) -> Results {
         r.ab = Some(crate::results::AbRun {
             knob: knob[0].into(),
             a: knob[1].into(),
@@ -1081,7 +1279,7 @@ mod tests {
             b_tests,
             order: vec![["a".into(), "b".into()], ["b".into(), "a".into()]],
         });
-        r.ab_sides().unwrap()
+        r
     }
 
     #[test]

@@ -137,7 +137,8 @@ impl Results {
     }
 
     /// The two sides of an A/B run as results of their own (side A, side B), each with
-    /// its knob value recorded in `config.knobs`.
+    /// its knob value recorded in `config.knobs`, each test with the sides' joint choice
+    /// of host state ([`crate::central::pair_states`]).
     pub fn ab_sides(&self) -> Option<(Results, Results)> {
         let ab = self.ab.as_ref()?;
         let side = |value: &str, tests: &[TestResult]| {
@@ -147,7 +148,9 @@ impl Results {
             r.config.knobs.insert(ab.knob.clone(), value.to_string());
             r
         };
-        Some((side(&ab.a, &self.tests), side(&ab.b, &ab.b_tests)))
+        let (mut a, mut b) = (side(&ab.a, &self.tests), side(&ab.b, &ab.b_tests));
+        crate::central::pair_states(&mut a.tests, &mut b.tests);
+        Some((a, b))
     }
 }
 
@@ -233,7 +236,7 @@ pub struct RoundFigure {
     pub sampling_seconds: Option<f64>,
     /// Median cycles per iteration of the empty loop the guest timed before each sample
     /// of the round: how fast the host ran the guest then. A round whose loop ran far
-    /// slower than the test's quickest rounds ran in a slower host state
+    /// slower than the test's quick rounds ran in a slower host state
     /// ([`crate::central::other_state_rounds`]). Absent in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loop_median: Option<f64>,
@@ -557,6 +560,12 @@ pub struct TestResult {
     /// two completed rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variance: Option<VarianceComponents>,
+    /// On a side of an A/B run, which of the test's rounds the two sides' joint choice
+    /// of host state set aside ([`crate::central::pair_states`]; aligned with `rounds`):
+    /// the central figure then rests on them instead of the side's own choice. Never
+    /// written: [`Results::ab_sides`] and bench --ab decide it from the rounds' loops.
+    #[serde(skip)]
+    pub paired_other_state: Option<Vec<bool>>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -1147,6 +1156,7 @@ pub(crate) mod tests {
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
             irq: None,
             variance: None,
+            paired_other_state: None,
         }
     }
 

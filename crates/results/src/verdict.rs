@@ -103,13 +103,16 @@ pub struct Change {
     #[serde(default)]
     pub outliers_after: usize,
     /// Rounds before set aside as taken in the test's other host state
-    /// ([`crate::central::other_state_rounds`]; never for A/B rounds, whose pairs' ratios
-    /// cancel a shared state), not counted in `rounds_before`.
-    #[serde(default)]
-    pub slow_state_before: usize,
+    /// ([`crate::central::other_state_rounds`]; for A/B rounds, the pairs set aside by
+    /// the sides' joint choice, [`crate::central::paired_other_state`]), not counted in
+    /// `rounds_before`. Named
+    /// `slow_state_before` in files of 27 Nov 2026, though those rounds could be the
+    /// quick ones.
+    #[serde(default, alias = "slow_state_before")]
+    pub other_state_before: usize,
     /// Rounds after set aside as taken in the test's other host state.
-    #[serde(default)]
-    pub slow_state_after: usize,
+    #[serde(default, alias = "slow_state_after")]
+    pub other_state_after: usize,
     /// Change in percent (positive: slower); `None` without a conclusion.
     pub pct: Option<f64>,
     /// 95 % bootstrap interval of the change in percent.
@@ -274,8 +277,8 @@ pub fn change_with(
         median_after: method.estimate(&after),
         outliers_before: outliers(&kept_before),
         outliers_after: outliers(&kept_after),
-        slow_state_before: 0,
-        slow_state_after: 0,
+        other_state_before: 0,
+        other_state_after: 0,
         pct: None,
         ci95_pct: None,
         min_detectable_pct: None,
@@ -536,6 +539,25 @@ mod tests {
     #[test]
     fn a_host_state_needs_as_many_rounds_as_a_verdict() {
         assert_eq!(crate::central::MIN_QUICK_ROUNDS, MIN_ROUNDS);
+    }
+
+    #[test]
+    fn a_change_written_with_the_old_slow_state_names_still_loads() {
+        let c = change(
+            &[100.0, 101.0, 99.0, 100.0, 100.5],
+            &[100.0, 101.0, 99.0, 100.0, 100.5],
+            Pairing::Independent,
+            2.0,
+        );
+        let mut v = serde_json::to_value(&c).unwrap();
+        let o = v.as_object_mut().unwrap();
+        assert!(o.contains_key("other_state_before"), "{o:?}");
+        o.remove("other_state_before");
+        o.remove("other_state_after");
+        o.insert("slow_state_before".into(), 3.into());
+        o.insert("slow_state_after".into(), 4.into());
+        let old: Change = serde_json::from_value(v).unwrap();
+        assert_eq!((old.other_state_before, old.other_state_after), (3, 4));
     }
 
     #[test]
