@@ -12,7 +12,7 @@
 //! Every renderer calls [`central`]; nothing reads a stored "net median" on its own, so
 //! one file gives one figure everywhere.
 
-use crate::results::{RoundFigure, TestResult};
+use crate::results::{Results, RoundFigure, TestResult};
 use crate::stats::percentile;
 
 /// How a set of round figures is summarised.
@@ -715,6 +715,23 @@ pub fn figure_ns(t: &TestResult) -> Option<(f64, bool)> {
         return None;
     }
     Some((c.value * ns / basis, is_net))
+}
+
+/// The two sides of an A/B run as results of their own (side A, side B), each with
+/// its knob value recorded in `config.knobs`, each test with the sides' joint choice
+/// of host state ([`pair_states`]).
+pub fn ab_sides(run: &Results) -> Option<(Results, Results)> {
+    let ab = run.ab.as_ref()?;
+    let side = |value: &str, tests: &[TestResult]| {
+        let mut r = run.clone();
+        r.ab = None;
+        r.tests = tests.to_vec();
+        r.config.knobs.insert(ab.knob.clone(), value.to_string());
+        r
+    };
+    let (mut a, mut b) = (side(&ab.a, &run.tests), side(&ab.b, &ab.b_tests));
+    pair_states(&mut a.tests, &mut b.tests);
+    Some((a, b))
 }
 
 #[cfg(test)]

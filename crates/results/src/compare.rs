@@ -845,7 +845,7 @@ mod tests {
         // beside B's slow one (+65 %). Together they rest on the 5 pairs slow on both
         // sides (7-11): +10 %, and each side's figure is its slow one.
         let run = ab_states(&[0, 1, 2, 3, 4, 5, 6], &[0, 1, 2]);
-        let (a, b) = run.ab_sides().unwrap();
+        let (a, b) = crate::central::ab_sides(&run).unwrap();
         let own = |t: &TestResult| {
             let mut t = t.clone();
             t.paired_other_state = None;
@@ -876,9 +876,8 @@ mod tests {
         // Side A quick in rounds 0-7, side B in 0-3: 4 pairs quick on both sides and 4
         // slow on both, too few either way: every pair counts, and the sides' figures
         // rest on different states, which compare says.
-        let (a, b) = ab_states(&[0, 1, 2, 3, 4, 5, 6, 7], &[0, 1, 2, 3])
-            .ab_sides()
-            .unwrap();
+        let (a, b) =
+            crate::central::ab_sides(&ab_states(&[0, 1, 2, 3, 4, 5, 6, 7], &[0, 1, 2, 3])).unwrap();
         let c = compare_ab(&a, &b, 0.0);
         let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
         assert_eq!((cpuid.rounds_before, cpuid.other_state_before), (12, 0));
@@ -1267,7 +1266,7 @@ mod tests {
     /// The two sides of `r` made an A/B run of `knob` (`[knob, a, b]`) with side B's
     /// tests `b_tests`, two rounds in A B, B A order.
     fn ab_sides(r: Results, b_tests: Vec<TestResult>, knob: [&str; 3]) -> (Results, Results) {
-        ab_run(r, b_tests, knob).ab_sides().unwrap()
+        crate::central::ab_sides(&ab_run(r, b_tests, knob)).unwrap()
     }
 
     /// `r` made an A/B run as [`ab_sides`] describes it.

@@ -42,7 +42,7 @@ fn esc(s: &str) -> String {
 fn series_of(files: &[(String, Results)]) -> Vec<Series> {
     let mut out = Vec::new();
     for (name, r) in files {
-        match (r.ab_sides(), &r.ab) {
+        match (crate::central::ab_sides(r), &r.ab) {
             (Some((a, b)), Some(ab)) => {
                 out.push(Series {
                     label: format!("{}={} (A)", ab.knob, ab.a),
@@ -72,7 +72,7 @@ pub fn render(files: &[(String, Results)]) -> String {
         host_and_config(&mut page, name, r);
     }
     for (_, r) in files {
-        if let (Some((a, b)), Some(ab)) = (r.ab_sides(), &r.ab) {
+        if let (Some((a, b)), Some(ab)) = (crate::central::ab_sides(r), &r.ab) {
             let _ = writeln!(
                 page,
                 "<h2>A/B: {} = {} vs {}</h2><p>{} rounds interleaved (A B, then B A, ...), each side in fresh VMs; rounds paired.</p>",

@@ -51,7 +51,7 @@ pub fn render(files: &[(String, Results)]) -> String {
             n => escape(&format!("{file}#{}", n + 1)),
         };
         let mut sides: Vec<(Option<String>, Results)> = Vec::new();
-        match r.ab_sides() {
+        match crate::central::ab_sides(r) {
             Some((a, b)) => {
                 let ab = r.ab.as_ref().map(|ab| (ab.a.clone(), ab.b.clone()));
                 let (va, vb) = ab.unwrap_or_default();

@@ -695,7 +695,7 @@ pub fn render_markdown(results: &Results) -> String {
 /// `None` for a results file that is not an A/B run.
 pub fn render_ab(results: &Results) -> Option<String> {
     let ab = results.ab.as_ref()?;
-    let (a, b) = results.ab_sides()?;
+    let (a, b) = crate::central::ab_sides(results)?;
     let cmp = crate::compare::compare_ab(&a, &b, 0.0);
     let labels = [
         format!("{}={}", ab.knob, ab.a),
@@ -809,7 +809,7 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
             .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
-        let sides: Vec<(String, Results)> = match (r.ab_sides(), &r.ab) {
+        let sides: Vec<(String, Results)> = match (crate::central::ab_sides(r), &r.ab) {
             (Some((a, b)), Some(ab)) => vec![
                 (format!("{}={}", ab.knob, ab.a), a),
                 (format!("{}={}", ab.knob, ab.b), b),

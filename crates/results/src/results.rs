@@ -135,23 +135,6 @@ impl Results {
             .iter()
             .filter(move |n| Some(n.as_str()) != virtualization)
     }
-
-    /// The two sides of an A/B run as results of their own (side A, side B), each with
-    /// its knob value recorded in `config.knobs`, each test with the sides' joint choice
-    /// of host state ([`crate::central::pair_states`]).
-    pub fn ab_sides(&self) -> Option<(Results, Results)> {
-        let ab = self.ab.as_ref()?;
-        let side = |value: &str, tests: &[TestResult]| {
-            let mut r = self.clone();
-            r.ab = None;
-            r.tests = tests.to_vec();
-            r.config.knobs.insert(ab.knob.clone(), value.to_string());
-            r
-        };
-        let (mut a, mut b) = (side(&ab.a, &self.tests), side(&ab.b, &ab.b_tests));
-        crate::central::pair_states(&mut a.tests, &mut b.tests);
-        Some((a, b))
-    }
 }
 
 /// The variance components of one test's figure (see `variance.rs` for the estimators
@@ -563,7 +546,7 @@ pub struct TestResult {
     /// On a side of an A/B run, which of the test's rounds the two sides' joint choice
     /// of host state set aside ([`crate::central::pair_states`]; aligned with `rounds`):
     /// the central figure then rests on them instead of the side's own choice. Never
-    /// written: [`Results::ab_sides`] and bench --ab decide it from the rounds' loops.
+    /// written: [`crate::central::ab_sides`] and bench --ab decide it from the rounds' loops.
     #[serde(skip)]
     pub paired_other_state: Option<Vec<bool>>,
 }
