@@ -91,9 +91,10 @@ const COMMON: &[libc::c_long] = &[
     libc::SYS_exit_group,
 ];
 
-/// What a vCPU thread needs on top: KVM's binary stats (pread); ioctl and tgkill are
-/// added with their checks.
-const VCPU_EXTRA: &[libc::c_long] = &[libc::SYS_pread64];
+/// What a vCPU thread needs on top: KVM's binary stats (pread), and closing its own fd
+/// table's copy as it ends (close_range, `sys::PrivateFdTable::release`); ioctl and
+/// tgkill are added with their checks.
+const VCPU_EXTRA: &[libc::c_long] = &[libc::SYS_pread64, libc::SYS_close_range];
 
 /// The ioctl type byte of every KVM ioctl.
 const KVMIO: u64 = 0xAE;

@@ -318,20 +318,42 @@ pub fn internal_error(run: &kvm_bindings::kvm_run) -> (u32, Vec<u64>, Vec<u8>) {
 ///
 /// While threads share one table, every `ioctl` looks its fd up with a reference taken
 /// and dropped (two atomic operations on the file, `fdget`/`fdput`); a thread whose
-/// table is its own takes the lookup's fast path without them. On this project's host
-/// that was 52 cycles at p10 and 78 at the median of each exit's userspace share
+/// table is its own takes the lookup's fast path without them. On this project's second
+/// host that was 52 cycles at p10 and 78 at the median of each exit's userspace share
 /// (docs/exit-path.md). The copy holds the same open files under the same numbers, so
 /// the vCPU fd, the VM fd and every fd the machine set up before its vCPUs started stay
-/// valid; files other threads open or close afterwards are not seen by the vCPU thread,
-/// which under its seccomp filter opens none itself, and the copy's references go when
-/// the thread ends. `ENOMEM` is the only way this fails.
-pub fn private_fd_table() -> std::io::Result<()> {
+/// valid; files other threads open afterwards are not seen by the vCPU thread, which
+/// under its seccomp filter opens none itself. A descriptor the thread closes is closed
+/// in its copy only: the thread must leave every fd-owning object to its owner (the
+/// machine, which outlives it) and end with [`PrivateFdTable::release`]. `ENOMEM` is
+/// the only way this fails.
+pub fn private_fd_table() -> std::io::Result<PrivateFdTable> {
     // SAFETY: unshare takes flags only and touches no memory of this process.
     let r = unsafe { libc::unshare(libc::CLONE_FILES) };
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(())
+    Ok(PrivateFdTable(std::marker::PhantomData))
+}
+
+/// The calling thread's own copy of the fd table, made by [`private_fd_table`]; not
+/// `Send`, since only the thread that made it may release it.
+#[derive(Debug)]
+pub struct PrivateFdTable(std::marker::PhantomData<*const ()>);
+
+impl PrivateFdTable {
+    /// Closes every descriptor of the thread's copy (`close_range`), so that the file
+    /// references it holds go now and not while the thread exits, after whoever joins
+    /// it has moved on: a vCPU thread calls it last, once it has handed its vCPU back,
+    /// and its machine then holds the only references to its files, as with one table.
+    /// Without it, the last close of a VM that the machine had already dropped ran in
+    /// the exiting vCPU thread, which a census of the process's threads then still saw.
+    pub fn release(self) {
+        // SAFETY: close_range takes numbers only; it closes descriptors of this thread's
+        // own table (unshared above, which the type proves), which no other thread
+        // shares and which nothing on this thread uses after this call.
+        let _ = unsafe { libc::close_range(0, u32::MAX, 0) };
+    }
 }
 
 /// Pins the calling thread to host CPU `cpu`.

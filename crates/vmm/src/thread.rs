@@ -70,7 +70,7 @@ pub(crate) fn spawn<H: ExitHook + Send + 'static>(
             let pin_error = pin.and_then(|cpu| sys::pin_current_thread(cpu).err());
             // Only a cost is at stake: a thread left on the shared table (ENOMEM) runs
             // as before, paying the fd lookup's reference counting on every KVM_RUN.
-            let _ = sys::private_fd_table();
+            let fd_table = sys::private_fd_table().ok();
             let stop = match crate::seccomp::apply(crate::seccomp::ThreadKind::Vcpu) {
                 Err(e) => VcpuStop::RunError(std::io::Error::other(e.to_string())),
                 Ok(()) => vcpu.run_with(handler, &mut hook),
@@ -81,6 +81,11 @@ pub(crate) fn spawn<H: ExitHook + Send + 'static>(
                 stop,
                 pin_error,
             });
+            // The vCPU and its hook are the receiver's now: the copy's references go
+            // before this thread is reported ended.
+            if let Some(t) = fd_table {
+                t.release();
+            }
         })
         .map_err(|e| VmmError::Os("spawning a vCPU thread", e))?;
     Ok(VcpuThread {

@@ -97,9 +97,14 @@ fn machines_give_back_every_file_descriptor_and_thread_they_took() {
         std::thread::sleep(std::time::Duration::from_millis(10));
         after = census();
     }
+    // vCPU 1 waits for a SIPI until it is stopped, so the machine has at least its
+    // thread; vCPU 0 may have rung and ended by now, and the kernel may add a thread of
+    // its own to a process with a VM (KVM's NX huge page recovery worker is a vhost
+    // task since Linux 6.13), so the count during the run is a lower bound. The census
+    // after the teardown counts every thread.
     assert!(
-        during.0 > before.0 && during.1 == before.1 + 2,
-        "the census sees a running machine's fds and its 2 vCPU threads: before {before:?}, during {during:?}"
+        during.0 > before.0 && during.1 > before.1,
+        "the census sees a running machine's fds and its vCPU threads: before {before:?}, during {during:?}"
     );
     assert_eq!(
         after, before,
