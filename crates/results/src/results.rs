@@ -557,6 +557,13 @@ pub struct TestResult {
     /// two completed rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variance: Option<VarianceComponents>,
+    /// With `inject-cycles` on: the waits the VMM added to the test's userspace exits over
+    /// all its rounds, warm-up included, as it measured them. Their mean is the change the
+    /// exits got on average (the nominal value is the knob's; a wait overshoots it when the
+    /// VMM's thread loses its CPU while it spins, and a median figure then gets less than
+    /// the mean). Absent with the knob off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected: Option<exitlab_counts::InjectedWaits>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -1108,6 +1115,7 @@ pub(crate) mod tests {
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
             irq: None,
             variance: None,
+            injected: None,
         }
     }
 
@@ -1507,5 +1515,26 @@ pub(crate) mod tests {
         let r: Results = serde_json::from_value(v).unwrap();
         assert!(r.notes.is_empty());
         assert!(r.tests[1].exits.is_empty());
+    }
+
+    #[test]
+    fn injected_waits_are_written_only_with_the_knob_on() {
+        let off = serde_json::to_value(ok_test("inl_from_user", 100.0)).unwrap();
+        assert!(off.get("injected").is_none(), "{off}");
+        let waits = exitlab_counts::InjectedWaits {
+            waits: 40,
+            spun: 40 * 2_000_500,
+            min: 2_000_010,
+            max: 2_003_000,
+        };
+        let on = TestResult {
+            injected: Some(waits),
+            ..ok_test("inl_from_user", 100.0)
+        };
+        let v = serde_json::to_value(&on).unwrap();
+        assert_eq!(v["injected"]["waits"], 40);
+        assert_eq!(v["injected"]["max"], 2_003_000);
+        let back: TestResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back.injected, Some(waits));
     }
 }
