@@ -661,42 +661,48 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// `bench --tests cpuid,inl_from_user --ab AB --rounds 2` with `args`, the known-answer
+/// controls' A/B run (`tag` names its directory): the results file it wrote.
+fn known_answer_ab(tag: &str, args: &[&str], ab: &str) -> serde_json::Value {
+    let p = tempdir_named(tag).join("ab.json");
+    let mut all = vec!["bench", "--tests", "cpuid,inl_from_user", "--ab", ab];
+    all.extend_from_slice(args);
+    all.extend(["--rounds", "2", "--json", p.to_str().unwrap()]);
+    let o = exitlab(&all);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+/// Test `name` of side `side` ("a" or "b") of an A/B results file.
+fn ab_side_test(v: &serde_json::Value, side: &str, name: &str) -> serde_json::Value {
+    let tests = if side == "a" {
+        &v["tests"]
+    } else {
+        &v["ab"]["b_tests"]
+    };
+    let t = tests.as_array().unwrap().iter().find(|t| t["name"] == name);
+    t.unwrap().clone()
+}
+
+/// The notes of a results file that start with `prefix`.
+fn notes_starting<'a>(v: &'a serde_json::Value, prefix: &str) -> Vec<&'a str> {
+    let notes = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str());
+    notes.filter(|n| n.starts_with(prefix)).collect()
+}
+
 #[test]
 fn guest_cycles_ab_records_its_calibration_and_leaves_exits_and_userspace_tests_alone() {
-    let dir = tempdir_named("guest-cycles");
-    let p = dir.join("ab.json");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid,inl_from_user",
-        "--samples",
-        "200",
-        "--ring",
-        "3",
-        "--ab",
+    let v = known_answer_ab(
+        "guest-cycles",
+        &["--samples", "200", "--ring", "3"],
         "guest-cycles=0,50000",
-        "--rounds",
-        "2",
-        "--json",
-        p.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    );
     assert_eq!(v["ab"]["knob"], "guest-cycles");
-    let side = |key: &str, name: &str| -> serde_json::Value {
-        let tests = if key == "a" {
-            &v["tests"]
-        } else {
-            &v["ab"]["b_tests"]
-        };
-        tests
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == name)
-            .unwrap()
-            .clone()
-    };
+    let side = |key: &str, name: &str| ab_side_test(&v, key, name);
     // The work changes no exit: both sides pass the same exit check with the same counts.
     for name in ["cpuid", "inl_from_user"] {
         let (a, b) = (side("a", name), side("b", name));
@@ -717,13 +723,7 @@ fn guest_cycles_ab_records_its_calibration_and_leaves_exits_and_userspace_tests_
         "{calibration:?}"
     );
     assert!(side("a", "loop_overhead")["rounds"][0]["net_median"].is_null());
-    let note = v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n.as_str())
-        .filter(|n| n.starts_with("guest work"))
-        .collect::<Vec<_>>();
+    let note = notes_starting(&v, "guest work");
     assert_eq!(note.len(), 1, "one note for the experiment: {note:?}");
     assert!(
         note[0].contains("nothing with guest-cycles=0") && note[0].contains("true change"),
@@ -739,6 +739,39 @@ fn guest_cycles_ab_records_its_calibration_and_leaves_exits_and_userspace_tests_
         assert_eq!(bad.status.code(), Some(2), "{args:?}");
         assert!(stderr(&bad).contains("100000000"), "{}", stderr(&bad));
     }
+}
+
+#[test]
+fn inject_cycles_ab_records_the_waits_the_vmm_actually_spun() {
+    const N: u64 = 200_000;
+    let v = known_answer_ab(
+        "inject-cycles",
+        &["--samples", "40"],
+        &format!("inject-cycles=0,{N}"),
+    );
+    let test = |side: &str, name: &str| ab_side_test(&v, side, name);
+    // Side A waited nowhere and records nothing; on side B the userspace-handled test
+    // recorded one wait per port read of both rounds (warm-up included, as its exit
+    // counts are), each at least N; the kernel-handled one none.
+    for name in ["cpuid", "inl_from_user"] {
+        assert!(test("a", name).get("injected").is_none(), "{name}");
+    }
+    let user = test("b", "inl_from_user");
+    let w = &user["injected"];
+    let waits = w["waits"].as_u64().unwrap();
+    assert_eq!(waits, user["exits"]["io_in"].as_u64().unwrap(), "{w}");
+    assert!(w["min"].as_u64().unwrap() >= N, "{w}");
+    assert!(w["spun"].as_u64().unwrap() >= waits * N, "{w}");
+    assert_eq!(test("b", "cpuid")["injected"]["waits"], 0);
+    // One note for the experiment, with the true change beside the nominal one.
+    let notes = notes_starting(&v, "injected waits");
+    assert_eq!(notes.len(), 1, "one note for the experiment: {notes:?}");
+    assert!(
+        notes[0].contains("inject-cycles 0: no wait")
+            && notes[0].contains("cycles more (nominal +200,000"),
+        "{}",
+        notes[0]
+    );
 }
 
 /// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics

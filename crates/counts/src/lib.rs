@@ -91,9 +91,90 @@ pub struct VcpuExits {
     pub halt_exits: Option<u64>,
 }
 
+/// The busy-waits a vCPU made for the VMM's known-answer control (`inject-cycles`: a wait
+/// of N host TSC cycles after every userspace exit), as the VMM measured them (from each
+/// wait's first clock read to its last): the change the exits really got, which is N plus
+/// whatever the spin overshot by (the loop's last pass, or the thread losing its CPU while
+/// it spun, as the emulated CPUs of a nested guest do when they share one host thread).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InjectedWaits {
+    /// Waits made: one per userspace exit handled while the control was on.
+    pub waits: u64,
+    /// Cycles spun in all.
+    pub spun: u64,
+    /// The shortest wait (0 when none was made).
+    pub min: u64,
+    /// The longest wait.
+    pub max: u64,
+}
+
+impl InjectedWaits {
+    /// Counts one wait of `spun` cycles.
+    pub fn add(&mut self, spun: u64) {
+        self.min = if self.waits == 0 {
+            spun
+        } else {
+            self.min.min(spun)
+        };
+        self.max = self.max.max(spun);
+        self.waits += 1;
+        self.spun += spun;
+    }
+
+    /// The waits of `self` and `other` together (two runs of one test, for instance).
+    pub fn merged(self, other: InjectedWaits) -> InjectedWaits {
+        match (self.waits, other.waits) {
+            (0, _) => other,
+            (_, 0) => self,
+            _ => InjectedWaits {
+                waits: self.waits + other.waits,
+                spun: self.spun + other.spun,
+                min: self.min.min(other.min),
+                max: self.max.max(other.max),
+            },
+        }
+    }
+
+    /// Mean cycles spun per wait (`None` without waits).
+    pub fn mean(&self) -> Option<f64> {
+        (self.waits > 0).then(|| self.spun as f64 / self.waits as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn injected_waits_keep_count_sum_and_extremes() {
+        let mut w = InjectedWaits::default();
+        assert_eq!(w.mean(), None);
+        for spun in [120, 100, 180] {
+            w.add(spun);
+        }
+        let want = InjectedWaits {
+            waits: 3,
+            spun: 400,
+            min: 100,
+            max: 180,
+        };
+        assert_eq!(w, want);
+        assert_eq!(w.mean(), Some(400.0 / 3.0));
+        // A run without waits changes nothing either way round; two with waits add up.
+        assert_eq!(w.merged(InjectedWaits::default()), w);
+        assert_eq!(InjectedWaits::default().merged(w), w);
+        let mut other = InjectedWaits::default();
+        other.add(90);
+        assert_eq!(
+            w.merged(other),
+            InjectedWaits {
+                waits: 4,
+                spun: 490,
+                min: 90,
+                max: 180
+            }
+        );
+    }
 
     #[test]
     fn arithmetic_covers_every_reason() {

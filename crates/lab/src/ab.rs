@@ -16,9 +16,10 @@ use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
 use exitlab_results::central;
-use exitlab_results::format::fmt_cycles;
+use exitlab_results::format::{fmt_cycles, fmt_cycles_signed};
 use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
 use exitlab_results::stats::summarize;
+use exitlab_vmm::vcpu::InjectedWaits;
 
 /// Why an A/B run produced no results.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +100,7 @@ pub fn run(
             Ok(Flow::Continue)
         },
     )?;
-    let mut out = assemble(base, spec, &sides[0], runs, notes)?;
+    let mut out = assemble(base, spec, &sides, runs, notes)?;
     out.wall_seconds = started.elapsed().as_secs_f64();
     let complete = out.config.rounds;
     out.incomplete = ended.round().map(|round| {
@@ -110,13 +111,13 @@ pub fn run(
     Ok(out)
 }
 
-/// One results file of the sides' one-round runs (`side_a`: side A's options as they
+/// One results file of the sides' one-round runs (`sides`: each side's options as they
 /// ended): the rounds both sides completed, side A's tests and side B's under `ab`, the
 /// order of each round, and the runs' notes.
 fn assemble(
     base: &BenchOptions,
     spec: &AbSpec,
-    side_a: &BenchOptions,
+    sides: &[BenchOptions; 2],
     mut runs: [Vec<Results>; 2],
     notes: Vec<String>,
 ) -> Result<Results, AbError> {
@@ -139,7 +140,7 @@ fn assemble(
     out.config.rounds = complete as u32;
     out.config.samples = a_runs.iter().map(|r| r.config.samples).sum();
     out.config.raw = base.raw;
-    out.config.knobs = knobs::values(side_a);
+    out.config.knobs = knobs::values(&sides[0]);
     out.config.knobs.remove(spec.knob.name);
     out.notes = notes;
     // Each side's run of each round has its own host-noise note (its own counts and
@@ -149,8 +150,11 @@ fn assemble(
         for n in &r.notes {
             if n.starts_with(HOST_NOISE_NOTE) {
                 noisy_runs += 1;
-            } else if n.starts_with(analysis::GUEST_WORK_NOTE) {
-                // Each side-run's own calibration: the file gets one over all rounds.
+            } else if n.starts_with(analysis::GUEST_WORK_NOTE)
+                || n.starts_with(analysis::INJECTED_NOTE)
+            {
+                // Each side-run's own calibration or waits: the file gets one over all
+                // rounds and both sides.
             } else if n.starts_with(bench::HOST_STATE_NOTE) {
                 // A side-run is one round: its slow rounds are tests of that round, and
                 // the sides' rounds are paired, so a state both shared cancels.
@@ -168,6 +172,10 @@ fn assemble(
     }
     out.notes
         .extend(guest_work_ab_note(&out.tests, &b_tests, spec));
+    out.notes.extend(injected_ab_note(
+        [&out.tests, &b_tests],
+        sides.each_ref().map(|o| o.params.inject_cycles),
+    ));
     // The sides' order in each completed round, as the driver ran them.
     let order = (1..=complete as u32)
         .map(|round| {
@@ -216,6 +224,29 @@ fn guest_work_ab_note(a: &[TestResult], b: &[TestResult], spec: &AbSpec) -> Opti
     ))
 }
 
+/// The note of an A/B run with `inject-cycles` on either side (`nominal`: each side's
+/// value): what the VMM's waits actually spun on each side, over all rounds, and so the
+/// mean change of a userspace-handled test's exits, with the nominal one beside it.
+fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<String> {
+    let waits = tests.map(analysis::injected_waits);
+    if waits.iter().all(Option::is_none) {
+        return None;
+    }
+    let mean = |w: &Option<InjectedWaits>| w.and_then(|w| w.mean()).unwrap_or(0.0);
+    let side = |w: &Option<InjectedWaits>, n: u64| match w {
+        Some(w) => format!("inject-cycles {n}: {}", analysis::spun_phrase(w)),
+        None => format!("inject-cycles {n}: no wait"),
+    };
+    Some(format!(
+        "{}{}; {}: each userspace-handled test's exits got a mean {} cycles more (nominal {}; a median figure gets less where a few waits were far longer than the rest, the VMM's thread having lost its CPU while it spun); kernel-handled tests get no wait and must not move",
+        analysis::INJECTED_NOTE,
+        side(&waits[0], nominal[0]),
+        side(&waits[1], nominal[1]),
+        fmt_cycles_signed(mean(&waits[1]) - mean(&waits[0])),
+        fmt_cycles_signed(nominal[1] as f64 - nominal[0] as f64),
+    ))
+}
+
 /// How the notes of bench's runs start when the host-noise detector left samples out
 /// (`bench::noise_note`).
 const HOST_NOISE_NOTE: &str = "host noise: ";
@@ -234,7 +265,7 @@ fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all:
 }
 
 /// Merges one side's one-round runs into one result per test: the rounds' figures in
-/// order, cycles summarized over all samples, exits added, the first failed exit check
+/// order, cycles summarized over all samples, exits and injected waits added, the first failed exit check
 /// kept ([`finish_side`] adds what rests on the kept rounds).
 fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
     let Some(first) = runs.first() else {
@@ -267,6 +298,10 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
                     *t.exits.entry(k.clone()).or_default() += v;
                 }
             }
+            t.injected = same
+                .iter()
+                .filter_map(|t| t.injected)
+                .reduce(InjectedWaits::merged);
             t.exit_check = same
                 .iter()
                 .filter_map(|s| s.exit_check.clone())
@@ -301,5 +336,50 @@ fn finish_side(tests: &mut [TestResult], runs: &[Results], tsc_khz: u64) {
             );
         }
         central::store(t, tsc_khz);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalogue;
+    use crate::runner::{Measurement, RunParams};
+
+    #[test]
+    fn the_injected_note_gives_the_mean_change_from_the_waits_actually_spun() {
+        let result = |inject_cycles: u64, spun: &[u64]| {
+            let p = RunParams {
+                ring: 3,
+                samples: 10,
+                batch: 1,
+                warmup: 0,
+                timeout: std::time::Duration::from_secs(1),
+                pin: None,
+                bare: false,
+                irq: Default::default(),
+                inject_cycles,
+                guest_cycles: 0,
+            };
+            let mut m = Measurement::new(catalogue::find("inl_from_user").unwrap(), p);
+            spun.iter().for_each(|&c| m.injected.add(c));
+            analysis::analyse(&m, &Default::default(), 0, false)
+        };
+        let (off, on) = ([result(0, &[])], [result(480, &[500, 560, 540])]);
+        assert_eq!(injected_ab_note([&off, &off], [0, 0]), None);
+        let note = injected_ab_note([&off, &on], [0, 480]).unwrap();
+        assert!(note.starts_with(analysis::INJECTED_NOTE), "{note}");
+        assert!(
+            note.contains("inject-cycles 0: no wait")
+                && note.contains("inject-cycles 480: a mean 533 cycles per wait (shortest 500, longest 560, 3 waits)")
+                && note.contains("exits got a mean +533 cycles more (nominal +480;"),
+            "{note}"
+        );
+        // Waits on both sides: the difference of their means.
+        let more = [result(960, &[1_000, 1_100])];
+        let note = injected_ab_note([&on, &more], [480, 960]).unwrap();
+        assert!(
+            note.contains("a mean +517 cycles more (nominal +480;"),
+            "{note}"
+        );
     }
 }

@@ -21,6 +21,7 @@ use exitlab_results::samples::{
 };
 
 use crate::runner::{Measurement, Outcome};
+use exitlab_vmm::vcpu::InjectedWaits;
 
 /// Context from other tests of the same run that one test's analysis needs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -335,6 +336,7 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         net_percentiles: None,
         variance: None,
         paired_other_state: None,
+        injected: (m.params.inject_cycles != 0).then_some(m.injected),
         irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
             cpus: m.params.irq.cpus_for(def),
@@ -442,6 +444,42 @@ pub fn guest_work_note(tests: &[TestResult], guest_cycles: u64) -> Option<String
             0 => String::new(),
             n => format!("; {n} more set aside, of another host state or outliers, as for every figure"),
         }
+    ))
+}
+
+/// How the note on the VMM's injected waits (`inject-cycles`) starts.
+pub const INJECTED_NOTE: &str = "injected waits (known-answer control): ";
+
+/// The waits the VMM added to all the tests of a run (`inject-cycles`), together; `None`
+/// with the knob off.
+pub fn injected_waits(tests: &[TestResult]) -> Option<InjectedWaits> {
+    tests
+        .iter()
+        .filter_map(|t| t.injected)
+        .reduce(InjectedWaits::merged)
+}
+
+/// What waits spun, in words: their mean, extremes and count.
+pub fn spun_phrase(w: &InjectedWaits) -> String {
+    match w.mean() {
+        Some(mean) => format!(
+            "a mean {} cycles per wait (shortest {}, longest {}, {} waits)",
+            fmt_cycles(mean),
+            fmt_cycles(w.min as f64),
+            fmt_cycles(w.max as f64),
+            fmt_cycles(w.waits as f64)
+        ),
+        None => "no wait".to_string(),
+    }
+}
+
+/// The note of a run with `inject-cycles` on: what the waits actually spun, the change
+/// userspace-handled tests' exits got on average (each test's own is in its `injected`).
+pub fn injected_note(tests: &[TestResult], inject_cycles: u64) -> Option<String> {
+    let w = injected_waits(tests)?;
+    Some(format!(
+        "{INJECTED_NOTE}inject-cycles {inject_cycles} after every userspace exit; the VMM measured {}: what userspace-handled tests' exits got on average (per test in its `injected`; a median figure gets less where a few waits were far longer than the rest); kernel-handled tests get no wait",
+        spun_phrase(&w)
     ))
 }
 
@@ -778,6 +816,48 @@ mod tests {
         let all = analyse(&m, &Baseline::default(), 1_000_000, false);
         let spread = all.round_spread.unwrap().spread;
         assert!((spread - 0.303).abs() < 0.001, "{spread}");
+    }
+
+    #[test]
+    fn injected_waits_are_recorded_per_test_with_the_knob_on_and_noted_together() {
+        let wait = |spun: &[u64]| {
+            let mut w = InjectedWaits::default();
+            spun.iter().for_each(|&c| w.add(c));
+            w
+        };
+        let result = |name: &str, inject_cycles: u64, injected: InjectedWaits| {
+            let p = RunParams {
+                inject_cycles,
+                ..params(100, 1, 0)
+            };
+            let mut m = Measurement::new(catalogue::find(name).unwrap(), p);
+            m.injected = injected;
+            unfinished_result(&m)
+        };
+        // With the knob off a test records nothing and the run has no note.
+        let off = [result("inl_from_user", 0, InjectedWaits::default())];
+        assert_eq!(off[0].injected, None);
+        assert_eq!(injected_note(&off, 0), None);
+        // With it on each test records its own waits (none for a kernel-handled one); the
+        // note pools them.
+        let tests = [
+            result("inl_from_user", 1_000, wait(&[1_010, 1_030])),
+            result("cpuid", 1_000, InjectedWaits::default()),
+            result("rdmsr_user", 1_000, wait(&[1_020, 9_000])),
+        ];
+        assert_eq!(tests[0].injected, Some(wait(&[1_010, 1_030])));
+        assert_eq!(tests[1].injected, Some(InjectedWaits::default()));
+        let all = injected_waits(&tests).unwrap();
+        assert_eq!(all, wait(&[1_010, 1_030, 1_020, 9_000]));
+        let note = injected_note(&tests, 1_000).unwrap();
+        assert!(note.starts_with(INJECTED_NOTE), "{note}");
+        assert!(
+            note.contains("inject-cycles 1000")
+                && note.contains(
+                    "a mean 3,015 cycles per wait (shortest 1,010, longest 9,000, 4 waits)"
+                ),
+            "{note}"
+        );
     }
 
     #[test]

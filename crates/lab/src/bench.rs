@@ -155,6 +155,7 @@ pub fn run(
         &results,
         opts.params.guest_cycles,
     ));
+    notes.extend(analysis::injected_note(&results, opts.params.inject_cycles));
     let incomplete = collected.interrupted.map(|round| {
         let when = match u64::from(round).checked_sub(rounds) {
             Some(extra) if extra > 0 => {

@@ -123,8 +123,9 @@ pub struct Measurement {
     /// Exits per vCPU (vCPU 0 between READY and DONE, the APs over the whole run).
     pub per_vcpu: Vec<exitlab_results::irq::VcpuExits>,
     /// Busy-waits the VMM added ([`RunParams::inject_cycles`]) over the whole run, boot
-    /// and warm-up included: one per userspace exit but the doorbells.
-    pub injected_waits: u64,
+    /// and warm-up included (one per userspace exit but the doorbells), and the cycles
+    /// they actually spun: the known answer of the control.
+    pub injected: exitlab_vmm::vcpu::InjectedWaits,
     /// The guest work the lab kernel did ([`RunParams::guest_cycles`]), checked against
     /// the iterations asked for.
     pub guest_work: GuestWork,
@@ -160,7 +161,7 @@ impl Measurement {
             vmm_memory: None,
             apic: params.irq.apic_for(def),
             per_vcpu: Vec::new(),
-            injected_waits: 0,
+            injected: Default::default(),
             guest_work: GuestWork::default(),
         }
     }
@@ -193,7 +194,7 @@ impl Measurement {
             m.params.warmup += r.params.warmup;
             m.samples.extend(r.samples);
             m.counts = m.counts.plus(&r.counts);
-            m.injected_waits += r.injected_waits;
+            m.injected = m.injected.merged(r.injected);
             m.guest_work.iterations += r.guest_work.iterations;
             m.guest_work.spent += r.guest_work.spent;
             m.kvm_counters = match (m.kvm_counters.take(), r.kvm_counters) {
@@ -975,7 +976,7 @@ fn collect(
     started: Instant,
 ) {
     m.pin_error = f.pin_error.as_ref().map(|e| e.to_string());
-    m.injected_waits = f.vcpu.injected_waits();
+    m.injected = f.vcpu.injected_waits();
     m.vmm_memory = exitlab_vmm::sys::memory_outside_guest(machine.memory());
     m.kvm_run_log = f
         .vcpu

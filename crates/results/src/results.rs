@@ -549,6 +549,13 @@ pub struct TestResult {
     /// written: [`crate::central::ab_sides`] and bench --ab decide it from the rounds' loops.
     #[serde(skip)]
     pub paired_other_state: Option<Vec<bool>>,
+    /// With `inject-cycles` on: the waits the VMM added to the test's userspace exits over
+    /// all its rounds, warm-up included, as it measured them. Their mean is the change the
+    /// exits got on average (the nominal value is the knob's; a wait overshoots it when the
+    /// VMM's thread loses its CPU while it spins, and a median figure then gets less than
+    /// the mean). Absent with the knob off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected: Option<exitlab_counts::InjectedWaits>,
 }
 
 /// Comparison of the userspace exits observed with the number expected.
@@ -1140,6 +1147,7 @@ pub(crate) mod tests {
             irq: None,
             variance: None,
             paired_other_state: None,
+            injected: None,
         }
     }
 
@@ -1539,5 +1547,26 @@ pub(crate) mod tests {
         let r: Results = serde_json::from_value(v).unwrap();
         assert!(r.notes.is_empty());
         assert!(r.tests[1].exits.is_empty());
+    }
+
+    #[test]
+    fn injected_waits_are_written_only_with_the_knob_on() {
+        let off = serde_json::to_value(ok_test("inl_from_user", 100.0)).unwrap();
+        assert!(off.get("injected").is_none(), "{off}");
+        let waits = exitlab_counts::InjectedWaits {
+            waits: 40,
+            spun: 40 * 2_000_500,
+            min: 2_000_010,
+            max: 2_003_000,
+        };
+        let on = TestResult {
+            injected: Some(waits),
+            ..ok_test("inl_from_user", 100.0)
+        };
+        let v = serde_json::to_value(&on).unwrap();
+        assert_eq!(v["injected"]["waits"], 40);
+        assert_eq!(v["injected"]["max"], 2_003_000);
+        let back: TestResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back.injected, Some(waits));
     }
 }

@@ -75,22 +75,28 @@ pub struct Vcpu {
     first_entry: Option<std::time::Instant>,
 }
 
+pub use exitlab_counts::InjectedWaits;
+
 /// The known-answer control of the exit path: host TSC cycles of busy-waiting added to
-/// the handling of every userspace exit but the doorbells (0: off, the default), and how
-/// many waits were made.
+/// the handling of every userspace exit but the doorbells (0: off, the default), and the
+/// waits made.
 #[derive(Debug, Clone, Copy, Default)]
 struct Inject {
     cycles: u64,
-    waits: u64,
+    done: InjectedWaits,
 }
 
-/// Busy-waits `cycles` host TSC cycles (a known-answer control: a change of exactly this
-/// size in every userspace exit).
+/// Busy-waits `cycles` host TSC cycles (a known-answer control: a change of this size in
+/// every userspace exit) and returns the cycles it measured, at least `cycles`.
 #[cold]
 #[inline(never)]
-fn busy_wait(cycles: u64) {
+fn busy_wait(cycles: u64) -> u64 {
     let start = sys::rdtscp();
-    while sys::rdtscp().wrapping_sub(start) < cycles {
+    loop {
+        let spun = sys::rdtscp().wrapping_sub(start);
+        if spun >= cycles {
+            return spun;
+        }
         std::hint::spin_loop();
     }
 }
@@ -150,10 +156,10 @@ impl Vcpu {
         self.inject.cycles = cycles;
     }
 
-    /// Busy-waits made by [`Vcpu::set_inject_cycles`] so far: one per userspace exit
-    /// handled while it was on.
-    pub fn injected_waits(&self) -> u64 {
-        self.inject.waits
+    /// Busy-waits made by [`Vcpu::set_inject_cycles`] so far (one per userspace exit
+    /// handled while it was on) and the cycles they actually spun.
+    pub fn injected_waits(&self) -> InjectedWaits {
+        self.inject.done
     }
 
     /// The vCPU index.
@@ -425,8 +431,8 @@ impl Loop<'_> {
             match exit::dispatch(h, result, self.run_page.io_size(), self.doorbell) {
                 Next::Resume => {
                     if self.inject.cycles != 0 {
-                        busy_wait(self.inject.cycles);
-                        self.inject.waits += 1;
+                        let spun = busy_wait(self.inject.cycles);
+                        self.inject.done.add(spun);
                     }
                 }
                 Next::Doorbell(reply) => {
@@ -454,6 +460,23 @@ impl Loop<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_wait_reports_at_least_the_cycles_asked_for() {
+        for cycles in [0, 1, 1_000, 200_000] {
+            let before = sys::rdtscp();
+            let spun = busy_wait(cycles);
+            let around = sys::rdtscp().wrapping_sub(before);
+            assert!(spun >= cycles, "asked {cycles}, reported {spun}");
+            // What it reports is what it spun: inside the caller's own view of the call.
+            assert!(spun <= around, "reported {spun}, the call took {around}");
         }
     }
 }
