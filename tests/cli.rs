@@ -144,14 +144,25 @@ fn a_precision_run_says_which_tests_reached_the_target() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(
-        out.contains("precision not reached when the budget ended: cpuid ±"),
-        "{out}"
-    );
+    // Each test is named with its half-width, or, where an outlier round set aside left
+    // fewer rounds than an interval needs and the budget allowed no replacement (as on a
+    // noisy host), with that reason.
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("precision not reached when the budget ended: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    for name in ["cpuid", "outl_to_user"] {
+        assert!(
+            line.contains(&format!("{name} ±"))
+                || line.contains(&format!("{name} (no interval: too few rounds")),
+            "{name}: {out}"
+        );
+    }
     let p = read(&tight)["precision"].clone();
     for t in p["tests"].as_array().unwrap() {
         assert_eq!(t["reached"], false, "{p}");
-        assert!(t["half_width_pct"].as_f64().unwrap() > 0.0001, "{p}");
+        let h = &t["half_width_pct"];
+        assert!(h.is_null() || h.as_f64().unwrap() > 0.0001, "{p}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
