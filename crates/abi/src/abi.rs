@@ -17,7 +17,7 @@
 //   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
 
 /// Version of this contract; the guest refuses to run against another one.
-pub const ABI_VERSION: u64 = 4;
+pub const ABI_VERSION: u64 = 5;
 /// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
 pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
 
@@ -59,6 +59,9 @@ pub const MMIO_USER_READ_VALUE: u64 = 0x4558_4954_4c41_4221;
 
 /// Port the guest writes a `DOORBELL_*` command to (32-bit `out`).
 pub const DOORBELL_PORT: u16 = 0x0700;
+/// Port the exit-path probe writes (8-bit `out`): an ioeventfd absorbs the writes in the
+/// kernel, whatever the VM's irqchip, so that they never reach the VMM.
+pub const PROBE_PORT: u16 = 0x0710;
 /// Port answered by the VMM in userspace: no device claims it, reads return all ones.
 pub const USER_PORT: u16 = 0x1234;
 /// Port the in-kernel PIC answers (ELCR), as kvm-unit-tests' `inl_from_kernel` uses.
@@ -75,7 +78,25 @@ pub const DOORBELL_READY: u32 = 1;
 /// Doorbell: `Control::batch_count` records of this vCPU's ring are ready; the ring is reused after.
 pub const DOORBELL_BATCH: u32 = 2;
 /// Doorbell: the test is finished; the last `Control::batch_count` records are ready.
+/// The host that resumes the vCPU after it gets the exit-path probe after the samples
+/// (`Control::probe_after`, then `DOORBELL_PROBED`); one that stops the VM there loses only
+/// that probe.
 pub const DOORBELL_DONE: u32 = 3;
+/// Doorbell: after DONE, the exit-path probes after the samples are in `Control`.
+pub const DOORBELL_PROBED: u32 = 6;
+/// Doorbell: one access of the userspace exit-path probe; the host resumes the vCPU at
+/// once (before READY and after DONE only).
+pub const DOORBELL_PROBE: u32 = 7;
+/// The exit-path probes the guest times before READY and after DONE, outside the part
+/// whose exits are counted: blocks of port writes to `PROBE_PORT`, which an ioeventfd
+/// absorbs in the kernel, then blocks of `DOORBELL_PROBE` doorbells, which the VMM
+/// answers in userspace (as doorbells, they get no injected wait). A host state that slows the exit path shows in them though the
+/// guest's empty loop runs as fast as ever; each probe reports its median block.
+pub const PROBE_BLOCKS: u64 = 9;
+/// Port accesses per block of an exit-path probe.
+pub const PROBE_ACCESSES: u64 = 8;
+/// Exits one exit-path probe makes (each of the four).
+pub const PROBE_EXITS: u64 = PROBE_BLOCKS * PROBE_ACCESSES;
 /// Doorbell: an unexpected exception; `Control::fault_*` say which.
 pub const DOORBELL_FAULT: u32 = 4;
 /// Doorbell: the guest refuses the parameters; `Control::guest_error` says why (a `GUEST_ERR_*`).
@@ -229,6 +250,22 @@ pub struct Control {
     /// Guest → host at `DOORBELL_DONE`: TSC cycles those waits spanned in all, each from
     /// its first TSC read to its last.
     pub work_spent: u64,
+    /// 1: take the exit-path probes (`PROBE_BLOCKS`); the host asks for them only when it
+    /// registered the ioeventfd on `PROBE_PORT`, so that the kernel probe's writes never
+    /// leave the kernel. 0: the guest reports 0 for all four and still rings
+    /// `DOORBELL_PROBED` after DONE.
+    pub probe: u64,
+    /// Guest → host at `DOORBELL_READY`: TSC cycles of the median block of the kernel
+    /// exit-path probe before the test (`PROBE_BLOCKS` blocks of `PROBE_ACCESSES` writes
+    /// to `PROBE_PORT`, each block timed as one); 0: not taken.
+    pub probe_kernel_before: u64,
+    /// Guest → host at `DOORBELL_READY`: the same of the userspace probe (`DOORBELL_PROBE`
+    /// doorbells), taken just after the kernel one.
+    pub probe_user_before: u64,
+    /// Guest → host at `DOORBELL_PROBED`: the kernel probe after the samples.
+    pub probe_kernel_after: u64,
+    /// Guest → host at `DOORBELL_PROBED`: the userspace probe after the samples.
+    pub probe_user_after: u64,
 }
 
 /// One vCPU's record at `PERCPU_GPA + id * PERCPU_BYTES`, written by that vCPU (and read

@@ -41,7 +41,8 @@ mod tests {
 
     #[test]
     fn abi_layout_is_stable() {
-        assert_eq!(core::mem::size_of::<Control>(), 184);
+        assert_eq!(core::mem::size_of::<Control>(), 224);
+        assert_eq!(core::mem::offset_of!(Control, probe_user_after), 216);
         assert_eq!(core::mem::offset_of!(Control, apic_mode), 128);
         assert_eq!(core::mem::offset_of!(Control, cpus_online), 152);
         assert_eq!(core::mem::offset_of!(Control, work_cycles), 160);

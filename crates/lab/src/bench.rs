@@ -442,6 +442,7 @@ fn round_figures(
             let mut f = figures::round_figure(&m.samples, m.params.batch, net)?;
             f.seconds = Some(secs);
             f.sampling_seconds = sampling_seconds(&m.samples, m.tsc_khz);
+            with_probe(&mut f, m);
             Some((f, m))
         })
         .collect();
@@ -691,11 +692,13 @@ fn one_round(
     Ok(m)
 }
 
-/// The tests (indices) with fewer than `planned` rounds the central figure keeps: a
-/// round whose figure lies far from the test's other rounds (host interference on the
-/// exit path, which the empty loop before each sample does not see) is set aside
-/// ([`central::outlier_rounds`]) and replaced by an extra round. A test with a round
-/// that did not complete is not run again.
+/// The tests (indices) with fewer than `planned` clean rounds: rounds the central figure
+/// keeps that no sign calls slow ([`central::slow_rounds`]). A round of a slower host
+/// state, or whose figure lies far from the test's other rounds
+/// ([`central::outlier_rounds`]), is set aside and replaced by an extra round; a test
+/// whose figure rests on its slow rounds for want of quick ones is short of all its
+/// rounds, so that the extra rounds look for the quick state while the budget lasts. A
+/// test with a round that did not complete is not run again.
 fn short_of_clean_rounds(
     tests: &[&'static TestDef],
     per_test: &[Vec<Stored>],
@@ -709,11 +712,13 @@ fn short_of_clean_rounds(
         .filter(|(_, (done, def))| {
             let net = !def.baseline;
             let rounds = stored_rounds(done, net);
-            let kept = central::kept_mask(&rounds, figure_kind(net))
+            let slow = central::slow_rounds(&rounds);
+            let clean = central::kept_mask(&rounds, figure_kind(net))
                 .iter()
-                .filter(|k| **k)
+                .zip(&slow)
+                .filter(|(k, s)| **k && !**s)
                 .count();
-            (kept as u64) < planned
+            (clean as u64) < planned
         })
         .map(|(i, _)| i)
         .collect()
@@ -725,12 +730,20 @@ fn stored_rounds(done: &[Stored], net: bool) -> Vec<RoundFigure> {
     done.iter()
         .map(|r| {
             let samples = r.samples.unpack();
-            figures::round_figure(&samples, r.m.params.batch, net).unwrap_or(RoundFigure {
-                median: f64::NAN,
-                ..Default::default()
-            })
+            let mut f =
+                figures::round_figure(&samples, r.m.params.batch, net).unwrap_or(RoundFigure {
+                    median: f64::NAN,
+                    ..Default::default()
+                });
+            with_probe(&mut f, &r.m);
+            f
         })
         .collect()
+}
+
+/// `f` with its round's exit-path probes (cycles per exit).
+fn with_probe(f: &mut RoundFigure, m: &Measurement) {
+    f.probes = m.exit_probe.per_exit();
 }
 
 /// The figure a test's rounds are judged by: net, or raw for the empty loop.
@@ -851,6 +864,9 @@ struct OtherState {
     other: usize,
     /// Of the rest, set aside as outliers ([`central::outlier_rounds`]).
     outliers: usize,
+    /// Of the slow rounds set aside, those whose empty loop ran as fast as the quick
+    /// rounds': the exit-path probe alone told their state.
+    by_probe: usize,
     /// The tests with rounds of another state set aside.
     tests: usize,
     /// Of them, those whose figure rests on their slow rounds (their quick ones set aside).
@@ -872,6 +888,7 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
         rounds: 0,
         other: 0,
         outliers: 0,
+        by_probe: 0,
         tests: 0,
         on_slow: Vec::new(),
         quick: f64::NAN,
@@ -903,6 +920,13 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
             quick.extend(set_aside);
             slow.extend(kept);
         } else {
+            let loop_slow = central::loop_slow(&c.loops);
+            out.by_probe += c
+                .other_state
+                .iter()
+                .zip(&loop_slow)
+                .filter(|(o, l)| **o && !**l)
+                .count();
             quick.extend(kept);
             slow.extend(set_aside);
         }
@@ -940,8 +964,15 @@ fn other_state_note(s: &OtherState) -> String {
     } else {
         format!(" (here: {})", s.on_slow.join(", "))
     };
+    let by_probe = match s.by_probe {
+        0 => String::new(),
+        n => format!(
+            " {n} slow rounds ran their loop as fast as the quick ones and were told by the exit-path probe alone (port writes an ioeventfd absorbs in the kernel, which the guest times just before the test and just after its last sample; slow: more than {:.0}% above the test's quick rounds).",
+            (central::PROBE_STATE_FACTOR - 1.0) * 100.0
+        ),
+    };
     format!(
-        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples: in those tests it took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher. Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples, and by the exit-path probe: in those tests the loop took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher.{by_probe} Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.other,
         s.rounds,
         s.tests,
@@ -1261,6 +1292,34 @@ mod tests {
         assert_eq!(central::central(&even).unwrap().outliers(), 1);
         assert_eq!(other_state(&[even]), None);
         assert_eq!(other_state(&[]), None);
+    }
+
+    #[test]
+    fn the_host_state_note_says_how_many_slow_rounds_the_probe_alone_told() {
+        // inl_from_user: 9 quick rounds, 2 with a slow loop, and 3 whose loop ran as fast
+        // as the quick ones' but whose userspace probe ran 30 % slower before and after.
+        let mut rounds: Vec<(f64, f64)> = (0..9).map(|i| (21_500.0 + i as f64, 20_000.0)).collect();
+        rounds.extend([(28_000.0, 27_000.0); 2]);
+        rounds.extend([(26_500.0, 20_000.0); 3]);
+        let mut t = test_of_rounds("inl_from_user", &rounds);
+        for (i, r) in t.rounds.iter_mut().enumerate() {
+            let user = if i >= 11 { 4_100.0 } else { 3_150.0 };
+            r.probes = Some(exitlab_results::results::Probes {
+                kernel_before: 1_220.0,
+                kernel_after: 1_220.0,
+                user_before: user,
+                user_after: user,
+            });
+        }
+        let s = other_state(std::slice::from_ref(&t)).expect("rounds set aside");
+        assert_eq!((s.rounds, s.other, s.by_probe), (14, 5, 3), "{s:?}");
+        let note = other_state_note(&s);
+        assert!(
+            note.contains(" 3 slow rounds ran their loop as fast as the quick ones and were told by the exit-path probe alone")
+                && note.contains("slow: more than 10% above the test's quick rounds)."),
+            "{note}"
+        );
+        assert_eq!(central::central(&t).unwrap().value, 21_504.0);
     }
 
     /// A completed round of `cpuid` whose 30 samples all have the net figure `net`,

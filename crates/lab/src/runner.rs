@@ -69,6 +69,40 @@ pub struct GuestWork {
     pub spent: u64,
 }
 
+/// The exit-path probes the lab kernel took before READY and after DONE, outside the
+/// counted part of the round (see [`abi::PROBE_BLOCKS`]): each the median block's TSC
+/// cycles of [`abi::PROBE_ACCESSES`] port accesses, `[kernel, user]` (writes an
+/// ioeventfd absorbs in the kernel; doorbells the VMM answers). `None` where they were not
+/// taken (a host without ioeventfds, a round that did not get that far, a guest that
+/// reported nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitProbe {
+    /// Before READY.
+    pub before: Option<[u64; 2]>,
+    /// After DONE.
+    pub after: Option<[u64; 2]>,
+}
+
+impl ExitProbe {
+    /// Cycles per exit of each probe's median block, when both ends were taken.
+    pub fn per_exit(&self) -> Option<exitlab_results::results::Probes> {
+        let (b, a) = (self.before?, self.after?);
+        let per = |v: u64| v as f64 / abi::PROBE_ACCESSES as f64;
+        Some(exitlab_results::results::Probes {
+            kernel_before: per(b[0]),
+            user_before: per(b[1]),
+            kernel_after: per(a[0]),
+            user_after: per(a[1]),
+        })
+    }
+}
+
+/// Both probes of one end, when the guest reported them (neither 0 nor garbage).
+fn probes_of(kernel: u64, user: u64) -> Option<[u64; 2]> {
+    let ok = |v: u64| v != 0 && v != u64::MAX;
+    (ok(kernel) && ok(user)).then_some([kernel, user])
+}
+
 /// How a test run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -129,6 +163,9 @@ pub struct Measurement {
     /// The guest work the lab kernel did ([`RunParams::guest_cycles`]), checked against
     /// the iterations asked for.
     pub guest_work: GuestWork,
+    /// The exit-path probe around the round (one round's; the first round's after a
+    /// merge, whose rounds keep their own in their figures).
+    pub exit_probe: ExitProbe,
 }
 
 impl Measurement {
@@ -163,6 +200,7 @@ impl Measurement {
             per_vcpu: Vec::new(),
             injected: Default::default(),
             guest_work: GuestWork::default(),
+            exit_probe: ExitProbe::default(),
         }
     }
 
@@ -253,6 +291,8 @@ impl BusDevice for UserMmioPage {
 enum Stage {
     Booting,
     Running,
+    /// After DONE, waiting for the probe after the samples (`DOORBELL_PROBED`).
+    Probing,
     Done,
 }
 
@@ -272,6 +312,7 @@ pub(crate) struct LabHook {
     doorbells: u64,
     ready_at: Option<Instant>,
     work: GuestWork,
+    probe: ExitProbe,
     /// The protocol violation or fault that stopped the vCPU, if any.
     pub(crate) error: Option<String>,
     progress: Arc<AtomicU64>,
@@ -307,6 +348,7 @@ impl LabHook {
             doorbells: 0,
             ready_at: None,
             work: GuestWork::default(),
+            probe: ExitProbe::default(),
             error: None,
             progress,
         }
@@ -375,6 +417,8 @@ impl LabHook {
                 self.ready_at = Some(Instant::now());
                 self.start_counts = *ctx.counts;
                 self.start_kvm = ctx.kvm_counters();
+                let c = control_or_garbage(ctx.mem);
+                self.probe.before = probes_of(c.probe_kernel_before, c.probe_user_before);
                 HookReply::Resume
             }
             (abi::DOORBELL_BATCH, Stage::Running) => {
@@ -403,6 +447,15 @@ impl LabHook {
                         self.wanted
                     ));
                 }
+                // The counted part ends here; the guest takes the probe after it.
+                self.stage = Stage::Probing;
+                HookReply::Resume
+            }
+            // The userspace probe's doorbells, outside the counted part.
+            (abi::DOORBELL_PROBE, Stage::Booting | Stage::Probing) => HookReply::Resume,
+            (abi::DOORBELL_PROBED, Stage::Probing) => {
+                let c = control_or_garbage(ctx.mem);
+                self.probe.after = probes_of(c.probe_kernel_after, c.probe_user_after);
                 self.stage = Stage::Done;
                 HookReply::Stop(0)
             }
@@ -434,6 +487,7 @@ impl LabHook {
                 match stage {
                     Stage::Booting => "booting",
                     Stage::Running => "running",
+                    Stage::Probing => "probing after DONE",
                     Stage::Done => "done",
                 }
             )),
@@ -560,11 +614,14 @@ fn vm_config(def: &TestDef, irq: &crate::smp::IrqKnobs) -> VmConfig {
 
 /// Writes the control page: the test and its parameters, and the interrupt knobs'
 /// fields; the guest's fields start at zero.
+/// `probe`: the ioeventfd that keeps the exit-path probe's writes in the kernel is
+/// registered, and the guest is to take the probe.
 fn write_control(
     mem: &GuestMemoryMmap,
     def: &TestDef,
     p: &RunParams,
     arg0: u64,
+    probe: bool,
 ) -> Result<(), String> {
     let mut c = abi::Control {
         magic: abi::CONTROL_MAGIC,
@@ -576,6 +633,7 @@ fn write_control(
         warmup: p.warmup,
         arg0,
         work_cycles: guest_work_cycles(def, p),
+        probe: u64::from(probe),
         ..abi::Control::default()
     };
     p.irq.fill_control(def, &mut c);
@@ -654,6 +712,7 @@ fn run_in(
         builder,
         _platform,
         _ioevent,
+        probe: _probe,
     } = lab;
     let mut machine = builder.start()?;
     let watched = watch_progress(&mut machine, &params, &progress);
@@ -683,6 +742,8 @@ struct LabVm {
     _platform: Option<PcPlatform>,
     // Keeps the ioeventfd registered for the VM's lifetime; nobody needs to read it.
     _ioevent: Option<vmm_sys_util::eventfd::EventFd>,
+    // The exit-path probe's ioeventfd on `PROBE_PORT`, where the host has ioeventfds.
+    probe: Option<vmm_sys_util::eventfd::EventFd>,
 }
 
 impl LabVm {
@@ -699,10 +760,21 @@ impl LabVm {
         } else {
             None
         };
+        let probe = if Capabilities::get(kvm).ioeventfd() {
+            Some(builder.vm_mut().add_ioeventfd(
+                IoSpace::Pio,
+                u64::from(abi::PROBE_PORT),
+                1,
+                None,
+            )?)
+        } else {
+            None
+        };
         Ok(LabVm {
             builder,
             _platform: None,
             _ioevent,
+            probe,
         })
     }
 
@@ -718,7 +790,14 @@ impl LabVm {
     ) -> Result<&exitlab_vmm::vcpu::Vcpu, RunError> {
         let mem = self.builder.vm().memory();
         let entry = crate::kernel::load(mem, image, LAB_RAM_BYTES).map_err(RunError::Load)?;
-        write_control(mem, def, params, test_argument(kvm, def)).map_err(RunError::Load)?;
+        write_control(
+            mem,
+            def,
+            params,
+            test_argument(kvm, def),
+            self.probe.is_some(),
+        )
+        .map_err(RunError::Load)?;
         let spec = VcpuSpec {
             entry: Some(&entry),
             pin: params.pin,
@@ -730,7 +809,9 @@ impl LabVm {
             inject_cycles: params.inject_cycles,
             ..VcpuSpec::new(VcpuConfig {
                 run_log: if def.kvm_run_log && !params.bare {
-                    (params.warmup + params.samples * params.batch + 2).min(RUN_LOG_MAX) as usize
+                    // The probes' doorbells before READY fill entries too (marked).
+                    (params.warmup + params.samples * params.batch + 2 + abi::PROBE_EXITS)
+                        .min(RUN_LOG_MAX) as usize
                 } else {
                     0
                 },
@@ -1008,6 +1089,7 @@ fn collect(
     m.doorbells = hook.doorbells;
     m.samples = hook.records;
     m.guest_work = hook.work;
+    m.exit_probe = hook.probe;
     if let Some(why) = guest_work_error(&m.params, m.def, m.guest_work) {
         m.outcome = Outcome::Failed(why);
         m.samples.clear();

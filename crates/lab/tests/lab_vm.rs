@@ -106,6 +106,51 @@ fn every_default_test_runs_with_plausible_samples_and_exact_exit_counts() {
 }
 
 #[test]
+fn the_exit_path_probe_is_taken_around_every_test_outside_its_counted_exits() {
+    let kvm = kvm();
+    assert!(
+        exitlab_vmm::Capabilities::get(&kvm).ioeventfd(),
+        "the probe's port needs ioeventfds, which every KVM this project supports has"
+    );
+    // cpuid exits to no port, hlt runs without an in-kernel irqchip, inl_from_user
+    // exits to the VMM on every iteration: the probes are the same in all three.
+    for name in ["cpuid", "hlt", "inl_from_user"] {
+        let def = catalogue::find(name).unwrap();
+        let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, params(200, 1)).unwrap();
+        assert_eq!(m.outcome, Outcome::Completed, "{name}");
+        // Both probes at both ends, each block at least its accesses' worth of exits
+        // (an exit costs far more than a cycle on any host).
+        let p = m
+            .exit_probe
+            .per_exit()
+            .unwrap_or_else(|| panic!("{name}: {:?}", m.exit_probe));
+        for v in [p.kernel_before, p.kernel_after, p.user_before, p.user_after] {
+            assert!(v >= 50.0, "{name}: {p:?}");
+        }
+        // The userspace probe's reads reach the VMM: they cost more than the writes the
+        // kernel absorbs.
+        assert!(p.user_before > p.kernel_before, "{name}: {p:?}");
+        // Outside the counted part: exact userspace counts, and KVM counted no port
+        // exit there beyond the ones exitlab saw (the probes' 4 x 72 accesses would be).
+        let r = analysis::analyse(&m, &Baseline::default(), 1_000_000, false);
+        let check = r.exit_check.as_ref().unwrap();
+        assert!(check.passed, "{name}: {}", check.detail);
+        let k = r
+            .kvm_counters
+            .as_ref()
+            .expect("this host has KVM binary stats");
+        let io = k.checks.iter().find(|c| c.counter == "io_exits");
+        assert!(
+            io.is_none_or(|c| matches!(
+                c.verdict,
+                CounterVerdict::Agree | CounterVerdict::NotCounted
+            )),
+            "{name}: {io:?}"
+        );
+    }
+}
+
+#[test]
 fn batches_larger_than_one_ring_are_reassembled() {
     let kvm = kvm();
     let def = catalogue::find("outl_to_user").unwrap();

@@ -12,7 +12,7 @@
 //! Every renderer calls [`central`]; nothing reads a stored "net median" on its own, so
 //! one file gives one figure everywhere.
 
-use crate::results::{Results, RoundFigure, TestResult};
+use crate::results::{Probes, Results, RoundFigure, TestResult};
 use crate::stats::percentile;
 
 /// How a set of round figures is summarised.
@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on, or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on; or by the exit-path probe, port writes the kernel absorbs (an ioeventfd), timed just before and after the test: over 1.1x the same reference of its own; or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -219,10 +219,109 @@ pub fn state_reference(loops: &[Option<f64>]) -> Option<f64> {
     usable.get(rank.min(n.checked_sub(1)?)).copied()
 }
 
+/// How much slower than the test's quick rounds (the [`state_reference`] of the same
+/// probe over its rounds) one of a round's exit-path probes must run, both before the
+/// test and after its last sample, for the round to count as taken in a slower host
+/// state. The guest times them outside the counted part of the round: port writes an
+/// ioeventfd absorbs in the kernel, and doorbells the VMM answers in userspace
+/// ([`RoundFigure::probes`]). This project's development host has a state that slows
+/// the exit path but not the guest's own code, so that the empty loop cannot see it;
+/// there the kernel probe took 11,000-16,700 cycles per write against 9,700-9,900 in
+/// quick rounds, the userspace one 31,000-43,000 against 25,000-26,500, and the round's
+/// userspace exits ~20 % longer (`docs/statistics.md`, "The exit-path probes"). One slow
+/// end alone is a state that began or ended during the test's samples: the figure of
+/// such a round showed it in under half the cases, and it is not set aside for it.
+pub const PROBE_STATE_FACTOR: f64 = 1.1;
+
+/// What tells the host state a round ran in: its empty loop and its exit-path probes,
+/// each `None` where the round did not record it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateSigns {
+    /// [`RoundFigure::loop_median`].
+    pub loop_median: Option<f64>,
+    /// [`RoundFigure::probes`].
+    pub probes: Option<Probes>,
+}
+
+impl StateSigns {
+    /// A round's signs.
+    pub fn of(r: &RoundFigure) -> StateSigns {
+        StateSigns {
+            loop_median: r.loop_median,
+            probes: r.probes,
+        }
+    }
+
+    /// The signs of a round that recorded only its empty loop.
+    pub fn loop_only(loop_median: Option<f64>) -> StateSigns {
+        StateSigns {
+            loop_median,
+            ..StateSigns::default()
+        }
+    }
+
+    /// Whether the round recorded any sign.
+    fn any(&self) -> bool {
+        self.loop_median.is_some() || self.probes.is_some()
+    }
+}
+
+/// Which of `values` (one sign of each round) lie more than `factor` times their own
+/// [`state_reference`] above it.
+fn slow_by(values: &[Option<f64>], factor: f64) -> Vec<bool> {
+    let Some(reference) = state_reference(values) else {
+        return vec![false; values.len()];
+    };
+    values
+        .iter()
+        .map(|v| v.is_some_and(|v| v > reference * factor))
+        .collect()
+}
+
+/// Which of `rounds` (aligned with them) their signs call slow (see [`other_state_of`]),
+/// whichever state the test's figure then rests on.
+pub fn slow_rounds(rounds: &[RoundFigure]) -> Vec<bool> {
+    slow_signs(&rounds.iter().map(StateSigns::of).collect::<Vec<_>>())
+}
+
+/// Which of `loops` (each round's empty loop) lie beyond [`SLOW_STATE_FACTOR`] times
+/// their [`state_reference`]: the rounds the loop alone calls slow.
+pub fn loop_slow(loops: &[Option<f64>]) -> Vec<bool> {
+    slow_by(loops, SLOW_STATE_FACTOR)
+}
+
+/// Which rounds a sign calls slow: the empty loop beyond [`SLOW_STATE_FACTOR`], or one
+/// of the exit-path probes beyond [`PROBE_STATE_FACTOR`] both before and after the
+/// test, each against its own reference.
+fn slow_signs(signs: &[StateSigns]) -> Vec<bool> {
+    let series = |f: fn(&Probes) -> f64| {
+        let v: Vec<Option<f64>> = signs.iter().map(|s| s.probes.as_ref().map(f)).collect();
+        slow_by(&v, PROBE_STATE_FACTOR)
+    };
+    let loops = slow_by(
+        &signs.iter().map(|s| s.loop_median).collect::<Vec<_>>(),
+        SLOW_STATE_FACTOR,
+    );
+    let (kb, ka) = (series(|p| p.kernel_before), series(|p| p.kernel_after));
+    let (ub, ua) = (series(|p| p.user_before), series(|p| p.user_after));
+    (0..signs.len())
+        .map(|i| loops[i] || (kb[i] && ka[i]) || (ub[i] && ua[i]))
+        .collect()
+}
+
 /// Which rounds ran in another host state than the one the test's figure rests on, by
-/// each round's own empty loop (`loops`; a round without one is always kept). The quick
+/// each round's own empty loop (`loops`; a round without one is always kept): see
+/// [`other_state_of`], for rounds without exit-path probes.
+pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
+    let signs: Vec<StateSigns> = loops.iter().map(|l| StateSigns::loop_only(*l)).collect();
+    other_state_of(&signs)
+}
+
+/// Which rounds ran in another host state than the one the test's figure rests on, by
+/// each round's own signs (`signs`; a round without any is always kept). The quick
 /// rounds are those whose loop ran within [`SLOW_STATE_FACTOR`] times the test's
-/// [`state_reference`]. The figure rests on them, and the slow ones are set aside, when at least
+/// [`state_reference`] of the loops, and whose probes ran within [`PROBE_STATE_FACTOR`]
+/// times theirs. The figure rests on them, and the slow ones are set aside, when at least
 /// [`MIN_QUICK_ROUNDS`] and a quarter of the rounds are quick; otherwise the test ran
 /// mostly in the slow state, and the figure rests on the slow rounds when at least
 /// [`MIN_QUICK_ROUNDS`] of them ran (the quick ones set aside), on every round if not
@@ -230,26 +329,20 @@ pub fn state_reference(loops: &[Option<f64>]) -> Option<f64> {
 /// A figure thus mixes the states only where neither has five rounds (as in a run of
 /// fewer than ten), and compare tells by the kept state's loops whether two runs'
 /// figures of a test rest on the same state.
-pub fn other_state_rounds(loops: &[Option<f64>]) -> Vec<bool> {
-    let n = loops.len();
-    let Some(reference) = state_reference(loops) else {
-        return vec![false; n];
-    };
-    let slow: Vec<bool> = loops
-        .iter()
-        .map(|l| l.is_some_and(|l| l > reference * SLOW_STATE_FACTOR))
-        .collect();
+pub fn other_state_of(signs: &[StateSigns]) -> Vec<bool> {
+    choose_state(signs, &slow_signs(signs))
+}
+
+/// The state choice of [`other_state_of`] from each round's `slow` flag.
+fn choose_state(signs: &[StateSigns], slow: &[bool]) -> Vec<bool> {
+    let n = signs.len();
     let quick = slow.iter().filter(|s| !**s).count();
     if quick >= MIN_QUICK_ROUNDS && quick * 4 >= n {
-        return slow;
+        return slow.to_vec();
     }
     if n - quick >= MIN_QUICK_ROUNDS {
-        // Mostly slow: the quick rounds (with a loop) are the other state.
-        return loops
-            .iter()
-            .zip(&slow)
-            .map(|(l, s)| l.is_some() && !s)
-            .collect();
+        // Mostly slow: the quick rounds (with a sign) are the other state.
+        return signs.iter().zip(slow).map(|(g, s)| g.any() && !s).collect();
     }
     vec![false; n]
 }
@@ -400,8 +493,8 @@ pub fn state_figures(t: &TestResult) -> Option<(Vec<f64>, Figure, usize)> {
 /// The finite `figure`s of `rounds` but those of the other host state
 /// ([`other_state_rounds`]), and how many of those there were.
 pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize) {
-    let (values, loops) = points(rounds, figure);
-    let other = other_state_rounds(&loops);
+    let (values, signs) = points(rounds, figure);
+    let other = other_state_of(&signs);
     let kept = values
         .iter()
         .zip(&other)
@@ -410,11 +503,11 @@ pub fn state_values(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, usize)
     (kept, other.iter().filter(|o| **o).count())
 }
 
-/// The finite figures of `rounds` and each one's empty loop, aligned.
-fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>) {
+/// The finite figures of `rounds` and each one's state signs, aligned.
+fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<StateSigns>) {
     rounds
         .iter()
-        .map(|r| (round_value(r, figure), r.loop_median))
+        .map(|r| (round_value(r, figure), StateSigns::of(r)))
         .filter(|(v, _)| v.is_finite())
         .unzip()
 }
@@ -422,8 +515,8 @@ fn points(rounds: &[RoundFigure], figure: Figure) -> (Vec<f64>, Vec<Option<f64>>
 /// [`points`] of `t`'s rounds and which of them ran in another host state than its
 /// figure rests on: the A/B sides' joint choice where `t` carries one
 /// ([`TestResult::paired_other_state`]), else its own rounds' ([`other_state_rounds`]).
-fn state_points(t: &TestResult, figure: Figure) -> (Vec<f64>, Vec<Option<f64>>, Vec<bool>) {
-    let (values, loops) = points(&t.rounds, figure);
+fn state_points(t: &TestResult, figure: Figure) -> (Vec<f64>, Vec<StateSigns>, Vec<bool>) {
+    let (values, signs) = points(&t.rounds, figure);
     let other = match joint_flags(t) {
         Some(joint) => t
             .rounds
@@ -432,9 +525,9 @@ fn state_points(t: &TestResult, figure: Figure) -> (Vec<f64>, Vec<Option<f64>>, 
             .filter(|(r, _)| round_value(r, figure).is_finite())
             .map(|(_, o)| *o)
             .collect(),
-        None => other_state_rounds(&loops),
+        None => other_state_of(&signs),
     };
-    (values, loops, other)
+    (values, signs, other)
 }
 
 /// `t`'s joint A/B choice of host state, aligned with its rounds, if it carries one.
@@ -466,10 +559,10 @@ fn mask_of(rounds: &[RoundFigure], figure: Figure, joint: Option<&[bool]>) -> Ve
         .collect();
     let other = match joint {
         Some(j) => finite.iter().map(|&i| j[i]).collect(),
-        None => other_state_rounds(
+        None => other_state_of(
             &finite
                 .iter()
-                .map(|&i| rounds[i].loop_median)
+                .map(|&i| StateSigns::of(&rounds[i]))
                 .collect::<Vec<_>>(),
         ),
     };
@@ -492,11 +585,11 @@ pub fn state_loops(t: &TestResult) -> Vec<f64> {
     let Some(figure) = figure_of(t) else {
         return Vec::new();
     };
-    let (_, loops, other) = state_points(t, figure);
-    loops
+    let (_, signs, other) = state_points(t, figure);
+    signs
         .iter()
         .zip(other)
-        .filter_map(|(l, o)| (!o).then_some(*l).flatten())
+        .filter_map(|(g, o)| (!o).then_some(g.loop_median).flatten())
         .collect()
 }
 
@@ -521,11 +614,32 @@ pub fn paired_other_state(a: &TestResult, b: &TestResult) -> Option<Vec<bool>> {
         })
         .collect();
     let n = pairs.len();
-    let loops: Vec<Option<f64>> = [&a.rounds, &b.rounds]
+    let signs: Vec<StateSigns> = [&a.rounds, &b.rounds]
         .iter()
-        .flat_map(|side| pairs.iter().map(|&i| side[i].loop_median))
+        .flat_map(|side| pairs.iter().map(|&i| StateSigns::of(&side[i])))
         .collect();
-    let other = other_state_rounds(&loops);
+    // The loops of both sides against one reference (the knob under test does not run
+    // in the empty loop); each side's probes against its own, because the knob may
+    // change the exit path the probes time.
+    let mut slow = slow_by(
+        &signs.iter().map(|g| g.loop_median).collect::<Vec<_>>(),
+        SLOW_STATE_FACTOR,
+    );
+    for side in [0..n, n..2 * n] {
+        let probes = slow_signs(
+            &signs[side.clone()]
+                .iter()
+                .map(|g| StateSigns {
+                    loop_median: None,
+                    ..*g
+                })
+                .collect::<Vec<_>>(),
+        );
+        for (s, p) in slow[side].iter_mut().zip(probes) {
+            *s |= p;
+        }
+    }
+    let other = choose_state(&signs, &slow);
     let (side_a, side_b) = other.split_at(n);
     let kept = (0..n).filter(|&i| !side_a[i] && !side_b[i]).count();
     let other_kept = (0..n).filter(|&i| side_a[i] && side_b[i]).count();
@@ -613,7 +727,8 @@ pub fn central(t: &TestResult) -> Option<Central> {
 /// [`central`] with another method (for the trials that compare methods).
 pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     let figure = figure_of(t)?;
-    let (rounds, loops, other_state) = state_points(t, figure);
+    let (rounds, signs, other_state) = state_points(t, figure);
+    let loops: Vec<Option<f64>> = signs.iter().map(|g| g.loop_median).collect();
     if rounds.is_empty() {
         let value = match figure {
             Figure::Net => t.net_median_cycles?,
@@ -664,8 +779,9 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
     let mut parts = Vec::new();
     if !other.is_empty() {
         parts.push(format!(
-            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on) where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
+            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on), and whose exit-path probes within {:.0}% of theirs, where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
+            (PROBE_STATE_FACTOR - 1.0) * 100.0,
             other.join(", ")
         ));
     }
@@ -876,6 +992,104 @@ mod tests {
         assert!(other_state_rounds(&lone).iter().all(|o| !o));
         assert_eq!(state_reference(&[None, l(5.0)]), Some(5.0));
         assert_eq!(state_reference(&[None, l(f64::NAN)]), None);
+    }
+
+    /// A round of `net` cycles with an empty loop of 20,000, kernel probes `kernel`
+    /// (before, after) and userspace probes `user`.
+    fn probed(net: f64, kernel: (f64, f64), user: (f64, f64)) -> RoundFigure {
+        RoundFigure {
+            samples: 100,
+            median: net + 20_000.0,
+            net_median: Some(net),
+            loop_median: Some(20_000.0),
+            probes: Some(Probes {
+                kernel_before: kernel.0,
+                kernel_after: kernel.1,
+                user_before: user.0,
+                user_after: user.1,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_round_whose_exit_path_probes_ran_slow_is_set_aside_though_its_loop_did_not() {
+        use crate::results::tests::ok_test;
+        const K: (f64, f64) = (1_220.0, 1_225.0);
+        const U: (f64, f64) = (3_140.0, 3_150.0);
+        // Nine rounds at ~21,500 with quick probes, and five whose loops ran as fast
+        // but whose exits took ~26,800: the kernel probe ran slow before and after two
+        // of them, the userspace probe around two, both around the fifth. Five of
+        // fourteen are more than the outlier rule may set aside.
+        let mut t = ok_test("inl_from_user", 21_500.0);
+        t.rounds = (0..9)
+            .map(|i| probed(21_480.0 + 10.0 * f64::from(i), (K.0 + f64::from(i), K.1), U))
+            .chain([
+                probed(26_900.0, (1_650.0, 1_700.0), U),
+                probed(26_700.0, (1_500.0, 1_480.0), U),
+                probed(26_800.0, K, (3_900.0, 4_000.0)),
+                probed(26_600.0, K, (3_600.0, 3_700.0)),
+                probed(27_000.0, (1_500.0, 1_480.0), (3_900.0, 4_100.0)),
+            ])
+            .collect();
+        let c = central(&t).unwrap();
+        assert_eq!((c.other_state_count(), c.outliers()), (5, 0));
+        assert_eq!(c.value, 21_520.0);
+        // One slow end is a state that began or ended during the test: the round's
+        // figure may or may not show it, and the probe alone does not set it aside.
+        let mut one_end = t.clone();
+        one_end
+            .rounds
+            .push(probed(21_600.0, (1_650.0, K.1), (U.0, 4_000.0)));
+        assert_eq!(central(&one_end).unwrap().other_state_count(), 5);
+        // 1.09x the reference at both ends is the same state; 1.11x is not.
+        let mut edge = t.rounds[..9].to_vec();
+        edge.push(probed(21_600.0, (1_221.0 * 1.09, 1_225.0 * 1.09), U));
+        edge.push(probed(23_600.0, (1_221.0 * 1.11, 1_225.0 * 1.11), U));
+        assert_eq!(
+            kept_mask(&edge, Figure::Net),
+            [vec![true; 10], vec![false]].concat()
+        );
+        // The same rounds without probes (an older file, a host without ioeventfds):
+        // every round counts, and the figure is pulled up.
+        for r in &mut t.rounds {
+            r.probes = None;
+        }
+        let c = central(&t).unwrap();
+        assert_eq!((c.other_state_count(), c.outliers()), (0, 0));
+        assert_eq!(c.value, 21_545.0);
+    }
+
+    #[test]
+    fn the_sides_of_an_ab_run_judge_their_probes_each_against_its_own_rounds() {
+        use crate::results::tests::ok_test;
+        // Side B's knob slows the exit path the probes time by 30 % in every round: that
+        // is the knob, not a host state, and no pair is set aside for it. One pair in
+        // which side B's probe alone ran slow beyond that is set aside.
+        let mut a = ok_test("inl_from_user", 21_500.0);
+        let mut b = ok_test("inl_from_user", 27_900.0);
+        let k = |x: f64| (1_220.0 * x, 1_225.0 * x);
+        let u = |x: f64| (3_140.0 * x, 3_150.0 * x);
+        a.rounds = (0..12)
+            .map(|i| probed(21_500.0 + f64::from(i), k(1.0), u(1.0)))
+            .collect();
+        b.rounds = (0..12)
+            .map(|i| probed(27_900.0 + f64::from(i), k(1.0), u(1.3)))
+            .collect();
+        assert_eq!(paired_other_state(&a, &b), Some(vec![false; 12]));
+        b.rounds[4] = probed(33_400.0, k(1.0), u(1.3 * 1.2));
+        let joint = paired_other_state(&a, &b).unwrap();
+        assert_eq!(joint, (0..12).map(|i| i == 4).collect::<Vec<_>>());
+        // Pooled like the loops, side B's userspace probes would all have counted as slow.
+        let pooled: Vec<Option<f64>> = a
+            .rounds
+            .iter()
+            .chain(&b.rounds)
+            .map(|r| r.probes.map(|p| p.user_before))
+            .collect();
+        assert!(slow_by(&pooled, PROBE_STATE_FACTOR)[12..]
+            .iter()
+            .all(|s| *s));
     }
 
     #[test]

@@ -223,6 +223,29 @@ pub struct RoundFigure {
     /// ([`crate::central::other_state_rounds`]). Absent in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loop_median: Option<f64>,
+    /// The exit-path probes the guest took just before the round's test (before its
+    /// warm-up) and just after its last sample. A round whose probes ran far slower than
+    /// the test's quick rounds' ran in a host state that slows the exit path but not the
+    /// guest's own code, which the empty loop cannot see
+    /// ([`crate::central::other_state_of`]). Absent in older files and where the host
+    /// has no ioeventfds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Probes>,
+}
+
+/// A round's exit-path probes: cycles per exit of the median block of each (port
+/// writes an ioeventfd absorbs in the kernel; doorbell writes the VMM answers in userspace),
+/// before the test and after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Probes {
+    /// Kernel-absorbed writes, before the test.
+    pub kernel_before: f64,
+    /// Doorbells the VMM answers, before the test.
+    pub user_before: f64,
+    /// Kernel-absorbed writes, after the test's last sample.
+    pub kernel_after: f64,
+    /// Doorbells the VMM answers, after the test's last sample.
+    pub user_after: f64,
 }
 
 /// Memory of the exitlab process during a run.
