@@ -28,8 +28,13 @@ const MULTIBOOT_SEARCH: usize = 8192;
 
 /// Kernel sources, relative to the crate root.
 const ASM_SOURCES: &[&str] = &["kernel/boot.S", "kernel/smp.S"];
-const C_SOURCES: &[&str] = &["kernel/kmain.c", "kernel/apic.c"];
-const OTHER_SOURCES: &[&str] = &["kernel/kernel.ld", "kernel/kernel.h", "kernel/apic.h"];
+const C_SOURCES: &[&str] = &["kernel/kmain.c", "kernel/apic.c", "kernel/probe.c"];
+const OTHER_SOURCES: &[&str] = &[
+    "kernel/kernel.ld",
+    "kernel/kernel.h",
+    "kernel/apic.h",
+    "kernel/lab.h",
+];
 
 /// Conformance kernel sources in `conformance/`: the code shared by every image...
 const CONFORMANCE_COMMON: &[&str] = &[

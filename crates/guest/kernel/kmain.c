@@ -8,9 +8,9 @@
  */
 #include "abi.h"
 #include "kernel.h"
+#include "lab.h"
 #include "apic.h"
 
-#define CONTROL ((volatile struct control *)CONTROL_GPA)
 #define STAMPS  ((volatile struct stamps *)STAMPS_GPA)
 #define SAMPLES ((volatile struct sample *)SAMPLES_GPA)
 
@@ -51,44 +51,6 @@ static struct {
 /* Whether the CPU wants `vmmcall` (AMD, Hygon) rather than `vmcall`. */
 static int use_vmmcall;
 
-static inline void doorbell(uint32_t cmd)
-{
-    __asm__ volatile("outl %0, %1" : : "a"(cmd), "Nd"((uint16_t)DOORBELL_PORT) : "memory");
-}
-
-static inline uint64_t rdtsc(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi) : : "memory");
-    return ((uint64_t)hi << 32) | lo;
-}
-
-/* TSC at the start of a sample: earlier instructions done, later ones not started. */
-static inline uint64_t tsc_begin(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("lfence; rdtsc; lfence" : "=a"(lo), "=d"(hi) : : "memory");
-    return ((uint64_t)hi << 32) | lo;
-}
-
-/*
- * TSC at the end of a sample: the leading lfence waits for the measured instructions,
- * as rdtscp would; rdtscp itself is avoided because instruction emulators (used for
- * guest ring 0 on some hosts) do not all implement it.
- */
-static inline uint64_t tsc_end(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("lfence; rdtsc; lfence" : "=a"(lo), "=d"(hi) : : "memory");
-    return ((uint64_t)hi << 32) | lo;
-}
-
-static void __attribute__((noreturn)) spin(void)
-{
-    for (;;)
-        __asm__ volatile("" : : : "memory");
-}
-
 /* Stores one sample at `idx`; hands the ring over when it is full. Returns the next index. */
 static uint64_t store_sample(uint64_t idx, uint64_t g_start, uint64_t g_end,
                              uint64_t prev_reenter, uint64_t h_return, uint64_t h_reenter,
@@ -111,63 +73,11 @@ static uint64_t store_sample(uint64_t idx, uint64_t g_start, uint64_t g_end,
     return idx;
 }
 
-/* The median of PROBE_BLOCKS block times (sorts them). */
-static uint64_t median_block(uint64_t *blocks)
-{
-    for (uint64_t i = 1; i < PROBE_BLOCKS; i++) {
-        const uint64_t v = blocks[i];
-        uint64_t j = i;
-        for (; j > 0 && blocks[j - 1] > v; j--)
-            blocks[j] = blocks[j - 1];
-        blocks[j] = v;
-    }
-    return blocks[PROBE_BLOCKS / 2];
-}
-
-/*
- * The exit-path probes: PROBE_BLOCKS blocks of PROBE_ACCESSES port accesses, each block
- * timed as one; each returns its median block's TSC cycles. The kernel probe writes
- * PROBE_PORT, which an ioeventfd absorbs in the kernel; the userspace probe rings
- * DOORBELL_PROBE, which the VMM answers at once. A host state that slows the exit path (and not the
- * guest's own code, which the empty loop before every sample watches) slows them too.
- * They run before READY and after DONE, outside the part whose exits are counted, and
- * away from the measured loop, whose code and timing they leave as they were.
- */
-static uint64_t __attribute__((noinline)) probe_kernel(void)
-{
-    uint64_t blocks[PROBE_BLOCKS];
-    for (uint64_t b = 0; b < PROBE_BLOCKS; b++) {
-        const uint64_t start = tsc_begin();
-        for (uint64_t a = 0; a < PROBE_ACCESSES; a++)
-            __asm__ volatile("outb %%al, %%dx" : : "a"(0), "d"((uint16_t)PROBE_PORT) : "memory");
-        blocks[b] = tsc_end() - start;
-    }
-    return median_block(blocks);
-}
-
-static uint64_t __attribute__((noinline)) probe_user(void)
-{
-    uint64_t blocks[PROBE_BLOCKS];
-    for (uint64_t b = 0; b < PROBE_BLOCKS; b++) {
-        const uint64_t start = tsc_begin();
-        for (uint64_t a = 0; a < PROBE_ACCESSES; a++)
-            doorbell(DOORBELL_PROBE);
-        blocks[b] = tsc_end() - start;
-    }
-    return median_block(blocks);
-}
-
 static void __attribute__((noreturn)) finish(uint64_t idx)
 {
     CONTROL->batch_count = idx;
     doorbell(DOORBELL_DONE);
-    /* A host that resumes after DONE gets the probe after the samples. */
-    if (params.probe) {
-        CONTROL->probe_kernel_after = probe_kernel();
-        CONTROL->probe_user_after = probe_user();
-    }
-    doorbell(DOORBELL_PROBED);
-    spin();
+    after_done();
 }
 
 #define REPEAT(count, ...)                                                     \
@@ -724,10 +634,8 @@ void kmain(void)
     default:
         break;
     }
-    if (params.probe) {
-        CONTROL->probe_kernel_before = probe_kernel();
-        CONTROL->probe_user_before = probe_user();
-    }
+    if (params.probe)
+        probe_before();
     CONTROL->ready_tsc = rdtsc();
     doorbell(DOORBELL_READY);
     if (params.ring == 3)
