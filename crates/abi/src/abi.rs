@@ -78,9 +78,9 @@ pub const DOORBELL_READY: u32 = 1;
 /// Doorbell: `Control::batch_count` records of this vCPU's ring are ready; the ring is reused after.
 pub const DOORBELL_BATCH: u32 = 2;
 /// Doorbell: the test is finished; the last `Control::batch_count` records are ready.
-/// The host that resumes the vCPU after it gets the exit-path probe after the samples
-/// (`Control::probe_after`, then `DOORBELL_PROBED`); one that stops the VM there loses only
-/// that probe.
+/// The host that resumes the vCPU after it gets the exit-path probes after the samples
+/// (`Control::probe_kernel_after`, `Control::probe_user_after`, then `DOORBELL_PROBED`);
+/// one that stops the VM there loses only those probes.
 pub const DOORBELL_DONE: u32 = 3;
 /// Doorbell: after DONE, the exit-path probes after the samples are in `Control`.
 pub const DOORBELL_PROBED: u32 = 6;

@@ -24,6 +24,8 @@ typedef unsigned long long u64;
 #define LAB_DONE 3u
 #define LAB_FAULT 4u
 #define LAB_BAD_PARAMS 5u
+#define LAB_PROBED 6u
+#define LAB_PROBE 7u
 #define LAB_SAMPLES_GPA 0x500000u
 #define LAB_SAMPLES_PER_BATCH 16384u
 #define LAB_SAMPLE_BYTES 56u
@@ -146,9 +148,9 @@ static void lab_protocol_op(void)
         for (u32 i = 0; i < n; i++)
             ring[i] = (u32)next();
     }
-    static const u32 bells[] = {LAB_READY, LAB_BATCH, LAB_BATCH, LAB_BATCH,
-                                LAB_DONE,  LAB_FAULT, LAB_BAD_PARAMS};
-    outl(LAB_DOORBELL_PORT, below(8) ? bells[below(7)] : (u32)next());
+    static const u32 bells[] = {LAB_READY, LAB_BATCH,      LAB_BATCH,  LAB_BATCH, LAB_DONE,
+                                LAB_FAULT, LAB_BAD_PARAMS, LAB_PROBED, LAB_PROBE};
+    outl(LAB_DOORBELL_PORT, below(10) ? bells[below(9)] : (u32)next());
 }
 
 static u32 random_msr(void)

@@ -915,7 +915,10 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
                 .collect()
         };
         let (kept, set_aside) = (loops(false), loops(true));
-        if median(set_aside.clone()) < median(kept.clone()) {
+        // The figure rests on its slow rounds when the rounds set aside are the ones
+        // the signs call quick.
+        let on_slow = c.other_state.iter().zip(&c.slow).any(|(o, s)| *o && !*s);
+        if on_slow {
             out.on_slow.push(t.name.clone());
             quick.extend(set_aside);
             slow.extend(kept);
@@ -967,12 +970,12 @@ fn other_state_note(s: &OtherState) -> String {
     let by_probe = match s.by_probe {
         0 => String::new(),
         n => format!(
-            " {n} slow rounds ran their loop as fast as the quick ones and were told by the exit-path probe alone (port writes an ioeventfd absorbs in the kernel, which the guest times just before the test and just after its last sample; slow: more than {:.0}% above the test's quick rounds).",
+            " {n} slow rounds ran their loop as fast as the quick ones and were told by the exit-path probes alone (port writes an ioeventfd absorbs in the kernel, and doorbells the VMM answers, which the guest times just before the test and just after its last sample; slow: one kind more than {:.0}% above the test's quick rounds at both ends).",
             (central::PROBE_STATE_FACTOR - 1.0) * 100.0
         ),
     };
     format!(
-        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples, and by the exit-path probe: in those tests the loop took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher.{by_probe} Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses them). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples, and by the exit-path probe: in those tests the loop took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher.{by_probe} Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses two runs whose kept rounds' empty loops differ; the probes time the exit path a change under test may itself move, so compare does not judge them across runs). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.other,
         s.rounds,
         s.tests,
@@ -1315,8 +1318,8 @@ mod tests {
         assert_eq!((s.rounds, s.other, s.by_probe), (14, 5, 3), "{s:?}");
         let note = other_state_note(&s);
         assert!(
-            note.contains(" 3 slow rounds ran their loop as fast as the quick ones and were told by the exit-path probe alone")
-                && note.contains("slow: more than 10% above the test's quick rounds)."),
+            note.contains(" 3 slow rounds ran their loop as fast as the quick ones and were told by the exit-path probes alone")
+                && note.contains("slow: one kind more than 10% above the test's quick rounds at both ends)."),
             "{note}"
         );
         assert_eq!(central::central(&t).unwrap().value, 21_504.0);

@@ -760,13 +760,13 @@ impl LabVm {
         } else {
             None
         };
+        // Without the ioeventfd the guest takes no probes (their writes would reach the
+        // VMM), and the rounds' host state is told by the empty loop alone.
         let probe = if Capabilities::get(kvm).ioeventfd() {
-            Some(builder.vm_mut().add_ioeventfd(
-                IoSpace::Pio,
-                u64::from(abi::PROBE_PORT),
-                1,
-                None,
-            )?)
+            builder
+                .vm_mut()
+                .add_ioeventfd(IoSpace::Pio, u64::from(abi::PROBE_PORT), 1, None)
+                .ok()
         } else {
             None
         };

@@ -144,7 +144,7 @@ impl Method {
 }
 
 /// What the central figure is, in words, for every rendering's legend.
-pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on; or by the exit-path probe, port writes the kernel absorbs (an ioeventfd), timed just before and after the test: over 1.1x the same reference of its own; or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
+pub const DESCRIPTION: &str = "the median over rounds (fresh VMs) of each round's median of (sample - the empty loop measured just before it in the same VM), rounds of the test's other host state (by the empty loop: over 1.2x that of the test's second-quickest round, or of its 10th-percentile round from 20 rounds on; or by the exit-path probes, port writes the kernel absorbs (an ioeventfd) and doorbells the VMM answers, timed just before and after the test: one kind over 1.1x the same reference of its own at both ends; or not; the state with at least 5 rounds, the quick one first) and rounds far from the others (host interference) set aside";
 
 /// The method every figure and verdict uses (chosen in `docs/statistics.md`).
 pub const CHOSEN: Method = Method {
@@ -406,9 +406,12 @@ pub struct Central {
     /// other host state or as outliers).
     pub kept: Vec<bool>,
     /// Which rounds ran in another host state than the figure rests on
-    /// ([`other_state_rounds`]): the slow ones, or the quick ones of a test that ran
+    /// ([`other_state_of`]): the slow ones, or the quick ones of a test that ran
     /// mostly in the slow state.
     pub other_state: Vec<bool>,
+    /// Which rounds their own signs (empty loop, exit-path probes) call slow, aligned
+    /// with `rounds`, whichever state the figure rests on.
+    pub slow: Vec<bool>,
     /// The central figure, cycles per iteration.
     pub value: f64,
 }
@@ -729,6 +732,7 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     let figure = figure_of(t)?;
     let (rounds, signs, other_state) = state_points(t, figure);
     let loops: Vec<Option<f64>> = signs.iter().map(|g| g.loop_median).collect();
+    let slow = slow_signs(&signs);
     if rounds.is_empty() {
         let value = match figure {
             Figure::Net => t.net_median_cycles?,
@@ -740,6 +744,7 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
             loops,
             kept: Vec::new(),
             other_state,
+            slow,
             value,
         });
     }
@@ -750,6 +755,7 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
         loops,
         kept,
         other_state,
+        slow,
         value,
     })
 }
@@ -779,7 +785,7 @@ pub fn outliers_line(tests: &[TestResult]) -> Option<String> {
     let mut parts = Vec::new();
     if !other.is_empty() {
         parts.push(format!(
-            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on), and whose exit-path probes within {:.0}% of theirs, where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
+            "rounds of another host state set aside (a test's figure rests on its rounds whose empty loop ran within {:.0}% of its second-quickest round's (of its 10th-percentile round's from 20 rounds on), and neither of whose exit-path probes ran over {:.0}% above its own reference both before and after the test, where at least 5 and a quarter of them did, otherwise on its slower rounds where at least 5 did; every figure of a slow round is higher): {}",
             (SLOW_STATE_FACTOR - 1.0) * 100.0,
             (PROBE_STATE_FACTOR - 1.0) * 100.0,
             other.join(", ")

@@ -152,6 +152,7 @@ fn compare_with(
     let mut warnings = if pairing == Pairing::Independent {
         let mut w = host_and_config_warnings(before, after);
         w.extend(loop_figures_differ(before, after));
+        w.extend(probe_figures_differ(before, after));
         w
     } else {
         Vec::new()
@@ -201,6 +202,29 @@ fn compare_with(
         threshold_pct,
         pairing,
     }
+}
+
+/// A warning when one file records each round's exit-path probes and the other does not
+/// (both with loops; [`loop_figures_differ`] says the rest): the figures of the file
+/// with probes set aside the rounds they call slow, those of the other keep them.
+fn probe_figures_differ(before: &Results, after: &Results) -> Option<String> {
+    if !(has_round_loops(before) && has_round_loops(after)) {
+        return None;
+    }
+    let probes = |r: &Results| {
+        r.tests
+            .iter()
+            .flat_map(|t| &t.rounds)
+            .any(|round| round.probes.is_some())
+    };
+    let (old, new) = match (probes(before), probes(after)) {
+        (false, true) => ("before", "after"),
+        (true, false) => ("after", "before"),
+        _ => return None,
+    };
+    Some(format!(
+        "the {old} file records no exit-path probes per round (an older exitlab, or a host without ioeventfds), so its figures keep rounds of a host state that slows the exit path but not the empty loop, while the {new} file's set them aside: a change may be the host's; re-run the {old} side with this exitlab on a host with ioeventfds"
+    ))
 }
 
 /// Whether any round of `r`'s tests recorded the empty loop timed before its samples
@@ -1326,5 +1350,38 @@ mod tests {
             text.contains(&format!("{n} round(s) before and {n} after")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn compare_warns_when_one_file_records_exit_path_probes_and_the_other_does_not() {
+        let mut old = sample_results();
+        for t in &mut old.tests {
+            for r in &mut t.rounds {
+                r.loop_median = Some(11_000.0);
+                r.probes = None;
+            }
+        }
+        let mut new = old.clone();
+        for t in &mut new.tests {
+            for r in &mut t.rounds {
+                r.probes = Some(crate::results::Probes {
+                    kernel_before: 1_220.0,
+                    kernel_after: 1_220.0,
+                    user_before: 3_150.0,
+                    user_after: 3_150.0,
+                });
+            }
+        }
+        let says = |c: &Comparison, side: &str| {
+            c.warnings.iter().any(|w| {
+                w.starts_with(&format!(
+                    "the {side} file records no exit-path probes per round"
+                ))
+            })
+        };
+        assert!(says(&compare(&old, &new, 0.0), "before"));
+        assert!(says(&compare(&new, &old, 0.0), "after"));
+        assert!(!says(&compare(&new, &new, 0.0), "before"));
+        assert!(!says(&compare(&old, &old, 0.0), "before"));
     }
 }
