@@ -294,18 +294,25 @@ pub fn loop_slow(loops: &[Option<f64>]) -> Vec<bool> {
 /// of the exit-path probes beyond [`PROBE_STATE_FACTOR`] both before and after the
 /// test, each against its own reference.
 fn slow_signs(signs: &[StateSigns]) -> Vec<bool> {
+    let loops = loop_slow(&signs.iter().map(|s| s.loop_median).collect::<Vec<_>>());
+    probes_slow(signs)
+        .into_iter()
+        .zip(loops)
+        .map(|(p, l)| p || l)
+        .collect()
+}
+
+/// Which rounds the exit-path probes call slow: one kind beyond [`PROBE_STATE_FACTOR`]
+/// times its own reference both before and after the test.
+fn probes_slow(signs: &[StateSigns]) -> Vec<bool> {
     let series = |f: fn(&Probes) -> f64| {
         let v: Vec<Option<f64>> = signs.iter().map(|s| s.probes.as_ref().map(f)).collect();
         slow_by(&v, PROBE_STATE_FACTOR)
     };
-    let loops = slow_by(
-        &signs.iter().map(|s| s.loop_median).collect::<Vec<_>>(),
-        SLOW_STATE_FACTOR,
-    );
     let (kb, ka) = (series(|p| p.kernel_before), series(|p| p.kernel_after));
     let (ub, ua) = (series(|p| p.user_before), series(|p| p.user_after));
     (0..signs.len())
-        .map(|i| loops[i] || (kb[i] && ka[i]) || (ub[i] && ua[i]))
+        .map(|i| (kb[i] && ka[i]) || (ub[i] && ua[i]))
         .collect()
 }
 
@@ -624,20 +631,9 @@ pub fn paired_other_state(a: &TestResult, b: &TestResult) -> Option<Vec<bool>> {
     // The loops of both sides against one reference (the knob under test does not run
     // in the empty loop); each side's probes against its own, because the knob may
     // change the exit path the probes time.
-    let mut slow = slow_by(
-        &signs.iter().map(|g| g.loop_median).collect::<Vec<_>>(),
-        SLOW_STATE_FACTOR,
-    );
+    let mut slow = loop_slow(&signs.iter().map(|g| g.loop_median).collect::<Vec<_>>());
     for side in [0..n, n..2 * n] {
-        let probes = slow_signs(
-            &signs[side.clone()]
-                .iter()
-                .map(|g| StateSigns {
-                    loop_median: None,
-                    ..*g
-                })
-                .collect::<Vec<_>>(),
-        );
+        let probes = probes_slow(&signs[side.clone()]);
         for (s, p) in slow[side].iter_mut().zip(probes) {
             *s |= p;
         }
