@@ -81,6 +81,12 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         /// interval must lie beyond it).
         #[arg(long, default_value_t = exitlab_results::compare::DEFAULT_THRESHOLD_PCT)]
         threshold: f64,
+        /// Judge each round's figure per the empty loop the guest timed before its samples,
+        /// scaled to the before run's quick loop: for hosts whose empty loop itself leaves
+        /// the guest (paravirtual KVM), where the host's speed moves every figure with the
+        /// loop; two runs in different host states are then compared, not refused.
+        #[arg(long)]
+        per_loop: bool,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
     /// (tracefs; needs root).
@@ -229,7 +235,8 @@ fn parse_and_run() -> i32 {
             before,
             after,
             threshold,
-        } => crate::report_cmd::compare_cmd(&before, &after, threshold),
+            per_loop,
+        } => crate::report_cmd::compare_cmd(&before, &after, threshold, per_loop),
         Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
         Command::Report(a) => crate::report_cmd::report_cmd(a),

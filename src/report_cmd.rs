@@ -101,9 +101,9 @@ fn load(p: &Path) -> Result<Results, String> {
     Ok(r)
 }
 
-/// `exitlab compare BEFORE AFTER [--threshold PCT]`: [`EXIT_REGRESSION`] when some test
-/// is slower beyond the threshold with confidence, 0 otherwise.
-pub fn compare_cmd(before: &Path, after: &Path, threshold: f64) -> i32 {
+/// `exitlab compare BEFORE AFTER [--threshold PCT] [--per-loop]`: [`EXIT_REGRESSION`] when
+/// some test is slower beyond the threshold with confidence, 0 otherwise.
+pub fn compare_cmd(before: &Path, after: &Path, threshold: f64, per_loop: bool) -> i32 {
     if !(threshold.is_finite() && (0.0..=1000.0).contains(&threshold)) {
         return usage_error(format!(
             "--threshold {threshold}: expected a percentage from 0 to 1000"
@@ -117,7 +117,14 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: f64) -> i32 {
         Ok(r) => r,
         Err(e) => return usage_error(sanitize(&e)),
     };
-    let cmp = compare::compare(&b, &a, threshold);
+    let cmp = if per_loop {
+        match compare::compare_per_loop(&b, &a, threshold) {
+            Ok(cmp) => cmp,
+            Err(e) => return usage_error(sanitize(&e)),
+        }
+    } else {
+        compare::compare(&b, &a, threshold)
+    };
     print!(
         "{}",
         sanitize(&compare::render_comparison(&cmp, ["before", "after"]))

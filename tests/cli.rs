@@ -414,6 +414,20 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         "{}",
         stdout(&c)
     );
+    // The same two runs judged per empty loop: bench records each round's loop.
+    let pl = exitlab(&[
+        "compare",
+        "--per-loop",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(pl.status.code(), Some(0), "{}", stderr(&pl));
+    assert!(
+        stdout(&pl).contains("per loop: each round's figure scaled by its own empty loop")
+            && stdout(&pl).contains("outl_to_user"),
+        "{}",
+        stdout(&pl)
+    );
     let bad = exitlab(&["report", dir.join("missing.json").to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
     // Tampered files: negative cycles are refused; terminal escapes are not printed.

@@ -44,16 +44,13 @@ pub const HOST_STATE_LIMIT_PCT: f64 = 10.0;
 /// their baseline tests' figure (the empty loop) lies wholly beyond
 /// [`HOST_STATE_LIMIT_PCT`].
 fn host_state_differs(before: &Results, after: &Results) -> Option<String> {
-    let tb = before.tests.iter().find(|t| t.baseline)?;
-    let ta = after.tests.iter().find(|t| t.baseline)?;
-    let ((fb, _, _), (fa, _, _)) = (state_figures(tb)?, state_figures(ta)?);
-    let change = verdict::change(&fb, &fa, Pairing::Independent, HOST_STATE_LIMIT_PCT);
+    let (tb, change) = loop_comparison(before, after)?;
     if !matches!(change.verdict, Verdict::Slower | Verdict::Faster) {
         return None;
     }
     let (b, a) = (change.median_before, change.median_after);
     Some(format!(
-        "the host was in another state: the guest's empty loop ({}, no exit) took {} cycles before and {} after ({}, beyond the {HOST_STATE_LIMIT_PCT}% the runs of one host state stay within, with 95% confidence); re-run both on a quiet host, or use bench --ab, whose rounds are paired",
+        "the host was in another state: the guest's empty loop ({}, no exit) took {} cycles before and {} after ({}, beyond the {HOST_STATE_LIMIT_PCT}% the runs of one host state stay within, with 95% confidence); re-run both on a quiet host, use bench --ab, whose rounds are paired, or compare --per-loop where the host's speed moves every figure with the empty loop",
         tb.name,
         fmt_cycles(b),
         fmt_cycles(a),
@@ -104,6 +101,9 @@ pub struct Comparison {
     pub threshold_pct: f64,
     /// Paired (A/B) or independent (two files).
     pub pairing: Pairing,
+    /// With `compare --per-loop`: what the figures were scaled to (see
+    /// [`compare_per_loop`]), printed under the table's header.
+    pub per_loop: Option<String>,
 }
 
 impl Comparison {
@@ -128,7 +128,117 @@ fn status_word(t: &TestResult) -> String {
 
 /// Compares the run `before` with the run `after` (two separate runs).
 pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Comparison {
-    compare_with(before, after, Pairing::Independent, threshold_pct)
+    compare_with(before, after, Pairing::Independent, threshold_pct, false)
+}
+
+/// Compares the run `before` with the run `after` with every round's figure scaled by its
+/// own empty loop (`compare --per-loop`): each round of a test but the baseline is
+/// multiplied by `reference / loop`, where `loop` is the empty loop the guest timed before
+/// the round's samples and `reference` the before run's quick loop for that test (its
+/// [`crate::central::state_reference`]), on both sides; the probes are scaled with it, so
+/// that they call a round slow only when its exit path ran slower than its loop did. The
+/// figures are then cycles at the before run's quick speed, and two runs taken in
+/// different host states are compared rather than refused.
+///
+/// It rests on the empty loop slowing in proportion with every figure, which holds where
+/// the loop itself runs the host's code (on this project's development host, paravirtual
+/// KVM, whose guest ring 0 is emulated, a pass of the loop costs ~20,000 cycles, and over
+/// 40 default runs each round's figure divided by its loop spread 0.8-4 % against 7-20 %
+/// undivided: `docs/statistics.md`, "Figures per empty loop"). Where the loop is a few
+/// dozen native cycles, dividing by it adds its jitter.
+///
+/// An error when a file records no round's empty loop (written before 27 Nov 2026). A
+/// test with a round lacking its loop is compared in cycles, with a warning.
+pub fn compare_per_loop(
+    before: &Results,
+    after: &Results,
+    threshold_pct: f64,
+) -> Result<Comparison, String> {
+    for (r, which) in [(before, "before"), (after, "after")] {
+        if !has_round_loops(r) {
+            return Err(format!(
+                "--per-loop: the {which} file records no round's empty loop (written by an exitlab older than 27 Nov 2026); re-run bench with this exitlab, or compare without --per-loop"
+            ));
+        }
+    }
+    let (mut b, mut a) = (before.clone(), after.clone());
+    let mut warnings = Vec::new();
+    let has_loop = |t: &TestResult| {
+        t.rounds
+            .iter()
+            .all(|r| r.loop_median.is_some_and(|l| l.is_finite() && l > 0.0))
+    };
+    for tb in b.tests.iter_mut().filter(|t| !t.baseline) {
+        let Some(ta) = a.tests.iter_mut().find(|t| t.name == tb.name) else {
+            continue;
+        };
+        let loops: Vec<Option<f64>> = tb.rounds.iter().map(|r| r.loop_median).collect();
+        match crate::central::state_reference(&loops) {
+            Some(reference) if has_loop(tb) && has_loop(ta) => {
+                scale_by_loop(tb, reference);
+                scale_by_loop(ta, reference);
+            }
+            // A test that did not complete, or has no rounds, is not compared anyway.
+            _ if !(tb.status.is_ok() && ta.status.is_ok())
+                || tb.rounds.is_empty()
+                || ta.rounds.is_empty() => {}
+            _ => warnings.push(format!(
+                "{}: a round without its empty loop; compared in cycles, not per loop",
+                tb.name
+            )),
+        }
+    }
+    let mut cmp = compare_with(&b, &a, Pairing::Independent, threshold_pct, true);
+    cmp.warnings.extend(warnings);
+    let loops = loop_comparison(before, after)
+        .and_then(|(_, c)| {
+            Some(format!(
+                "; the empty loop took {} cycles before and {} after ({})",
+                fmt_cycles(c.median_before),
+                fmt_cycles(c.median_after),
+                fmt_pct_signed(c.pct?)
+            ))
+        })
+        .unwrap_or_default();
+    cmp.per_loop = Some(format!(
+        "per loop: each round's figure scaled by its own empty loop to the before run's quick loop for the test, so figures are cycles at the before run's quick speed{loops}"
+    ));
+    Ok(cmp)
+}
+
+/// Scales every round of `t` by `reference` over its own empty loop (see
+/// [`compare_per_loop`]); the round's loop becomes `reference`.
+fn scale_by_loop(t: &mut TestResult, reference: f64) {
+    for r in &mut t.rounds {
+        let Some(l) = r.loop_median else { continue };
+        let s = reference / l;
+        r.median *= s;
+        r.net_median = r.net_median.map(|x| x * s);
+        r.robust_sd = r.robust_sd.map(|x| x * s);
+        r.loop_median = Some(reference);
+        if let Some(p) = &mut r.probes {
+            for v in [
+                &mut p.kernel_before,
+                &mut p.user_before,
+                &mut p.kernel_after,
+                &mut p.user_after,
+            ] {
+                *v *= s;
+            }
+        }
+    }
+}
+
+/// The two runs' empty loops compared (their baseline tests, each on its own state's
+/// rounds, against [`HOST_STATE_LIMIT_PCT`]), with the before run's baseline test.
+fn loop_comparison<'a>(before: &'a Results, after: &Results) -> Option<(&'a TestResult, Change)> {
+    let tb = before.tests.iter().find(|t| t.baseline)?;
+    let ta = after.tests.iter().find(|t| t.baseline)?;
+    let ((fb, _, _), (fa, _, _)) = (state_figures(tb)?, state_figures(ta)?);
+    Some((
+        tb,
+        verdict::change(&fb, &fa, Pairing::Independent, HOST_STATE_LIMIT_PCT),
+    ))
 }
 
 /// Compares the two sides of an A/B run (round `i` of each ran back to back), each test
@@ -137,7 +247,7 @@ pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Compari
 pub fn compare_ab(a: &Results, b: &Results, threshold_pct: f64) -> Comparison {
     let (mut a, mut b) = (a.clone(), b.clone());
     crate::central::pair_states(&mut a.tests, &mut b.tests);
-    compare_with(&a, &b, Pairing::Paired, threshold_pct)
+    compare_with(&a, &b, Pairing::Paired, threshold_pct, false)
 }
 
 fn compare_with(
@@ -145,6 +255,7 @@ fn compare_with(
     after: &Results,
     pairing: Pairing,
     threshold_pct: f64,
+    per_loop: bool,
 ) -> Comparison {
     let mut tests = Vec::new();
     let mut not_compared = Vec::new();
@@ -157,8 +268,9 @@ fn compare_with(
     } else {
         Vec::new()
     };
-    // Paired A/B rounds share their host state round by round; two separate runs need not.
-    let host_state = (pairing == Pairing::Independent)
+    // Paired A/B rounds share their host state round by round; two separate runs need not,
+    // unless every figure was taken per its empty loop.
+    let host_state = (pairing == Pairing::Independent && !per_loop)
         .then(|| host_state_differs(before, after))
         .flatten();
     if let Some(why) = &host_state {
@@ -201,6 +313,7 @@ fn compare_with(
         warnings,
         threshold_pct,
         pairing,
+        per_loop: None,
     }
 }
 
@@ -287,7 +400,7 @@ fn test_state_differs(b: &TestResult, a: &TestResult) -> Option<String> {
     };
     apart.then(|| {
         format!(
-            "its figures rest on rounds of different host states: the empty loop before its samples took {} cycles before and {} after ({}); re-run both on a quiet host, or use bench --ab, whose rounds are paired",
+            "its figures rest on rounds of different host states: the empty loop before its samples took {} cycles before and {} after ({}); re-run both on a quiet host, use bench --ab, whose rounds are paired, or compare --per-loop where the host's speed moves every figure with the empty loop",
             fmt_cycles(mb),
             fmt_cycles(ma),
             fmt_pct_signed((ma / mb - 1.0) * 100.0),
@@ -529,6 +642,10 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
                 ""
             }
         ));
+        if let Some(line) = &cmp.per_loop {
+            out.push_str(line);
+            out.push('\n');
+        }
         let headers = [
             "test",
             labels[0],
@@ -960,6 +1077,108 @@ mod tests {
                 .iter()
                 .any(|w| w.contains("records no empty loop")),);
         }
+    }
+
+    /// Twelve rounds of a test at `level` net cycles whose host ran `speed` times slower
+    /// than the quick state in every one of them: the empty loop (11,000 cycles quick),
+    /// the figure and both probes all slowed by it, with a small wobble.
+    fn rounds_at_speed(level: f64, speed: f64) -> Vec<crate::results::RoundFigure> {
+        (0..12)
+            .map(|i| {
+                let s = speed * (1.0 + 0.002 * (i % 5) as f64);
+                crate::results::RoundFigure {
+                    samples: 100,
+                    median: (level + 11_000.0) * s,
+                    net_median: (level > 0.0).then_some(level * s),
+                    loop_median: Some(11_000.0 * s),
+                    probes: Some(crate::results::Probes {
+                        kernel_before: 9_800.0 * s,
+                        user_before: 26_000.0 * s,
+                        kernel_after: 9_800.0 * s,
+                        user_after: 26_000.0 * s,
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_loop_compares_two_host_states_and_sees_a_change_the_loop_did_not_make() {
+        // The after run ran wholly 1.4x slower, empty loop and probes included. In cycles
+        // compare refuses every test; per loop it finds no change where only the host's
+        // speed moved, and sees cpuid's +5 % beyond it.
+        let mut before = sample_results();
+        let lo = before.tests.iter().position(|t| t.baseline).unwrap();
+        before.tests[lo].rounds = rounds_at_speed(0.0, 1.0);
+        before.tests[1].rounds = rounds_at_speed(3_000.0, 1.0);
+        before.tests[2].rounds = rounds_at_speed(24_000.0, 1.0);
+        let mut after = before.clone();
+        after.tests[lo].rounds = rounds_at_speed(0.0, 1.4);
+        after.tests[1].rounds = rounds_at_speed(3_000.0 * 1.05, 1.4);
+        after.tests[2].rounds = rounds_at_speed(24_000.0, 1.4);
+        let cycles = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        assert!(
+            cycles
+                .tests
+                .iter()
+                .filter(|t| !t.baseline)
+                .all(|t| matches!(&t.change.verdict, Verdict::NoConclusion(why) if why.contains("another state"))),
+            "{cycles:?}"
+        );
+        let c = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap();
+        let test = |name: &str| &c.tests.iter().find(|t| t.name == name).unwrap().change;
+        let cpuid = test("cpuid");
+        assert_eq!(cpuid.verdict, Verdict::Slower, "{cpuid:?}");
+        assert!((cpuid.pct.unwrap() - 5.0).abs() < 0.5, "{cpuid:?}");
+        // Cycles at the before run's quick speed: before's own figure, after's +5 %.
+        assert!((cpuid.median_before - 3_000.0).abs() < 10.0, "{cpuid:?}");
+        let inl = test("inl_from_qemu");
+        assert_eq!(inl.verdict, Verdict::NoDetectableChange, "{inl:?}");
+        assert!(inl.pct.unwrap().abs() < 0.5, "{inl:?}");
+        // The probes slowed with the loop, so no round is set aside for them.
+        assert_eq!(
+            [inl.other_state_before, inl.other_state_after],
+            [0, 0],
+            "{inl:?}"
+        );
+        assert_eq!(c.regressions(), vec!["cpuid"]);
+        let text = render_comparison(&c, ["before", "after"]);
+        assert!(
+            text.contains("per loop: each round's figure scaled by its own empty loop")
+                && text
+                    .contains("the empty loop took 11,033 cycles before and 15,446 after (+40.0%)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn per_loop_refuses_a_file_without_round_loops_and_names_it() {
+        let mut before = sample_results();
+        for t in &mut before.tests {
+            t.rounds = rounds_at_speed(3_000.0, 1.0);
+        }
+        let mut after = before.clone();
+        for r in after.tests.iter_mut().flat_map(|t| &mut t.rounds) {
+            r.loop_median = None;
+        }
+        let e = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap_err();
+        assert!(
+            e.contains("the after file records no round's empty loop")
+                && e.contains("re-run bench"),
+            "{e}"
+        );
+        // One round without its loop: that test is compared in cycles, and said so.
+        let mut after = before.clone();
+        after.tests[1].rounds[3].loop_median = None;
+        let c = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap();
+        assert_eq!(
+            c.warnings,
+            vec![format!(
+                "{}: a round without its empty loop; compared in cycles, not per loop",
+                before.tests[1].name
+            )]
+        );
     }
 
     #[test]
