@@ -109,6 +109,13 @@ pub struct BenchArgs {
     /// guest-cycles.
     #[arg(long, value_name = "KNOB=A,B")]
     ab: Option<String>,
+    /// With --ab: take each pair's change from its two rounds' figures each divided by its
+    /// own empty loop, which takes out a change of the host's speed between them. For hosts
+    /// whose empty loop itself runs host code (paravirtual KVM, ~20,000 cycles a pass);
+    /// on one whose loop is a few native cycles it only adds the loop's jitter. Recorded in
+    /// the results file, so every report of it judges the same way.
+    #[arg(long, requires = "ab")]
+    per_loop: bool,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
     /// %Reduction, as patch cover letters show them).
     #[arg(long, default_value = "table", value_parser = ["table", "seed"])]
@@ -583,6 +590,11 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         return 0;
     }
     if a.workload.workload.is_some() {
+        if a.per_loop {
+            return usage_error(
+                "--per-loop applies to the exit tests' --ab runs, not to --workload",
+            );
+        }
         let shared = crate::workload_cmd::Shared {
             cpus: a.irq.cpus.as_deref(),
             apic: &a.irq.apic,
@@ -651,6 +663,9 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(r) => r,
         Err(code) => return code,
     };
+    if let Some(ab) = &mut res.ab {
+        ab.per_loop = a.per_loop;
+    }
     let timed_out = limit.expired() && res.incomplete.is_some();
     if timed_out {
         res.incomplete = res

@@ -799,6 +799,54 @@ fn inject_cycles_ab_records_the_waits_the_vmm_actually_spun() {
     );
 }
 
+#[test]
+fn ab_per_loop_is_recorded_in_the_file_and_report_judges_the_file_per_loop() {
+    common::require_kvm();
+    let p = tempdir_named("per-loop").join("ab.json");
+    let path = p.to_str().unwrap();
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--samples",
+        "40",
+        "--rounds",
+        "2",
+        "--ab",
+        "warmup=200,201",
+        "--per-loop",
+        "--json",
+        path,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let line = "per loop: each pair's change";
+    assert!(stdout(&o).contains(line), "{}", stdout(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    assert_eq!(v["ab"]["per_loop"], true);
+    let r = exitlab(&["report", path]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert!(stdout(&r).contains(line), "{}", stdout(&r));
+    // Without --ab, or with a workload, it is refused before anything runs.
+    let bad = exitlab(&["bench", "--per-loop"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    let bad = exitlab(&[
+        "bench",
+        "--workload",
+        "hackbench",
+        "--kernel",
+        "/nonexistent",
+        "--ab",
+        "cpus=1,2",
+        "--per-loop",
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("not to --workload"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
 /// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
 /// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
 /// collector and the Pushgateway read), from Debian's python3-prometheus-client, which

@@ -189,6 +189,7 @@ fn assemble(
         b: spec.b.clone(),
         b_tests,
         order,
+        per_loop: false,
     });
     Ok(out)
 }

@@ -1231,6 +1231,7 @@ mod tests {
             b: "3".into(),
             b_tests: r.tests.clone(),
             order: Vec::new(),
+            per_loop: false,
         });
         let text = crate::report::render_ab(&ab).unwrap();
         assert!(row(&text).contains(&shown), "{text}");

@@ -72,7 +72,7 @@ pub fn render(files: &[(String, Results)]) -> String {
         host_and_config(&mut page, name, r);
     }
     for (_, r) in files {
-        if let (Some((a, b)), Some(ab)) = (crate::central::ab_sides(r), &r.ab) {
+        if let (Some(cmp), Some(ab)) = (compare::compare_ab_run(r, 0.0), &r.ab) {
             let _ = writeln!(
                 page,
                 "<h2>A/B: {} = {} vs {}</h2><p>{} rounds interleaved (A B, then B A, ...), each side in fresh VMs; rounds paired.</p>",
@@ -85,7 +85,7 @@ pub fn render(files: &[(String, Results)]) -> String {
                 format!("{}={}", ab.knob, ab.a),
                 format!("{}={}", ab.knob, ab.b),
             ];
-            comparison_table(&mut page, &compare::compare_ab(&a, &b, 0.0), &labels);
+            comparison_table(&mut page, &cmp, &labels);
         }
     }
     if files.len() >= 2 && files.iter().all(|(_, r)| r.ab.is_none()) {
@@ -325,9 +325,12 @@ fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
     }
     let _ = writeln!(
         page,
-        "</table><p>Cycles per iteration: {}; change with a 95% bootstrap interval over rounds; slower/faster when the whole interval lies beyond ±{:.1}%.</p>",
+        "</table><p>Cycles per iteration: {}; change with a 95% bootstrap interval over rounds; slower/faster when the whole interval lies beyond ±{:.1}%.{}</p>",
         crate::central::DESCRIPTION,
-        cmp.threshold_pct
+        cmp.threshold_pct,
+        cmp.per_loop
+            .as_ref()
+            .map_or_else(String::new, |l| format!(" {}.", esc(l)))
     );
 }
 
@@ -656,6 +659,7 @@ mod tests {
             b: "3".into(),
             b_tests: b,
             order: Vec::new(),
+            per_loop: false,
         });
         let page = render(&[("ab.json".into(), r)]);
         assert!(page.contains("A/B: ring = 0 vs 3"));

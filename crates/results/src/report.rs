@@ -695,8 +695,7 @@ pub fn render_markdown(results: &Results) -> String {
 /// `None` for a results file that is not an A/B run.
 pub fn render_ab(results: &Results) -> Option<String> {
     let ab = results.ab.as_ref()?;
-    let (a, b) = crate::central::ab_sides(results)?;
-    let cmp = crate::compare::compare_ab(&a, &b, 0.0);
+    let cmp = crate::compare::compare_ab_run(results, 0.0)?;
     let labels = [
         format!("{}={}", ab.knob, ab.a),
         format!("{}={}", ab.knob, ab.b),
