@@ -112,8 +112,9 @@ pub struct BenchArgs {
     /// With --ab: take each pair's change from its two rounds' figures each divided by its
     /// own empty loop, which takes out a change of the host's speed between them. For hosts
     /// whose empty loop itself runs host code (paravirtual KVM, ~20,000 cycles a pass);
-    /// on one whose loop is a few native cycles it only adds the loop's jitter. Recorded in
-    /// the results file, so every report of it judges the same way.
+    /// on one whose loop is a few native cycles it only adds the loop's jitter. Not for the
+    /// knobs ring, batch and pin, which change the loop or the speed it measures. Recorded
+    /// in the results file, so bench's table, `report` and the HTML page judge alike.
     #[arg(long, requires = "ab")]
     per_loop: bool,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
@@ -610,6 +611,14 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
+    if let (true, Some(spec)) = (a.per_loop, &ab) {
+        if matches!(spec.knob.name, "ring" | "batch" | "pin") {
+            return usage_error(format!(
+                "--per-loop cannot judge --ab {}: the knob changes the empty loop itself (ring, batch) or the host speed it measures (pin); run the A/B without --per-loop",
+                spec.knob.name
+            ));
+        }
+    }
     let (host, mut notes, phases_off) = host_context();
     opts.phases_off = phases_off;
     if let Ok(kvm) = exitlab_vmm::open_kvm() {

@@ -81,10 +81,10 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         /// interval must lie beyond it).
         #[arg(long, default_value_t = exitlab_results::compare::DEFAULT_THRESHOLD_PCT)]
         threshold: f64,
-        /// Judge each round's figure per the empty loop the guest timed before its samples,
-        /// scaled to the before run's quick loop: for hosts whose empty loop itself leaves
-        /// the guest (paravirtual KVM), where the host's speed moves every figure with the
-        /// loop; two runs in different host states are then compared, not refused.
+        /// Divide each round's figure by the empty loop the guest timed before its samples,
+        /// scaled to the median loop of the rounds the before run's figure rests on: takes
+        /// the host's speed out within one host state, on hosts whose empty loop itself runs
+        /// host code (paravirtual KVM). Two host states are still not compared.
         #[arg(long)]
         per_loop: bool,
     },

@@ -800,7 +800,7 @@ fn inject_cycles_ab_records_the_waits_the_vmm_actually_spun() {
 }
 
 #[test]
-fn ab_per_loop_is_recorded_in_the_file_and_report_judges_the_file_per_loop() {
+fn ab_per_loop_is_recorded_in_the_file_its_reports_say_so_and_wrong_uses_are_refused() {
     common::require_kvm();
     let p = tempdir_named("per-loop").join("ab.json");
     let path = p.to_str().unwrap();
@@ -829,6 +829,15 @@ fn ab_per_loop_is_recorded_in_the_file_and_report_judges_the_file_per_loop() {
     // Without --ab, or with a workload, it is refused before anything runs.
     let bad = exitlab(&["bench", "--per-loop"]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--ab"), "{}", stderr(&bad));
+    // A knob that changes the empty loop itself cannot be judged per loop.
+    let bad = exitlab(&["bench", "--ab", "ring=0,3", "--per-loop"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("--per-loop cannot judge --ab ring"),
+        "{}",
+        stderr(&bad)
+    );
     let bad = exitlab(&[
         "bench",
         "--workload",

@@ -174,38 +174,61 @@ pub fn compare_per_loop(
     Ok(cmp)
 }
 
+/// The fewest cycles a round's empty loop may take for `--per-loop` to divide by it: a
+/// loop below one cycle is no measurement of the host's speed.
+const MIN_LOOP_CYCLES: f64 = 1.0;
+
 /// Scales the rounds of every test of `before` but the baseline, and of the same test in
 /// `after`, by their own empty loops (see [`compare_per_loop`]), to the median loop of the
-/// rounds `before`'s figure rests on. Returns a warning for each completed test left in
-/// cycles because a round lacks its loop.
+/// rounds `before`'s figure rests on. A test stays in cycles, with a warning, when a round
+/// lacks a usable loop, or when the loops of the rounds the two figures rest on lie more
+/// than [`HOST_STATE_LIMIT_PCT`] apart (in an A/B run, a knob such as `ring` or `batch`
+/// changes what the loop runs; between two runs, such figures are refused anyway).
 fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> Vec<String> {
     let mut warnings = Vec::new();
     let has_loop = |t: &TestResult| {
-        t.rounds
-            .iter()
-            .all(|r| r.loop_median.is_some_and(|l| l.is_finite() && l > 0.0))
+        t.rounds.iter().all(|r| {
+            r.loop_median
+                .is_some_and(|l| l.is_finite() && l >= MIN_LOOP_CYCLES)
+        })
+    };
+    let median_loop = |t: &TestResult| {
+        let mut loops = state_loops(t);
+        loops.sort_unstable_by(f64::total_cmp);
+        (!loops.is_empty()).then(|| crate::stats::percentile(&loops, 50.0))
     };
     for tb in before.iter_mut().filter(|t| !t.baseline) {
         let Some(ta) = after.iter_mut().find(|t| t.name == tb.name) else {
             continue;
         };
-        let mut loops = state_loops(tb);
-        loops.sort_unstable_by(f64::total_cmp);
-        let reference = (!loops.is_empty()).then(|| crate::stats::percentile(&loops, 50.0));
-        match reference {
-            Some(reference) if has_loop(tb) && has_loop(ta) => {
-                scale_by_loop(tb, reference);
-                scale_by_loop(ta, reference);
-            }
-            // A test that did not complete, or has no rounds, is not compared anyway.
-            _ if !(tb.status.is_ok() && ta.status.is_ok())
-                || tb.rounds.is_empty()
-                || ta.rounds.is_empty() => {}
-            _ => warnings.push(format!(
+        // A test that did not complete, or has no rounds, is not compared anyway.
+        if !(tb.status.is_ok() && ta.status.is_ok()) || tb.rounds.is_empty() || ta.rounds.is_empty()
+        {
+            continue;
+        }
+        if !(has_loop(tb) && has_loop(ta)) {
+            warnings.push(format!(
                 "{}: a round without its empty loop; compared in cycles, not per loop",
                 tb.name
-            )),
+            ));
+            continue;
         }
+        let (Some(reference), Some(other)) = (median_loop(tb), median_loop(ta)) else {
+            continue;
+        };
+        let apart = (other / reference - 1.0) * 100.0;
+        if apart.abs() > HOST_STATE_LIMIT_PCT {
+            warnings.push(format!(
+                "{}: the empty loops of the rounds its figures rest on took {} and {} cycles ({}), beyond the {HOST_STATE_LIMIT_PCT}% one host state stays within: compared in cycles, not per loop",
+                tb.name,
+                fmt_cycles(reference),
+                fmt_cycles(other),
+                fmt_pct_signed(apart),
+            ));
+            continue;
+        }
+        scale_by_loop(tb, reference);
+        scale_by_loop(ta, reference);
     }
     warnings
 }
@@ -244,7 +267,12 @@ pub fn compare_ab_run(run: &Results, threshold_pct: f64) -> Option<Comparison> {
 /// the round's host state.
 fn scale_by_loop(t: &mut TestResult, reference: f64) {
     for r in &mut t.rounds {
-        let Some(l) = r.loop_median else { continue };
+        let Some(l) = r
+            .loop_median
+            .filter(|l| l.is_finite() && *l >= MIN_LOOP_CYCLES)
+        else {
+            continue;
+        };
         let s = reference / l;
         r.median *= s;
         r.net_median = r.net_median.map(|x| x * s);
@@ -1127,28 +1155,39 @@ mod tests {
     /// One host state whose speed wanders by up to 8 % from round to round.
     const WANDER: [f64; 6] = [1.0, 1.08, 1.02, 1.06, 1.01, 1.04];
 
+    /// Gives the sample file's baseline, `cpuid` (3,000 cycles x `cpuid_factor`) and
+    /// `inl_from_qemu` (24,000) the rounds `rounds(level)`.
+    fn set_three(
+        tests: &mut [TestResult],
+        cpuid_factor: f64,
+        rounds: impl Fn(f64) -> Vec<crate::results::RoundFigure>,
+    ) {
+        let lo = tests.iter().position(|t| t.baseline).unwrap();
+        tests[lo].rounds = rounds(0.0);
+        tests[1].rounds = rounds(3_000.0 * cpuid_factor);
+        tests[2].rounds = rounds(24_000.0);
+    }
+
+    /// The change of test `name` in `c`.
+    fn change_of(c: &Comparison, name: &str) -> Change {
+        c.tests
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .change
+            .clone()
+    }
+
     #[test]
     fn per_loop_sees_a_3_percent_change_that_the_host_speed_hides_in_cycles_and_still_refuses_two_states(
     ) {
         let mut before = sample_results();
-        let lo = before.tests.iter().position(|t| t.baseline).unwrap();
-        before.tests[lo].rounds = rounds_at_speeds(0.0, &WANDER);
-        before.tests[1].rounds = rounds_at_speeds(3_000.0, &WANDER);
-        before.tests[2].rounds = rounds_at_speeds(24_000.0, &WANDER);
+        set_three(&mut before.tests, 1.0, |l| rounds_at_speeds(l, &WANDER));
         let mut after = before.clone();
         let mut wander = WANDER;
         wander.rotate_left(1);
-        after.tests[lo].rounds = rounds_at_speeds(0.0, &wander);
-        after.tests[1].rounds = rounds_at_speeds(3_000.0 * 1.03, &wander);
-        after.tests[2].rounds = rounds_at_speeds(24_000.0, &wander);
-        let test = |c: &Comparison, name: &str| {
-            c.tests
-                .iter()
-                .find(|t| t.name == name)
-                .unwrap()
-                .change
-                .clone()
-        };
+        set_three(&mut after.tests, 1.03, |l| rounds_at_speeds(l, &wander));
+        let test = change_of;
         // In cycles the speed's wander is in every figure: cpuid's interval reaches
         // inside the threshold.
         let cycles = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
@@ -1194,6 +1233,77 @@ mod tests {
     }
 
     #[test]
+    fn per_loop_scales_to_the_loops_of_the_before_figures_state_and_takes_out_a_slower_host() {
+        // Before: two rounds in the slow state (set aside), ten quick ones whose loops'
+        // median is 1.03 x 11,000. After: the same speeds 5 % slower, inl_from_qemu
+        // unchanged, cpuid +3 %. In cycles both look slower; per loop only cpuid is.
+        let mut before = sample_results();
+        let with_slow = |level: f64| {
+            let mut r = rounds_at_speeds(level, &WANDER);
+            let slow = rounds_at_speeds(level, &[1.5]);
+            r[..2].clone_from_slice(&slow[..2]);
+            r
+        };
+        set_three(&mut before.tests, 1.0, with_slow);
+        let mut after = before.clone();
+        let slower: Vec<f64> = WANDER.iter().map(|s| s * 1.05).collect();
+        set_three(&mut after.tests, 1.03, |l| rounds_at_speeds(l, &slower));
+        let change = change_of;
+        let cycles = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
+        let inl_cycles = change(&cycles, "inl_from_qemu");
+        assert!(
+            (inl_cycles.pct.unwrap() - 5.0).abs() < 0.1,
+            "{inl_cycles:?}"
+        );
+        let c = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap();
+        let (cpuid, inl) = (change(&c, "cpuid"), change(&c, "inl_from_qemu"));
+        assert_eq!(cpuid.verdict, Verdict::Slower, "{cpuid:?}");
+        assert!((cpuid.pct.unwrap() - 3.0).abs() < 0.01, "{cpuid:?}");
+        assert_eq!(inl.verdict, Verdict::NoDetectableChange, "{inl:?}");
+        assert!(inl.pct.unwrap().abs() < 0.01, "{inl:?}");
+        // The reference is the median loop of before's ten quick rounds (1.03 x 11,000),
+        // not of all its rounds (1.04 x) nor of after's (1.0815 x).
+        assert!((cpuid.median_before - 3_090.0).abs() < 1.0, "{cpuid:?}");
+        assert_eq!(cpuid.other_state_before, 2, "{cpuid:?}");
+    }
+
+    #[test]
+    fn per_loop_leaves_a_test_in_cycles_where_a_round_has_no_usable_loop() {
+        let mut before = sample_results();
+        for t in &mut before.tests {
+            t.rounds = rounds_at_speeds(3_000.0, &WANDER);
+        }
+        for bad in [None, Some(0.0), Some(-5.0), Some(f64::NAN), Some(1e-310)] {
+            let mut after = before.clone();
+            after.tests[1].rounds[3].loop_median = bad;
+            let c = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap();
+            assert_eq!(
+                c.warnings,
+                vec![format!(
+                    "{}: a round without its empty loop; compared in cycles, not per loop",
+                    before.tests[1].name
+                )],
+                "loop {bad:?}"
+            );
+            let t = c
+                .tests
+                .iter()
+                .find(|t| t.name == before.tests[1].name)
+                .unwrap();
+            assert!(t.change.median_after.is_finite(), "loop {bad:?}: {t:?}");
+        }
+        let mut no_loops = before.clone();
+        for r in no_loops.tests.iter_mut().flat_map(|t| &mut t.rounds) {
+            r.loop_median = None;
+        }
+        let e = compare_per_loop(&no_loops, &before, DEFAULT_THRESHOLD_PCT).unwrap_err();
+        assert!(
+            e.contains("the before file records no round's empty loop"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn per_loop_refuses_a_file_without_round_loops_and_names_it() {
         let mut before = sample_results();
         for t in &mut before.tests {
@@ -1208,17 +1318,6 @@ mod tests {
             e.contains("the after file records no round's empty loop")
                 && e.contains("re-run bench"),
             "{e}"
-        );
-        // One round without its loop: that test is compared in cycles, and said so.
-        let mut after = before.clone();
-        after.tests[1].rounds[3].loop_median = None;
-        let c = compare_per_loop(&before, &after, DEFAULT_THRESHOLD_PCT).unwrap();
-        assert_eq!(
-            c.warnings,
-            vec![format!(
-                "{}: a round without its empty loop; compared in cycles, not per loop",
-                before.tests[1].name
-            )]
         );
     }
 
@@ -1572,25 +1671,15 @@ mod tests {
         // one state), and side B's cpuid costs 2 % more. In cycles the speed's change is
         // in each pair's ratio; per loop, every pair says +2 %.
         let mut r = sample_results();
-        let lo = r.tests.iter().position(|t| t.baseline).unwrap();
-        r.tests[lo].rounds = rounds_at_speeds(0.0, &WANDER);
-        r.tests[1].rounds = rounds_at_speeds(3_000.0, &WANDER);
-        r.tests[2].rounds = rounds_at_speeds(24_000.0, &WANDER);
+        set_three(&mut r.tests, 1.0, |l| rounds_at_speeds(l, &WANDER));
         let mut b_tests = r.tests.clone();
         let mut wander = WANDER;
         wander.rotate_left(2);
-        b_tests[lo].rounds = rounds_at_speeds(0.0, &wander);
-        b_tests[1].rounds = rounds_at_speeds(3_000.0 * 1.02, &wander);
-        b_tests[2].rounds = rounds_at_speeds(24_000.0, &wander);
+        // Side B's rounds also ran 5 % slower overall, within the same state.
+        let wander: Vec<f64> = wander.iter().map(|s| s * 1.05).collect();
+        set_three(&mut b_tests, 1.02, |l| rounds_at_speeds(l, &wander));
         let mut run = ab_run(r, b_tests, ["warmup", "200", "201"]);
-        let cpuid = |c: &Comparison| {
-            c.tests
-                .iter()
-                .find(|t| t.name == "cpuid")
-                .unwrap()
-                .change
-                .clone()
-        };
+        let cpuid = |c: &Comparison| change_of(c, "cpuid");
         let cycles = compare_ab_run(&run, 0.0).unwrap();
         assert!(cycles.per_loop.is_none());
         let c = cpuid(&cycles);
@@ -1605,7 +1694,8 @@ mod tests {
         assert!((c.pct.unwrap() - 2.0).abs() < 0.01, "{c:?}");
         let [lo_pct, hi_pct] = c.ci95_pct.unwrap();
         assert!(hi_pct - lo_pct < 0.01, "{c:?}");
-        // The sides' figures are their central figures, in cycles, as every table shows.
+        // The sides' figures are their central figures, in cycles, as every table shows
+        // (side B's 5 % slower host is in its figure: 3,000 x 1.02 x 1.05 x 1.03).
         let (a, b) = crate::central::ab_sides(&run).unwrap();
         assert_eq!(
             c.median_before,
@@ -1615,6 +1705,7 @@ mod tests {
             c.median_after,
             central(b.test("cpuid").unwrap()).unwrap().value
         );
+        assert!((c.median_after - 3_309.39).abs() < 0.1, "{c:?}");
         let inl = &per_loop
             .tests
             .iter()
@@ -1637,6 +1728,31 @@ mod tests {
         assert!(back.ab.as_ref().unwrap().per_loop);
         run.ab.as_mut().unwrap().per_loop = false;
         assert!(!serde_json::to_string(&run).unwrap().contains("per_loop"));
+        // A knob that changes what the loop runs (side B's loop 3x, as ring or batch
+        // would): no division, the test stays in cycles and the warning says why.
+        let ab = run.ab.as_mut().unwrap();
+        ab.per_loop = true;
+        for t in &mut ab.b_tests {
+            for r in &mut t.rounds {
+                r.loop_median = r.loop_median.map(|l| l * 3.0);
+            }
+        }
+        let c = compare_ab_run(&run, 0.0).unwrap();
+        run.ab.as_mut().unwrap().per_loop = false;
+        let in_cycles = compare_ab_run(&run, 0.0).unwrap();
+        assert!(
+            c.warnings.iter().any(|w| w
+                .starts_with("cpuid: the empty loops of the rounds its figures rest on took")
+                && w.ends_with("compared in cycles, not per loop")),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(cpuid(&c), cpuid(&in_cycles));
+        assert!(
+            (cpuid(&c).pct.unwrap() - 2.0).abs() > 1.0,
+            "{:?}",
+            cpuid(&c)
+        );
     }
 
     #[test]

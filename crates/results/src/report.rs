@@ -776,6 +776,9 @@ pub fn render_seed(results: &Results) -> Option<String> {
     let mut aligns = vec![Align::Right; hdr.len()];
     aligns[0] = Align::Left;
     out.push_str(&layout(&hdr, &aligns, &rows));
+    if ab.per_loop {
+        out.push_str("per loop (--per-loop) is not applied here: this table is each round's cycles and their means, as the seeds print them; the A/B table (bench's default table, or report of the file) judges per loop\n");
+    }
     Some(out)
 }
 
