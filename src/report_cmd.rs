@@ -125,13 +125,10 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: f64, per_loop: bool) 
     } else {
         compare::compare(&b, &a, threshold)
     };
-    // Per loop, the figures are cycles at the before run's speed, not the files' own.
-    let labels = if per_loop {
-        ["before (per loop)", "after (per loop)"]
-    } else {
-        ["before", "after"]
-    };
-    print!("{}", sanitize(&compare::render_comparison(&cmp, labels)));
+    print!(
+        "{}",
+        sanitize(&compare::render_comparison(&cmp, ["before", "after"]))
+    );
     if cmp.regressions().is_empty() {
         0
     } else {

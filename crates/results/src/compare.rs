@@ -169,7 +169,7 @@ pub fn compare_per_loop(
     let mut cmp = compare(&b, &a, threshold_pct);
     cmp.warnings.extend(warnings);
     cmp.per_loop = Some(
-        "per loop: each round's figure scaled by its own empty loop to the median loop of the rounds the before run's figure rests on (cycles at the before run's speed in that state); two host states are still not compared".to_string(),
+        "per loop: each round's figure (the empty loop's own excepted) scaled by its own empty loop to the median loop of the rounds the before run's figure rests on (cycles at the before run's speed in that state); two host states are still not compared".to_string(),
     );
     Ok(cmp)
 }
@@ -695,10 +695,21 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             out.push_str(line);
             out.push('\n');
         }
+        // Two runs compared per loop show figures at the before run's speed, not the
+        // files' own: the columns say so. (An A/B run's columns are its sides' own figures.)
+        let per_loop_columns = cmp.per_loop.is_some() && cmp.pairing == Pairing::Independent;
+        let column = |label: &str| {
+            if per_loop_columns {
+                format!("{label} (per loop)")
+            } else {
+                label.to_string()
+            }
+        };
+        let (before_column, after_column) = (column(labels[0]), column(labels[1]));
         let headers = [
             "test",
-            labels[0],
-            labels[1],
+            before_column.as_str(),
+            after_column.as_str(),
             "change",
             "95% CI",
             "min detectable",
@@ -1207,11 +1218,15 @@ mod tests {
         assert_eq!(inl.verdict, Verdict::NoDetectableChange, "{inl:?}");
         assert!(inl.pct.unwrap().abs() < 0.01, "{inl:?}");
         assert_eq!(c.regressions(), vec!["cpuid"]);
+        let text = render_comparison(&c, ["before", "after"]);
         assert!(
-            render_comparison(&c, ["before", "after"]).contains(
-                "per loop: each round's figure scaled by its own empty loop to the median loop"
-            ),
-            "{c:?}"
+            text.contains(
+                "per loop: each round's figure (the empty loop's own excepted) scaled by its own empty loop"
+            ) && text.contains("before (per loop)")
+                && text.contains("after (per loop)")
+                && text.contains("not compared: ")
+                && !text.contains("before (per loop), "),
+            "{text}"
         );
         // A whole run 1.4x slower is another host state: per loop, as in cycles, no
         // conclusion, because the figures do not all slow with the loop across states.
