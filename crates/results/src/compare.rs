@@ -192,11 +192,6 @@ fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> V
                 .is_some_and(|l| l.is_finite() && l >= MIN_LOOP_CYCLES)
         })
     };
-    let median_loop = |t: &TestResult| {
-        let mut loops = state_loops(t);
-        loops.sort_unstable_by(f64::total_cmp);
-        (!loops.is_empty()).then(|| crate::stats::percentile(&loops, 50.0))
-    };
     for tb in before.iter_mut().filter(|t| !t.baseline) {
         let Some(ta) = after.iter_mut().find(|t| t.name == tb.name) else {
             continue;
@@ -213,7 +208,7 @@ fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> V
             ));
             continue;
         }
-        let (Some(reference), Some(other)) = (median_loop(tb), median_loop(ta)) else {
+        let (Some(reference), Some(other)) = (median_state_loop(tb), median_state_loop(ta)) else {
             continue;
         };
         let apart = (other / reference - 1.0) * 100.0;
@@ -231,6 +226,14 @@ fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> V
         scale_by_loop(ta, reference);
     }
     warnings
+}
+
+/// The median empty loop of the rounds `t`'s figure rests on ([`state_loops`]); `None`
+/// without any.
+fn median_state_loop(t: &TestResult) -> Option<f64> {
+    let mut loops = state_loops(t);
+    loops.sort_unstable_by(f64::total_cmp);
+    (!loops.is_empty()).then(|| crate::stats::percentile(&loops, 50.0))
 }
 
 /// The A/B comparison of an A/B run's file, as every report shows it: its sides
@@ -468,11 +471,7 @@ fn sides_state_differ(b: &TestResult, a: &TestResult) -> Option<String> {
     {
         return None;
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_unstable_by(f64::total_cmp);
-        (!v.is_empty()).then(|| crate::stats::percentile(&v, 50.0))
-    };
-    let (mb, ma) = (median(state_loops(b))?, median(state_loops(a))?);
+    let (mb, ma) = (median_state_loop(b)?, median_state_loop(a)?);
     ((ma / mb - 1.0).abs() * 100.0 > HOST_STATE_LIMIT_PCT).then(|| {
         format!(
             "{}: the two sides' figures rest on different host states (the empty loop before their samples took {} and {} cycles): no state had {} pairs of rounds in it on both sides, so the change is from every pair",
