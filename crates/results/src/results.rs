@@ -124,8 +124,9 @@ pub struct AbRun {
     /// Order of the sides in each round, e.g. `["a", "b"]` then `["b", "a"]`.
     pub order: Vec<[String; 2]>,
     /// `bench --ab --per-loop`: the change is taken from each pair's figures divided by
-    /// their own empty loops ([`crate::compare::compare_ab_run`]), by every report of the
-    /// file. Absent (false) in files written without it.
+    /// their own empty loops ([`crate::compare::compare_ab_run`]), by bench's table,
+    /// `report` and the HTML page (`--format seed` prints each round's cycles and says so).
+    /// Absent (false) in files written without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub per_loop: bool,
 }
