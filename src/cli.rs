@@ -61,21 +61,29 @@ enum Command {
     /// `exitlab run --qemu-args -- QEMU-OPTIONS...` (or the binary named `exitlab-qemu`)
     /// takes a QEMU-style command line instead.
     Run(RunArgs),
-    /// Compare two results files (before, after): per test, the change of the net
-    /// figures with a 95% interval from resampling rounds, and a verdict; exits 4 when
-    /// some test is slower beyond the threshold with confidence.
+    /// Compare two results files (before, after), or two directories of results files
+    /// (several runs of each build): per test, the change of the net figures with a 95%
+    /// interval, and a verdict; exits 4 when some test is slower beyond the threshold
+    /// with confidence.
     #[command(after_help = "\
 Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
 ±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
 side has fewer rounds than needed. Differences of host (CPU model, microcode, kernel,
 KVM module parameters), exitlab revision and configuration are printed as warnings.
 
+Two files: the interval comes from resampling each run's rounds. A directory (every
+*.json in it) or more than one run on a side: each run gives its central figure per
+test, and the interval is Student's t over the runs (their spread pooled over both
+sides), which takes in host states that last a whole run: at least 3 runs in all
+and one a side; 3 a side or more for an interval of use.
+
 Exit status: 0 when no test is slower beyond the threshold with confidence; 4 when some
 test is (the tests are named on the last line); 2 when a file cannot be read.")]
     Compare {
-        /// Results file of the baseline run.
+        /// Results file of the baseline run, or a directory of results files of
+        /// several baseline runs.
         before: PathBuf,
-        /// Results file of the run to compare with it.
+        /// Results file of the run to compare with it, or a directory of them.
         after: PathBuf,
         /// Smallest change, in percent, that counts as slower or faster (the whole 95%
         /// interval must lie beyond it).

@@ -101,29 +101,102 @@ fn load(p: &Path) -> Result<Results, String> {
     Ok(r)
 }
 
+/// Most runs `compare` reads for one side.
+pub const MAX_RUNS_PER_SIDE: usize = 500;
+
+/// The results files of one side of `compare`: the file itself, or every `*.json` file of
+/// a directory (sorted by name; several runs of one build). A/B runs are refused there:
+/// their two sides are compared by `report`.
+fn side_files(p: &Path, label: &str) -> Result<Vec<PathBuf>, String> {
+    if !p.is_dir() {
+        return Ok(vec![p.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(p)
+        .map_err(|e| format!("cannot read the {label} directory {}: {e}", p.display()))?;
+    let mut files = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| format!("cannot read the {label} directory {}: {e}", p.display()))?;
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "json") && !path.is_dir() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(format!(
+            "the {label} directory {} holds no results file (*.json); give a results file, or a directory of results files of one build written by `exitlab bench --json`",
+            p.display()
+        ));
+    }
+    if files.len() > MAX_RUNS_PER_SIDE {
+        return Err(format!(
+            "the {label} directory {} holds {} results files; compare reads at most {MAX_RUNS_PER_SIDE} a side",
+            p.display(),
+            files.len()
+        ));
+    }
+    Ok(files)
+}
+
+/// Loads one side of `compare` ([`side_files`]).
+fn load_side(p: &Path, label: &str) -> Result<Vec<(String, Results)>, String> {
+    let dir = p.is_dir();
+    let mut out = Vec::new();
+    for f in side_files(p, label)? {
+        let r = load(&f)?;
+        if dir && r.ab.is_some() {
+            return Err(format!(
+                "{} is an A/B run (bench --ab): a directory of runs to compare holds runs of one build; render an A/B run with `exitlab report`",
+                f.display()
+            ));
+        }
+        out.push((f.display().to_string(), r));
+    }
+    Ok(out)
+}
+
+/// The runs of one side as [`exitlab_results::runs::compare_runs`] takes them.
+fn runs_of(side: &[(String, Results)]) -> Vec<exitlab_results::runs::Run<'_>> {
+    side.iter()
+        .map(|(name, results)| exitlab_results::runs::Run { name, results })
+        .collect()
+}
+
 /// `exitlab compare BEFORE AFTER [--threshold PCT] [--per-loop]`: [`EXIT_REGRESSION`] when
-/// some test is slower beyond the threshold with confidence, 0 otherwise.
+/// some test is slower beyond the threshold with confidence, 0 otherwise. Each side is a
+/// results file or a directory of them; with more than one run on a side the runs are
+/// compared by their figures ([`exitlab_results::runs::compare_runs`]).
 pub fn compare_cmd(before: &Path, after: &Path, threshold: f64, per_loop: bool) -> i32 {
     if !(threshold.is_finite() && (0.0..=1000.0).contains(&threshold)) {
         return usage_error(format!(
             "--threshold {threshold}: expected a percentage from 0 to 1000"
         ));
     }
-    let b = match load(before) {
+    let b = match load_side(before, "before") {
         Ok(r) => r,
         Err(e) => return usage_error(sanitize(&e)),
     };
-    let a = match load(after) {
+    let a = match load_side(after, "after") {
         Ok(r) => r,
         Err(e) => return usage_error(sanitize(&e)),
     };
-    let cmp = if per_loop {
-        match compare::compare_per_loop(&b, &a, threshold) {
+    let several = b.len() > 1 || a.len() > 1;
+    if several && per_loop {
+        return usage_error(format!(
+            "--per-loop compares two single runs; here {} run(s) before and {} after are compared by their runs' figures, whose spread already holds the host's speed between runs",
+            b.len(),
+            a.len()
+        ));
+    }
+    let cmp = if several {
+        exitlab_results::runs::compare_runs(&runs_of(&b), &runs_of(&a), threshold)
+    } else if per_loop {
+        match compare::compare_per_loop(&b[0].1, &a[0].1, threshold) {
             Ok(cmp) => cmp,
             Err(e) => return usage_error(sanitize(&e)),
         }
     } else {
-        compare::compare(&b, &a, threshold)
+        compare::compare(&b[0].1, &a[0].1, threshold)
     };
     print!(
         "{}",

@@ -501,6 +501,23 @@ fn small_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> std::path::Pa
     p
 }
 
+/// An edit that sets outl_to_user's round figures to its third round's, times `factor`,
+/// each round `step` (a fraction) apart: rounds of known spread at a known level.
+fn outl_to_user_at(step: f64, factor: f64) -> impl Fn(&mut serde_json::Value) {
+    move |v: &mut serde_json::Value| {
+        for t in v["tests"].as_array_mut().unwrap() {
+            if t["name"] == "outl_to_user" {
+                let rounds = t["rounds"].as_array_mut().unwrap();
+                let mid = rounds[2]["net_median"].as_f64().unwrap();
+                for (i, r) in rounds.iter_mut().enumerate() {
+                    let wobble = 1.0 + step * (i as f64 - 2.0);
+                    r["net_median"] = serde_json::json!(mid * wobble * factor);
+                }
+            }
+        }
+    }
+}
+
 fn edit_json(
     from: &std::path::Path,
     to: &std::path::Path,
@@ -532,20 +549,7 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
     // (this host's round-to-round noise is too large for 5 rounds to resolve 30 %), and
     // 30 % slower in every round in `slow`: exit 1, named.
     let tight = dir.join("tight.json");
-    let scaled = |factor: f64| {
-        move |v: &mut serde_json::Value| {
-            for t in v["tests"].as_array_mut().unwrap() {
-                if t["name"] == "outl_to_user" {
-                    let rounds = t["rounds"].as_array_mut().unwrap();
-                    let mid = rounds[2]["net_median"].as_f64().unwrap();
-                    for (i, r) in rounds.iter_mut().enumerate() {
-                        let wobble = 1.0 + 0.01 * (i as f64 - 2.0);
-                        r["net_median"] = serde_json::json!(mid * wobble * factor);
-                    }
-                }
-            }
-        }
-    };
+    let scaled = |factor: f64| outl_to_user_at(0.01, factor);
     edit_json(&a, &tight, scaled(1.0));
     let slow = dir.join("slow.json");
     edit_json(&a, &slow, scaled(1.3));
@@ -600,6 +604,71 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
         stdout(&help).contains("Exit status: 0 when no test is slower"),
         "{}",
         stdout(&help)
+    );
+}
+
+#[test]
+fn compare_of_directories_judges_by_how_far_the_runs_of_each_side_differ() {
+    let dir = tempdir_named("compare-runs");
+    let a = small_run(&dir, "a.json", &[]);
+    // Copies of one run whose outl_to_user rounds sit at a level per copy: runs that
+    // differ by about 1 % (before, same), and by 1 % around +30 % (slow).
+    let level = |factor: f64| outl_to_user_at(0.002, factor);
+    let side = |name: &str, factors: &[f64]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, f) in factors.iter().enumerate() {
+            edit_json(&a, &d.join(format!("run{i}.json")), level(*f));
+        }
+        d.to_str().unwrap().to_string()
+    };
+    let before = side("before", &[1.0, 1.01, 0.99]);
+    let slow = side("slow", &[1.3, 1.31, 1.29]);
+    let odd = side("odd", &[1.0, 1.3, 0.995]);
+    let c = exitlab(&["compare", &before, &slow]);
+    assert_eq!(c.status.code(), Some(4), "{}", stdout(&c));
+    let out = stdout(&c);
+    assert!(
+        out.contains("each side's figure is the geometric mean of its runs' (3 before, 3 after)"),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();
+    assert!(
+        row.contains("+30.0%") && row.contains(" 3/3 ") && row.ends_with("slower"),
+        "{row}"
+    );
+    assert!(
+        out.contains("slower beyond 2.0% with 95% confidence: outl_to_user"),
+        "{out}"
+    );
+    // One run of the after side at +30 %: named, and no alarm (the runs disagree).
+    let c = exitlab(&["compare", &before, &odd]);
+    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    let out = stdout(&c);
+    assert!(
+        out.contains("warning: outl_to_user: the after run "),
+        "{out}"
+    );
+    assert!(out.contains("odd/run1.json is +"), "{out}");
+    // A single file against a directory is a comparison of runs too.
+    let c = exitlab(&["compare", a.to_str().unwrap(), &slow]);
+    assert!(stdout(&c).contains("(1 before, 3 after)"), "{}", stdout(&c));
+    // Refusals: an empty directory, and --per-loop, which is for two single runs.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = exitlab(&["compare", &before, empty.to_str().unwrap()]);
+    assert_eq!(e.status.code(), Some(2));
+    assert!(
+        stderr(&e).contains("holds no results file (*.json)"),
+        "{}",
+        stderr(&e)
+    );
+    let p = exitlab(&["compare", "--per-loop", &before, &slow]);
+    assert_eq!(p.status.code(), Some(2));
+    assert!(
+        stderr(&p).contains("--per-loop compares two single runs"),
+        "{}",
+        stderr(&p)
     );
 }
 

@@ -104,6 +104,11 @@ pub struct Comparison {
     /// With `compare --per-loop`: what the figures were scaled to (see
     /// [`compare_per_loop`]), printed under the table's header.
     pub per_loop: Option<String>,
+    /// For a comparison of several runs a side ([`crate::runs::compare_runs`]): the runs
+    /// given on each side. Each test's change then counts runs, not rounds
+    /// (`rounds_before`/`rounds_after` are its runs kept, `other_state_*` its runs set
+    /// aside), and its figures are the geometric means of the runs' figures.
+    pub runs: Option<[usize; 2]>,
 }
 
 impl Comparison {
@@ -118,7 +123,7 @@ impl Comparison {
 }
 
 /// Status word of a test, noting a missing cycle summary.
-fn status_word(t: &TestResult) -> String {
+pub(crate) fn status_word(t: &TestResult) -> String {
     if t.status.is_ok() && t.cycles.is_none() {
         "ok (no cycles)".to_string()
     } else {
@@ -230,7 +235,7 @@ fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> V
 
 /// The median empty loop of the rounds `t`'s figure rests on ([`state_loops`]); `None`
 /// without any.
-fn median_state_loop(t: &TestResult) -> Option<f64> {
+pub(crate) fn median_state_loop(t: &TestResult) -> Option<f64> {
     let mut loops = state_loops(t);
     loops.sort_unstable_by(f64::total_cmp);
     (!loops.is_empty()).then(|| crate::stats::percentile(&loops, 50.0))
@@ -366,6 +371,7 @@ fn compare_with(
         threshold_pct,
         pairing,
         per_loop: None,
+        runs: None,
     }
 }
 
@@ -550,7 +556,7 @@ fn pin_str(pin: Option<u32>) -> String {
 
 /// Warnings for host facts, program and configuration that differ between the runs.
 /// Keys missing from either file are not compared.
-fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
+pub(crate) fn host_and_config_warnings(before: &Results, after: &Results) -> Vec<String> {
     let mut warnings = Vec::new();
     let mut differ = |what: &str, b: &str, a: &str| {
         if a != b {
@@ -681,15 +687,21 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     if cmp.tests.is_empty() {
         out.push_str("no test completed in both files\n");
     } else {
-        out.push_str(&format!(
-            "cycles per iteration: {}{}\n",
-            crate::central::DESCRIPTION,
-            if cmp.pairing == Pairing::Paired {
-                "; rounds paired A/B"
-            } else {
-                ""
-            }
-        ));
+        match cmp.runs {
+            Some([nb, na]) => out.push_str(&format!(
+                "cycles per iteration: each run's central figure ({}); each side's figure is the geometric mean of its runs' ({nb} before, {na} after)\n",
+                crate::central::DESCRIPTION
+            )),
+            None => out.push_str(&format!(
+                "cycles per iteration: {}{}\n",
+                crate::central::DESCRIPTION,
+                if cmp.pairing == Pairing::Paired {
+                    "; rounds paired A/B"
+                } else {
+                    ""
+                }
+            )),
+        }
         if let Some(line) = &cmp.per_loop {
             out.push_str(line);
             out.push('\n');
@@ -712,7 +724,7 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             "change",
             "95% CI",
             "min detectable",
-            "rounds",
+            if cmp.runs.is_some() { "runs" } else { "rounds" },
             "verdict",
         ];
         let mut aligns = vec![Align::Right; headers.len()];
@@ -741,8 +753,14 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             .collect();
         out.push_str(&layout(&headers, &aligns, &rows));
         out.push_str(&format!(
-            "verdict: slower/faster when the whole 95% interval of the change (bootstrap over rounds) lies beyond ±{:.1}%; min detectable: the change this run would catch 80% of the time\n",
-            cmp.threshold_pct
+            "verdict: slower/faster when the whole 95% interval of the change ({}) lies beyond ±{:.1}%; min detectable: the change {} would catch 80% of the time\n",
+            if cmp.runs.is_some() {
+                "Student's t over the runs' figures"
+            } else {
+                "bootstrap over rounds"
+            },
+            cmp.threshold_pct,
+            if cmp.runs.is_some() { "these runs" } else { "this run" },
         ));
     }
     let mut tail = Vec::new();

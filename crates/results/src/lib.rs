@@ -16,6 +16,7 @@ pub mod openmetrics;
 pub mod packed;
 pub mod report;
 pub mod results;
+pub mod runs;
 pub mod samples;
 pub mod stats;
 pub mod testing;

@@ -260,12 +260,6 @@ pub fn change_with(
     method: Method,
     seed: u64,
 ) -> Change {
-    let finite = |v: &[f64]| {
-        v.iter()
-            .copied()
-            .filter(|x| x.is_finite())
-            .collect::<Vec<_>>()
-    };
     let (before, after) = (finite(before), finite(after));
     let threshold_pct = threshold_pct.max(0.0);
     let (kept_before, kept_after) = (method.kept(&before), method.kept(&after));
@@ -317,15 +311,7 @@ pub fn change_with(
         return out;
     }
     out.pct = Some(to_pct(estimate));
-    out.ci95_pct = Some([lo, hi]);
-    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + threshold_pct);
-    out.verdict = if lo > threshold_pct {
-        Verdict::Slower
-    } else if hi < -threshold_pct {
-        Verdict::Faster
-    } else {
-        Verdict::NoDetectableChange
-    };
+    conclude(&mut out, [lo, hi]);
     out
 }
 
@@ -493,6 +479,106 @@ fn sign_test_interval(sorted: &[f64]) -> [f64; 2] {
     [sorted[j - 1], sorted[n - j]]
 }
 
+/// Fewest runs, both sides together, that a comparison of separate runs by their run
+/// figures ([`runs_change`]) needs: the variance between runs needs a degree of freedom.
+pub const MIN_RUNS: usize = 3;
+
+/// Compares several separate runs a side by one figure per run (`before`, `after`: each
+/// run's central figure): the upper level of Kalibera & Jones (2013), whose independent
+/// units are the runs once the host holds a state for longer than one run, so that the
+/// rounds of one run share it and their spread cannot show it. The change is the ratio
+/// of the two geometric means; its 95 % interval is Student's t on the difference of the
+/// mean logarithms, the variance pooled over both sides (`n_b + n_a - 2` degrees of
+/// freedom: runs of one host share its states, and with three runs a side one side's own
+/// variance would have two). `within_sd` is the standard deviation, in log units, of one
+/// run's figure from its own rounds: the variance between runs includes it, so the
+/// pooled variance is taken as at least its square (a few runs' figures can agree by
+/// chance, or sit on the same cycle count where a figure moves in steps).
+/// `median_before`/`median_after` hold the geometric means and `rounds_before`/
+/// `rounds_after` the runs. No conclusion with fewer than [`MIN_RUNS`] runs in all, none on
+/// a side, or a figure that is not positive.
+pub fn runs_change(before: &[f64], after: &[f64], within_sd: f64, threshold_pct: f64) -> Change {
+    let (before, after) = (finite(before), finite(after));
+    let threshold_pct = threshold_pct.max(0.0);
+    let (nb, na) = (before.len(), after.len());
+    let positive = |v: &[f64]| v.iter().all(|x| *x > 0.0);
+    let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<_>>();
+    let geometric_mean = |v: &[f64]| {
+        if v.is_empty() || !positive(v) {
+            f64::NAN
+        } else {
+            (ln(v).iter().sum::<f64>() / v.len() as f64).exp()
+        }
+    };
+    let mut out = Change {
+        rounds_before: nb,
+        rounds_after: na,
+        median_before: geometric_mean(&before),
+        median_after: geometric_mean(&after),
+        outliers_before: 0,
+        outliers_after: 0,
+        other_state_before: 0,
+        other_state_after: 0,
+        pct: None,
+        ci95_pct: None,
+        min_detectable_pct: None,
+        threshold_pct,
+        verdict: Verdict::NoDetectableChange,
+    };
+    if nb == 0 || na == 0 || nb + na < MIN_RUNS {
+        out.verdict = Verdict::NoConclusion(format!(
+            "{nb} run(s) before and {na} after; at least one on each side and {MIN_RUNS} in all are needed to see how far runs differ"
+        ));
+        return out;
+    }
+    if !(positive(&before) && positive(&after)) {
+        out.verdict = Verdict::NoConclusion(
+            "a run's net figure is not positive (the test costs no more than the empty loop), so a change in percent means nothing"
+                .into(),
+        );
+        return out;
+    }
+    let (lb, la) = (ln(&before), ln(&after));
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (mb, ma) = (mean(&lb), mean(&la));
+    let ss = |v: &[f64], m: f64| v.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+    let (nbf, naf) = (nb as f64, na as f64);
+    let pooled = (ss(&lb, mb) + ss(&la, ma)) / (nbf + naf - 2.0);
+    let pooled = if within_sd.is_finite() {
+        pooled.max(within_sd * within_sd)
+    } else {
+        pooled
+    };
+    let se = (pooled * (1.0 / nbf + 1.0 / naf)).sqrt();
+    let df = nbf + naf - 2.0;
+    let half = t_975(df.floor().max(1.0) as usize) * se;
+    let d = ma - mb;
+    let to_pct = |x: f64| (x.exp() - 1.0) * 100.0;
+    let (lo, hi) = (to_pct(d - half), to_pct(d + half));
+    out.pct = Some(to_pct(d));
+    conclude(&mut out, [lo, hi]);
+    out
+}
+
+/// The finite values of `v`.
+fn finite(v: &[f64]) -> Vec<f64> {
+    v.iter().copied().filter(|x| x.is_finite()).collect()
+}
+
+/// Records the 95 % interval `[lo, hi]` of the change (percent), the minimum detectable
+/// change and the verdict at `out`'s threshold.
+fn conclude(out: &mut Change, [lo, hi]: [f64; 2]) {
+    out.ci95_pct = Some([lo, hi]);
+    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + out.threshold_pct);
+    out.verdict = if lo > out.threshold_pct {
+        Verdict::Slower
+    } else if hi < -out.threshold_pct {
+        Verdict::Faster
+    } else {
+        Verdict::NoDetectableChange
+    };
+}
+
 /// Mean and sample variance (divisor `n - 1`) of at least two values.
 fn mean_var(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
@@ -535,6 +621,149 @@ fn refusal(before: &[f64], after: &[f64], pairing: Pairing) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_change_is_students_t_on_the_runs_logarithms_with_the_variance_pooled() {
+        let (b, a) = ([100.0, 102.0, 98.0], [110.0, 113.0, 108.0]);
+        let c = runs_change(&b, &a, 0.0, 2.0);
+        let ln = |v: &[f64]| v.iter().map(|x: &f64| x.ln()).collect::<Vec<_>>();
+        let (lb, la) = (ln(&b), ln(&a));
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / 3.0;
+        let ss = |v: &[f64]| v.iter().map(|x| (x - mean(v)).powi(2)).sum::<f64>();
+        let pooled = (ss(&lb) + ss(&la)) / 4.0;
+        let half = 2.776 * (pooled * (2.0 / 3.0)).sqrt();
+        let d = mean(&la) - mean(&lb);
+        let pct = |x: f64| (x.exp() - 1.0) * 100.0;
+        let [lo, hi] = c.ci95_pct.unwrap();
+        assert!((c.pct.unwrap() - pct(d)).abs() < 1e-9, "{c:?}");
+        assert!((lo - pct(d - half)).abs() < 1e-9 && (hi - pct(d + half)).abs() < 1e-9);
+        assert_eq!(c.verdict, Verdict::Slower, "{c:?}");
+        assert_eq!((c.rounds_before, c.rounds_after), (3, 3));
+        // The sides' figures are the geometric means of their runs.
+        assert!((c.median_before - (mean(&lb)).exp()).abs() < 1e-9);
+        assert!((c.median_after - (mean(&la)).exp()).abs() < 1e-9);
+        let mdc = (hi - lo) / 2.0 * POWER_80_FACTOR + 2.0;
+        assert!((c.min_detectable_pct.unwrap() - mdc).abs() < 1e-9);
+    }
+
+    #[test]
+    fn runs_change_needs_three_runs_in_all_and_one_on_each_side() {
+        for (b, a) in [
+            (&[100.0][..], &[101.0][..]),
+            (&[][..], &[100.0, 101.0, 99.0][..]),
+            (&[100.0, 101.0, 99.0][..], &[][..]),
+        ] {
+            let c = runs_change(b, a, 0.0, 2.0);
+            assert!(
+                matches!(&c.verdict, Verdict::NoConclusion(why) if why.contains("3 in all")),
+                "{c:?}"
+            );
+        }
+        // One run against two: the variance is the two's, with one degree of freedom.
+        let c = runs_change(&[100.0], &[100.0, 102.0], 0.0, 0.0);
+        let [lo, hi] = c.ci95_pct.unwrap();
+        let pooled = (102f64.ln() - 100f64.ln()).powi(2) / 2.0;
+        let half = 12.706 * (pooled * 1.5).sqrt();
+        let d = (100f64.ln() + 102f64.ln()) / 2.0 - 100f64.ln();
+        assert!(
+            (hi - ((d + half).exp() - 1.0) * 100.0).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let c = runs_change(&[100.0, -1.0, 99.0], &[100.0, 101.0], 0.0, 2.0);
+        assert!(
+            matches!(&c.verdict, Verdict::NoConclusion(why) if why.contains("not positive")),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn the_spread_of_a_runs_own_rounds_is_the_least_variance_between_runs() {
+        // Runs whose figures agree to the cycle (a figure that moves in steps) would
+        // give an interval of zero width and call a 1 % step slower.
+        let (b, a) = ([1000.0; 3], [1010.0; 3]);
+        assert_eq!(runs_change(&b, &a, 0.0, 0.0).verdict, Verdict::Slower);
+        // Each run's own rounds put its figure within ~±2 % (sd 1 %): no call.
+        let c = runs_change(&b, &a, 0.01, 0.0);
+        assert_eq!(c.verdict, Verdict::NoDetectableChange, "{c:?}");
+        let [lo, hi] = c.ci95_pct.unwrap();
+        let half = 2.776 * 0.01 * (2.0f64 / 3.0).sqrt();
+        assert!(
+            (hi - lo - ((half.exp() - (-half).exp()) * 101.0)).abs() < 0.01,
+            "{lo} {hi}"
+        );
+        // A spread between runs larger than the floor is used as it is.
+        let wide = runs_change(&[990.0, 1000.0, 1012.0], &a, 0.0001, 0.0);
+        let floor = runs_change(&[990.0, 1000.0, 1012.0], &a, 0.0, 0.0);
+        assert_eq!(wide.ci95_pct, floor.ci95_pct);
+    }
+
+    /// `n` normal deviates (Box-Muller).
+    fn normals(rng: &mut SmallRng, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                let (u, v): (f64, f64) = (rng.random_range(1e-12..1.0), rng.random());
+                (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+            })
+            .collect()
+    }
+
+    /// Known-answer trials of [`runs_change`]: 3 runs a side whose figures scatter by
+    /// `sd` (log units) around 20,000 cycles before and 20,000 x `factor` after, where a
+    /// run falls into a host state `episode` times as slow with probability `p_episode`.
+    /// Returns (covered, slower, faster) over 2,000 trials at threshold 0.
+    fn runs_trials(sd: f64, factor: f64, p_episode: f64, episode: f64) -> (usize, usize, usize) {
+        let mut rng = SmallRng::seed_from_u64(17);
+        let truth = (factor - 1.0) * 100.0;
+        let (mut covered, mut slower, mut faster) = (0, 0, 0);
+        for _ in 0..2000 {
+            let mut side = |level: f64| -> Vec<f64> {
+                normals(&mut rng, 3)
+                    .into_iter()
+                    .map(|z| {
+                        let hit = rng.random::<f64>() < p_episode;
+                        level * (sd * z).exp() * if hit { episode } else { 1.0 }
+                    })
+                    .collect()
+            };
+            let (b, a) = (side(20_000.0), side(20_000.0 * factor));
+            let c = runs_change(&b, &a, 0.0, 0.0);
+            let [lo, hi] = c.ci95_pct.unwrap();
+            covered += usize::from(lo <= truth && truth <= hi);
+            slower += usize::from(c.verdict == Verdict::Slower);
+            faster += usize::from(c.verdict == Verdict::Faster);
+        }
+        (covered, slower, faster)
+    }
+
+    #[test]
+    fn three_runs_a_side_cover_a_known_change_95_percent_of_the_time_and_detect_3_percent() {
+        // Runs of one host state scattering by 1 %: the interval is Student's, exact.
+        let (covered, slower, faster) = runs_trials(0.01, 1.0, 0.0, 1.0);
+        assert!(
+            (1860..=1940).contains(&covered),
+            "A/A coverage {covered} of 2000"
+        );
+        assert!(
+            slower + faster <= 140,
+            "A/A calls {slower} + {faster} of 2000"
+        );
+        let (covered, slower, _) = runs_trials(0.005, 1.03, 0.0, 1.0);
+        assert!(
+            (1860..=1940).contains(&covered),
+            "+3 % coverage {covered} of 2000"
+        );
+        assert!(slower >= 1900, "+3 % detected in {slower} of 2000");
+    }
+
+    #[test]
+    fn a_run_in_a_host_state_of_its_exit_widens_the_interval_rather_than_raise_an_alarm() {
+        // One run in ten 30 % slower for its whole length (as the exit-specific host
+        // states of `docs/statistics.md` do): the pooled variance takes it in, so the
+        // same build is called different no more often than 95 % allows.
+        let (covered, slower, faster) = runs_trials(0.01, 1.0, 0.1, 1.3);
+        assert!(slower + faster <= 100, "calls {slower} + {faster} of 2000");
+        assert!(covered >= 1900, "coverage {covered} of 2000");
+    }
 
     #[test]
     fn a_host_state_needs_as_many_rounds_as_a_verdict() {
