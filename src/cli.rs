@@ -86,9 +86,10 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         /// Results file of the run to compare with it, or a directory of them.
         after: PathBuf,
         /// Smallest change, in percent, that counts as slower or faster (the whole 95%
-        /// interval must lie beyond it).
-        #[arg(long, default_value_t = exitlab_results::compare::DEFAULT_THRESHOLD_PCT)]
-        threshold: f64,
+        /// interval must lie beyond it). Default: 2 for two single runs, 1 for several
+        /// runs a side, whose interval holds the spread between runs.
+        #[arg(long)]
+        threshold: Option<f64>,
         /// Divide each round's figure by the empty loop the guest timed before its samples,
         /// scaled to the median loop of the rounds the before run's figure rests on: takes
         /// the host's speed out within one host state, on hosts whose empty loop itself runs

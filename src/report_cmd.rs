@@ -166,10 +166,10 @@ fn runs_of(side: &[(String, Results)]) -> Vec<exitlab_results::runs::Run<'_>> {
 /// some test is slower beyond the threshold with confidence, 0 otherwise. Each side is a
 /// results file or a directory of them; with more than one run on a side the runs are
 /// compared by their figures ([`exitlab_results::runs::compare_runs`]).
-pub fn compare_cmd(before: &Path, after: &Path, threshold: f64, per_loop: bool) -> i32 {
-    if !(threshold.is_finite() && (0.0..=1000.0).contains(&threshold)) {
+pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop: bool) -> i32 {
+    if let Some(t) = threshold.filter(|t| !(t.is_finite() && (0.0..=1000.0).contains(t))) {
         return usage_error(format!(
-            "--threshold {threshold}: expected a percentage from 0 to 1000"
+            "--threshold {t}: expected a percentage from 0 to 1000"
         ));
     }
     let b = match load_side(before, "before") {
@@ -188,6 +188,11 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: f64, per_loop: bool) 
             a.len()
         ));
     }
+    let threshold = threshold.unwrap_or(if several {
+        exitlab_results::runs::DEFAULT_RUNS_THRESHOLD_PCT
+    } else {
+        compare::DEFAULT_THRESHOLD_PCT
+    });
     let cmp = if several {
         exitlab_results::runs::compare_runs(&runs_of(&b), &runs_of(&a), threshold)
     } else if per_loop {

@@ -26,6 +26,13 @@ use crate::format::{fmt_cycles, fmt_pct_signed};
 use crate::results::{Results, TestResult};
 use crate::verdict::{runs_change, Pairing, Verdict, MIN_RUNS};
 
+/// Default `--threshold` of `exitlab compare` with several runs a side, in percent. Their
+/// interval holds the spread between runs, which two single runs' cannot see and which
+/// [`crate::compare::DEFAULT_THRESHOLD_PCT`] (2 %) is there to absorb. Chosen from A/A
+/// pairs and doctored copies of default runs on this project's development host
+/// (`docs/statistics.md`, "Several runs a side", 27 Nov 2026).
+pub const DEFAULT_RUNS_THRESHOLD_PCT: f64 = 1.0;
+
 /// How far from its side's median run figure, in percent, a run's figure of a test is
 /// named in a warning: past the 5 % a run of one build was seen to stay within on this
 /// project's development host outside the exit-specific host states.
