@@ -68,17 +68,19 @@ enum Command {
     #[command(after_help = "\
 Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
 ±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
-side has fewer rounds than needed. Differences of host (CPU model, microcode, kernel,
-KVM module parameters), exitlab revision and configuration are printed as warnings.
+side has fewer rounds or runs than needed or the empty loops show two host states.
+Differences of host (CPU model, microcode, kernel, KVM module parameters), exitlab
+revision and configuration are printed as warnings.
 
 Two files: the interval comes from resampling each run's rounds. A directory (every
-*.json in it) or more than one run on a side: each run gives its central figure per
-test, and the interval is Student's t over the runs (their spread pooled over both
-sides), which takes in host states that last a whole run: at least 3 runs in all
-and one a side; 3 a side or more for an interval of use.
+*.json in it) on either side: each run gives its central figure per test, and the
+interval is Student's t over the runs (their spread pooled over both sides), which takes
+in host states that last a whole run; at least 2 runs a side, 3 or more for an
+interval of use.
 
 Exit status: 0 when no test is slower beyond the threshold with confidence; 4 when some
-test is (the tests are named on the last line); 2 when a file cannot be read.")]
+test is (the tests are named on the last line); 2 when a file cannot be read or an
+argument is refused.")]
     Compare {
         /// Results file of the baseline run, or a directory of results files of
         /// several baseline runs.
@@ -86,8 +88,8 @@ test is (the tests are named on the last line); 2 when a file cannot be read.")]
         /// Results file of the run to compare with it, or a directory of them.
         after: PathBuf,
         /// Smallest change, in percent, that counts as slower or faster (the whole 95%
-        /// interval must lie beyond it). Default: 2 for two single runs, 1 for several
-        /// runs a side, whose interval holds the spread between runs.
+        /// interval must lie beyond it). Default: 2 for two files, 1 when a side is a
+        /// directory of runs, whose interval holds the spread between runs.
         #[arg(long)]
         threshold: Option<f64>,
         /// Divide each round's figure by the empty loop the guest timed before its samples,

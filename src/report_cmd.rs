@@ -164,8 +164,8 @@ fn runs_of(side: &[(String, Results)]) -> Vec<exitlab_results::runs::Run<'_>> {
 
 /// `exitlab compare BEFORE AFTER [--threshold PCT] [--per-loop]`: [`EXIT_REGRESSION`] when
 /// some test is slower beyond the threshold with confidence, 0 otherwise. Each side is a
-/// results file or a directory of them; with more than one run on a side the runs are
-/// compared by their figures ([`exitlab_results::runs::compare_runs`]).
+/// results file or a directory of them; with a directory or more than one run on a side
+/// the runs are compared by their figures ([`exitlab_results::runs::compare_runs`]).
 pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop: bool) -> i32 {
     if let Some(t) = threshold.filter(|t| !(t.is_finite() && (0.0..=1000.0).contains(t))) {
         return usage_error(format!(
@@ -180,7 +180,9 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop
         Ok(r) => r,
         Err(e) => return usage_error(sanitize(&e)),
     };
-    let several = b.len() > 1 || a.len() > 1;
+    // A directory is a set of runs, however many it holds (a CI whose runs partly failed
+    // to write must not fall back to judging one run).
+    let several = b.len() > 1 || a.len() > 1 || before.is_dir() || after.is_dir();
     if several && per_loop {
         return usage_error(format!(
             "--per-loop compares two single runs; here {} run(s) before and {} after are compared by their runs' figures, whose spread already holds the host's speed between runs",

@@ -651,9 +651,24 @@ fn compare_of_directories_judges_by_how_far_the_runs_of_each_side_differ() {
         "{out}"
     );
     assert!(out.contains("odd/run1.json is +"), "{out}");
-    // A single file against a directory is a comparison of runs too.
+    // A single file against a directory is a comparison of runs too, and one run on a
+    // side is too few: a host state that lasted it would count as the build's.
     let c = exitlab(&["compare", a.to_str().unwrap(), &slow]);
-    assert!(stdout(&c).contains("(1 before, 3 after)"), "{}", stdout(&c));
+    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    let out = stdout(&c);
+    assert!(out.contains("(1 before, 3 after)"), "{out}");
+    assert!(
+        out.contains("1 run(s) before and 3 after; at least 2 on each side are needed"),
+        "{out}"
+    );
+    // A directory of one run is a set of runs, not a file: the same.
+    let one = side("one", &[1.0]);
+    let c = exitlab(&["compare", &one, &slow]);
+    assert!(
+        stdout(&c).contains("at least 2 on each side"),
+        "{}",
+        stdout(&c)
+    );
     // Refusals: an empty directory, and --per-loop, which is for two single runs.
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();

@@ -320,6 +320,7 @@ fn compare_with(
     let mut only_before = Vec::new();
     let mut warnings = if pairing == Pairing::Independent {
         let mut w = host_and_config_warnings(before, after);
+        w.extend(incomplete_warnings(before, after));
         w.extend(loop_figures_differ(before, after));
         w.extend(probe_figures_differ(before, after));
         w
@@ -400,7 +401,7 @@ fn probe_figures_differ(before: &Results, after: &Results) -> Option<String> {
 
 /// Whether any round of `r`'s tests recorded the empty loop timed before its samples
 /// (`rounds[].loop_median`, in files written since 27 Nov 2026).
-fn has_round_loops(r: &Results) -> bool {
+pub(crate) fn has_round_loops(r: &Results) -> bool {
     r.tests
         .iter()
         .flat_map(|t| &t.rounds)
@@ -633,12 +634,18 @@ pub(crate) fn host_and_config_warnings(before: &Results, after: &Results) -> Vec
             a.knobs.get(k).unwrap_or(&none),
         );
     }
-    for (r, when) in [(before, "before"), (after, "after")] {
-        if let Some(why) = &r.incomplete {
-            warnings.push(format!("the run {when} is incomplete: {why}"));
-        }
-    }
     warnings
+}
+
+/// A warning for each of two runs that is incomplete.
+fn incomplete_warnings(before: &Results, after: &Results) -> Vec<String> {
+    [(before, "before"), (after, "after")]
+        .into_iter()
+        .filter_map(|(r, when)| {
+            let why = r.incomplete.as_ref()?;
+            Some(format!("the run {when} is incomplete: {why}"))
+        })
+        .collect()
 }
 
 /// `lo..hi` of an interval in percent.
@@ -685,7 +692,11 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
         out.push('\n');
     }
     if cmp.tests.is_empty() {
-        out.push_str("no test completed in both files\n");
+        out.push_str(if cmp.runs.is_some() {
+            "no test completed on both sides\n"
+        } else {
+            "no test completed in both files\n"
+        });
     } else {
         match cmp.runs {
             Some([nb, na]) => out.push_str(&format!(

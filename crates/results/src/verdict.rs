@@ -182,11 +182,18 @@ fn t_975(df: usize) -> f64 {
         (120, 1.980),
         (usize::MAX, 1.960),
     ];
-    TABLE
+    by_df(&TABLE, df)
+}
+
+/// The entry of a table of quantiles by degrees of freedom (ascending) for `df`: the
+/// largest entry at or below it (the wider quantile between entries).
+fn by_df(table: &[(usize, f64)], df: usize) -> f64 {
+    table
         .iter()
         .rev()
         .find(|(d, _)| *d <= df.max(1))
-        .map_or(12.706, |e| e.1)
+        .or(table.first())
+        .map_or(f64::NAN, |e| e.1)
 }
 
 /// Standard normal distribution function, by Abramowitz & Stegun 7.1.26 (absolute error
@@ -479,9 +486,34 @@ fn sign_test_interval(sorted: &[f64]) -> [f64; 2] {
     [sorted[j - 1], sorted[n - j]]
 }
 
-/// Fewest runs, both sides together, that a comparison of separate runs by their run
-/// figures ([`runs_change`]) needs: the variance between runs needs a degree of freedom.
-pub const MIN_RUNS: usize = 3;
+/// Fewest runs on each side that a comparison of separate runs by their run figures
+/// ([`runs_change`]) needs: with one run on a side, a host state that lasted that run
+/// would count as the build's, for only the other side's runs would show the spread.
+pub const MIN_RUNS_A_SIDE: usize = 2;
+
+/// One-sided 80 % quantile of Student's t with `df` degrees of freedom (table values;
+/// between entries the next smaller `df`'s).
+fn t_80(df: usize) -> f64 {
+    const TABLE: [(usize, f64); 16] = [
+        (1, 1.376),
+        (2, 1.061),
+        (3, 0.978),
+        (4, 0.941),
+        (5, 0.920),
+        (6, 0.906),
+        (7, 0.896),
+        (8, 0.889),
+        (9, 0.883),
+        (10, 0.879),
+        (12, 0.873),
+        (15, 0.866),
+        (20, 0.860),
+        (30, 0.854),
+        (60, 0.848),
+        (usize::MAX, 0.842),
+    ];
+    by_df(&TABLE, df)
+}
 
 /// Compares several separate runs a side by one figure per run (`before`, `after`: each
 /// run's central figure): the upper level of Kalibera & Jones (2013), whose independent
@@ -495,8 +527,10 @@ pub const MIN_RUNS: usize = 3;
 /// pooled variance is taken as at least its square (a few runs' figures can agree by
 /// chance, or sit on the same cycle count where a figure moves in steps).
 /// `median_before`/`median_after` hold the geometric means and `rounds_before`/
-/// `rounds_after` the runs. No conclusion with fewer than [`MIN_RUNS`] runs in all, none on
-/// a side, or a figure that is not positive.
+/// `rounds_after` the runs. The minimum detectable change uses Student's quantiles at the
+/// same degrees of freedom, `(t_0.975 + t_0.80) / t_0.975` times the half-width. No
+/// conclusion with fewer than [`MIN_RUNS_A_SIDE`] runs on a side, a figure that is not
+/// positive, or no spread at all (runs that agree to the cycle and no `within_sd`).
 pub fn runs_change(before: &[f64], after: &[f64], within_sd: f64, threshold_pct: f64) -> Change {
     let (before, after) = (finite(before), finite(after));
     let threshold_pct = threshold_pct.max(0.0);
@@ -525,15 +559,15 @@ pub fn runs_change(before: &[f64], after: &[f64], within_sd: f64, threshold_pct:
         threshold_pct,
         verdict: Verdict::NoDetectableChange,
     };
-    if nb == 0 || na == 0 || nb + na < MIN_RUNS {
+    if nb.min(na) < MIN_RUNS_A_SIDE {
         out.verdict = Verdict::NoConclusion(format!(
-            "{nb} run(s) before and {na} after; at least one on each side and {MIN_RUNS} in all are needed to see how far runs differ"
+            "{nb} run(s) before and {na} after; at least {MIN_RUNS_A_SIDE} on each side are needed to see how far runs differ (3 or more for an interval of use)"
         ));
         return out;
     }
     if !(positive(&before) && positive(&after)) {
         out.verdict = Verdict::NoConclusion(
-            "a run's net figure is not positive (the test costs no more than the empty loop), so a change in percent means nothing"
+            "a run's figure is not positive (the test costs no more than the empty loop), so a change in percent means nothing"
                 .into(),
         );
         return out;
@@ -549,14 +583,23 @@ pub fn runs_change(before: &[f64], after: &[f64], within_sd: f64, threshold_pct:
     } else {
         pooled
     };
+    if !(pooled.is_finite() && pooled > 0.0) {
+        out.verdict = Verdict::NoConclusion(
+            "the runs' figures agree to the cycle and no run's own rounds give a spread, so the interval would have no width; run bench with --rounds 5 or more"
+                .into(),
+        );
+        return out;
+    }
     let se = (pooled * (1.0 / nbf + 1.0 / naf)).sqrt();
-    let df = nbf + naf - 2.0;
-    let half = t_975(df.floor().max(1.0) as usize) * se;
+    let df = nb + na - 2;
+    let half = t_975(df) * se;
     let d = ma - mb;
     let to_pct = |x: f64| (x.exp() - 1.0) * 100.0;
     let (lo, hi) = (to_pct(d - half), to_pct(d + half));
     out.pct = Some(to_pct(d));
     conclude(&mut out, [lo, hi]);
+    out.min_detectable_pct =
+        Some((hi - lo) / 2.0 * (t_975(df) + t_80(df)) / t_975(df) + out.threshold_pct);
     out
 }
 
@@ -642,32 +685,43 @@ mod tests {
         // The sides' figures are the geometric means of their runs.
         assert!((c.median_before - (mean(&lb)).exp()).abs() < 1e-9);
         assert!((c.median_after - (mean(&la)).exp()).abs() < 1e-9);
-        let mdc = (hi - lo) / 2.0 * POWER_80_FACTOR + 2.0;
+        let mdc = (hi - lo) / 2.0 * (2.776 + 0.941) / 2.776 + 2.0;
         assert!((c.min_detectable_pct.unwrap() - mdc).abs() < 1e-9);
     }
 
     #[test]
-    fn runs_change_needs_three_runs_in_all_and_one_on_each_side() {
+    fn runs_change_needs_two_runs_on_each_side_and_some_spread() {
         for (b, a) in [
             (&[100.0][..], &[101.0][..]),
             (&[][..], &[100.0, 101.0, 99.0][..]),
-            (&[100.0, 101.0, 99.0][..], &[][..]),
+            (&[100.0][..], &[101.0, 101.5, 100.5][..]),
         ] {
-            let c = runs_change(b, a, 0.0, 2.0);
+            let c = runs_change(b, a, 0.01, 2.0);
             assert!(
-                matches!(&c.verdict, Verdict::NoConclusion(why) if why.contains("3 in all")),
+                matches!(&c.verdict, Verdict::NoConclusion(why) if why.contains("at least 2 on each side")),
                 "{c:?}"
             );
         }
-        // One run against two: the variance is the two's, with one degree of freedom.
-        let c = runs_change(&[100.0], &[100.0, 102.0], 0.0, 0.0);
+        // Two against two: two degrees of freedom.
+        let c = runs_change(&[100.0, 101.0], &[100.0, 102.0], 0.0, 0.0);
         let [lo, hi] = c.ci95_pct.unwrap();
-        let pooled = (102f64.ln() - 100f64.ln()).powi(2) / 2.0;
-        let half = 12.706 * (pooled * 1.5).sqrt();
-        let d = (100f64.ln() + 102f64.ln()) / 2.0 - 100f64.ln();
+        let ln = |x: f64| x.ln();
+        let ss = |a: f64, b: f64| (ln(a) - ln(b)).powi(2) / 2.0;
+        let pooled = (ss(100.0, 101.0) + ss(100.0, 102.0)) / 2.0;
+        let half = 4.303 * pooled.sqrt();
+        let d = (ln(100.0) + ln(102.0)) / 2.0 - (ln(100.0) + ln(101.0)) / 2.0;
         assert!(
             (hi - ((d + half).exp() - 1.0) * 100.0).abs() < 1e-9,
             "{lo} {hi}"
+        );
+        // The power factor at 2 degrees of freedom is Student's, not the normal's 1.43.
+        let mdc = (hi - lo) / 2.0 * (4.303 + 1.061) / 4.303;
+        assert!((c.min_detectable_pct.unwrap() - mdc).abs() < 1e-9, "{c:?}");
+        // Runs that agree to the cycle, with no spread of their own: no interval.
+        let c = runs_change(&[100.0, 100.0], &[101.0, 101.0], f64::NAN, 0.0);
+        assert!(
+            matches!(&c.verdict, Verdict::NoConclusion(why) if why.contains("no width")),
+            "{c:?}"
         );
         let c = runs_change(&[100.0, -1.0, 99.0], &[100.0, 101.0], 0.0, 2.0);
         assert!(
@@ -679,9 +733,12 @@ mod tests {
     #[test]
     fn the_spread_of_a_runs_own_rounds_is_the_least_variance_between_runs() {
         // Runs whose figures agree to the cycle (a figure that moves in steps) would
-        // give an interval of zero width and call a 1 % step slower.
+        // give an interval of zero width: without a spread of their own, no conclusion.
         let (b, a) = ([1000.0; 3], [1010.0; 3]);
-        assert_eq!(runs_change(&b, &a, 0.0, 0.0).verdict, Verdict::Slower);
+        assert!(matches!(
+            runs_change(&b, &a, 0.0, 0.0).verdict,
+            Verdict::NoConclusion(_)
+        ));
         // Each run's own rounds put its figure within ~±2 % (sd 1 %): no call.
         let c = runs_change(&b, &a, 0.01, 0.0);
         assert_eq!(c.verdict, Verdict::NoDetectableChange, "{c:?}");
@@ -736,7 +793,8 @@ mod tests {
     }
 
     #[test]
-    fn three_runs_a_side_cover_a_known_change_95_percent_of_the_time_and_detect_3_percent() {
+    fn three_runs_a_side_cover_a_known_change_95_percent_of_the_time_and_detect_3_percent_at_half_a_percent_spread(
+    ) {
         // Runs of one host state scattering by 1 %: the interval is Student's, exact.
         let (covered, slower, faster) = runs_trials(0.01, 1.0, 0.0, 1.0);
         assert!(
@@ -753,6 +811,28 @@ mod tests {
             "+3 % coverage {covered} of 2000"
         );
         assert!(slower >= 1900, "+3 % detected in {slower} of 2000");
+    }
+
+    #[test]
+    fn three_runs_a_side_at_1_percent_spread_detect_5_percent_beyond_the_1_percent_threshold() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut slower = 0;
+        for _ in 0..2000 {
+            let mut side = |level: f64| -> Vec<f64> {
+                normals(&mut rng, 3)
+                    .into_iter()
+                    .map(|z| level * (0.01 * z).exp())
+                    .collect()
+            };
+            let (b, a) = (side(20_000.0), side(21_000.0));
+            slower += usize::from(runs_change(&b, &a, 0.0, 1.0).verdict == Verdict::Slower);
+        }
+        // The interval's half-width is ~2.3 % here (t at 4 degrees of freedom): a 5 %
+        // change clears the 1 % threshold most of the time, not always.
+        assert!(
+            (1700..2000).contains(&slower),
+            "+5 % detected in {slower} of 2000"
+        );
     }
 
     #[test]
