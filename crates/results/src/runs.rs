@@ -412,8 +412,9 @@ fn choose_runs<'r, 'a>(
 }
 
 /// Why a kept run's own interval is missing, if one is: its figure rests on fewer than
-/// the rounds an interval needs ([`crate::verdict::MIN_ROUNDS`]), so the floor of the
-/// variance between runs ([`within_sd`]) would be unknown.
+/// the rounds an interval needs ([`crate::verdict::MIN_ROUNDS`]), as two single runs'
+/// comparison asks, and the spread that stands in where the runs agree to the cycle
+/// ([`within_sd`]) would be unknown.
 fn no_own_interval<'r>(mut runs: impl Iterator<Item = &'r &'r RunFigure<'r>>) -> Option<String> {
     let f = runs.find(|f| f.half_width_pct.is_none())?;
     Some(format!(
@@ -705,7 +706,7 @@ mod tests {
     }
 
     #[test]
-    fn each_runs_own_interval_is_the_least_spread_between_runs_and_is_needed() {
+    fn each_runs_own_interval_stands_in_where_the_runs_agree_to_the_cycle_and_is_needed() {
         // Runs whose figures agree to the cycle, 0.1 % apart between the sides: the runs'
         // own rounds (within ±0.5 %) keep the interval from collapsing to zero width.
         let before = vec![run(3000.0, 1.0), run(3000.0, 1.0), run(3000.0, 1.0)];
