@@ -756,6 +756,14 @@ pub fn central_with(t: &TestResult, method: Method) -> Option<Central> {
     })
 }
 
+/// The central figure in cycles and whether it is net: the one `compare` and `--ab`
+/// judge, also for a test judged on its raw figure (the empty loop), which the tables
+/// show marked "(raw)" in the net median column rather than leave it to the samples'
+/// pooled median, a different number.
+pub fn figure_cycles(t: &TestResult) -> Option<(f64, bool)> {
+    central(t).map(|c| (c.value, c.figure == Figure::Net))
+}
+
 /// The net central figure of `t` (`None` for a test without a net figure): what the
 /// tables' "net" column shows.
 pub fn net_figure(t: &TestResult) -> Option<f64> {
@@ -1223,6 +1231,31 @@ mod tests {
         assert_eq!((cc.median_before, cc.outliers_before), (12_345.0, 1));
         let text = crate::compare::render_comparison(&cmp, ["before", "after"]);
         assert!(row(&text).contains(&shown), "{text}");
+        // The empty loop is judged on its raw figure: the tables show that figure, marked
+        // raw, in the net median column, the one compare shows, not the samples' median.
+        let lo = r.tests.iter().find(|t| t.baseline).unwrap();
+        let raw = central(lo).unwrap();
+        assert_eq!(raw.figure, Figure::Raw);
+        let raw_shown = fmt_cycles(raw.value);
+        let lo_row = |text: &str| -> String {
+            text.lines()
+                .find(|l| l.contains(&lo.name))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            lo_row(&table).contains(&format!("{raw_shown} (raw)")),
+            "{table}"
+        );
+        assert!(
+            html.lines()
+                .any(|l| l.contains(&format!("<td>{}</td>", lo.name))
+                    && l.contains(&format!("<td>{raw_shown} (raw)</td>"))),
+            "{html}"
+        );
+        let lc = &cmp.tests.iter().find(|t| t.baseline).unwrap().change;
+        assert_eq!(lc.median_before, raw.value);
+        assert!(lo_row(&text).contains(&raw_shown), "{text}");
         // The A/B table shows it too.
         let mut ab = r.clone();
         ab.ab = Some(crate::results::AbRun {

@@ -266,7 +266,11 @@ fn summary_table(page: &mut String, s: &Series) {
             "<tr><td>{}</td><td>{}</td><td>{median}</td><td>{ci}</td><td>{p10}</td><td>{p90}</td><td>{p99}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&t.name),
             esc(&handled),
-            crate::central::net_figure(t).map_or("-".into(), cell),
+            crate::central::figure_cycles(t).map_or("-".into(), |(c, net)| if net {
+                cell(c)
+            } else {
+                format!("{} (raw)", cell(c))
+            }),
             crate::central::figure_ns(t).map_or("-".into(), |n| fmt_ns(n.0)),
             t.rounds.len(),
             samples_cell(t)

@@ -22,8 +22,14 @@ fn handled_cell(t: &TestResult) -> String {
     }
 }
 
-fn opt_cycles(v: Option<f64>) -> String {
-    v.map(fmt_cycles).unwrap_or_else(|| "-".to_string())
+/// The central figure in cycles, "(raw)" where it is not net
+/// ([`crate::central::figure_cycles`]).
+fn figure_cell(t: &TestResult) -> String {
+    match crate::central::figure_cycles(t) {
+        Some((c, true)) => fmt_cycles(c),
+        Some((c, false)) => format!("{} (raw)", fmt_cycles(c)),
+        None => "-".to_string(),
+    }
 }
 
 fn median_ns_cell(t: &TestResult) -> String {
@@ -582,7 +588,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.mean),
         pick(|s| s.stddev),
         samples_cell(t),
-        opt_cycles(crate::central::net_figure(t)),
+        figure_cell(t),
         median_ns_cell(t),
     ]
 }
