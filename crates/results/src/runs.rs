@@ -248,9 +248,17 @@ fn side_warnings(before: &[Run], after: &[Run]) -> Vec<String> {
             .flat_map(|t| &t.rounds)
             .any(|round| round.probes.is_some())
     };
-    for (has, what) in [
-        (&has_round_loops as &dyn Fn(&Results) -> bool, "empty loop"),
-        (&probes, "exit-path probes"),
+    for (has, what, why) in [
+        (
+            &has_round_loops as &dyn Fn(&Results) -> bool,
+            "empty loop",
+            "an older exitlab",
+        ),
+        (
+            &probes,
+            "exit-path probes",
+            "an older exitlab, or a host without ioeventfds",
+        ),
     ] {
         let without: Vec<&str> = all
             .iter()
@@ -259,7 +267,7 @@ fn side_warnings(before: &[Run], after: &[Run]) -> Vec<String> {
             .collect();
         if !without.is_empty() && without.len() < all.len() {
             push(format!(
-                "{} of the {} runs record no {what} per round (an older exitlab, or a host without ioeventfds): {}; their figures keep rounds of a host state the others set aside",
+                "{} of the {} runs record no {what} per round ({why}): {}; their figures keep rounds of a host state the others set aside",
                 without.len(),
                 all.len(),
                 without.join(", ")
@@ -681,6 +689,51 @@ mod tests {
             }
         }
         r
+    }
+
+    #[test]
+    fn runs_without_loops_or_probes_a_test_in_another_ring_and_an_incomplete_run_are_said() {
+        let mut old = run(3000.0, 1.0);
+        for t in &mut old.tests {
+            for round in &mut t.rounds {
+                round.loop_median = None;
+            }
+        }
+        // cpuid in ring 0 in one run, ring 3 in the others.
+        let mut ring0 = run(3000.0, 1.0);
+        ring3
+            .tests
+            .iter_mut()
+            .find(|t| t.name == "cpuid")
+            .unwrap()
+            .ring = 0;
+        let mut cut = run(3000.0, 1.0);
+        cut.incomplete = Some("interrupted by SIGINT".into());
+        let before = vec![run(3000.0, 1.0), old, run(3000.0, 1.0)];
+        let after = vec![ring0, cut, run(3000.0, 1.0)];
+        let (nb, na) = (names("b", 3), names("a", 3));
+        let c = compare_runs(&side(&nb, &before), &side(&na, &after), 1.0);
+        let has = |start: &str| c.warnings.iter().any(|w| w.starts_with(start));
+        assert!(
+            has("1 of the 6 runs record no empty loop per round (an older exitlab): b/run2.json;"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            has("cpuid ran in another ring than ring 3 (in b/run1.json) in: a/run1.json"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            has("the after run a/run2.json is incomplete: interrupted by SIGINT"),
+            "{:?}",
+            c.warnings
+        );
+        // The pairwise host comparison within a side does not repeat it in its own words.
+        assert!(!c
+            .warnings
+            .iter()
+            .any(|w| w.contains("(\"after\"): the run after is incomplete")));
     }
 
     #[test]
