@@ -701,7 +701,7 @@ mod tests {
         }
         // cpuid in ring 0 in one run, ring 3 in the others.
         let mut ring0 = run(3000.0, 1.0);
-        ring3
+        ring0
             .tests
             .iter_mut()
             .find(|t| t.name == "cpuid")
