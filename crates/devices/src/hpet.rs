@@ -597,7 +597,9 @@ mod tests {
         wr(&h, 0x108, 200_000); // 2 ms
         wr(&h, REG_CONFIG, CFG_ENABLE);
         let t0 = Instant::now();
-        while lines.0.lock().unwrap().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        // The thread raises the line and then lowers it (an edge): wait for both, or
+        // the check races the second push (it did, in an emulated L1 guest).
+        while lines.0.lock().unwrap().len() < 2 && t0.elapsed() < Duration::from_secs(5) {
             thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(*lines.0.lock().unwrap(), vec![(16, true), (16, false)]);
