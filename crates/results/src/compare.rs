@@ -383,13 +383,7 @@ fn probe_figures_differ(before: &Results, after: &Results) -> Option<String> {
     if !(has_round_loops(before) && has_round_loops(after)) {
         return None;
     }
-    let probes = |r: &Results| {
-        r.tests
-            .iter()
-            .flat_map(|t| &t.rounds)
-            .any(|round| round.probes.is_some())
-    };
-    let (old, new) = match (probes(before), probes(after)) {
+    let (old, new) = match (has_round_probes(before), has_round_probes(after)) {
         (false, true) => ("before", "after"),
         (true, false) => ("after", "before"),
         _ => return None,
@@ -397,6 +391,14 @@ fn probe_figures_differ(before: &Results, after: &Results) -> Option<String> {
     Some(format!(
         "the {old} file records no exit-path probes per round (an older exitlab, or a host without ioeventfds), so its figures keep rounds of a host state that slows the exit path but not the empty loop, while the {new} file's set them aside: a change may be the host's; re-run the {old} side with this exitlab on a host with ioeventfds"
     ))
+}
+
+/// Whether any round of `r`'s tests recorded its exit-path probes (`rounds[].probes`).
+pub(crate) fn has_round_probes(r: &Results) -> bool {
+    r.tests
+        .iter()
+        .flat_map(|t| &t.rounds)
+        .any(|round| round.probes.is_some())
 }
 
 /// Whether any round of `r`'s tests recorded the empty loop timed before its samples

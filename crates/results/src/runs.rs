@@ -24,8 +24,8 @@
 
 use crate::central::{central, figure_of, state_reference, SLOW_STATE_FACTOR};
 use crate::compare::{
-    has_round_loops, host_and_config_warnings, median_state_loop, status_word, Comparison,
-    NotCompared, TestComparison, HOST_STATE_LIMIT_PCT,
+    has_round_loops, has_round_probes, host_and_config_warnings, median_state_loop, status_word,
+    Comparison, NotCompared, TestComparison, HOST_STATE_LIMIT_PCT,
 };
 use crate::format::{fmt_cycles, fmt_pct_signed};
 use crate::results::Results;
@@ -242,12 +242,6 @@ fn side_warnings(before: &[Run], after: &[Run]) -> Vec<String> {
         }
     }
     let all: Vec<&Run> = before.iter().chain(after).collect();
-    let probes = |r: &Results| {
-        r.tests
-            .iter()
-            .flat_map(|t| &t.rounds)
-            .any(|round| round.probes.is_some())
-    };
     for (has, what, why) in [
         (
             &has_round_loops as &dyn Fn(&Results) -> bool,
@@ -255,7 +249,7 @@ fn side_warnings(before: &[Run], after: &[Run]) -> Vec<String> {
             "an older exitlab",
         ),
         (
-            &probes,
+            &has_round_probes,
             "exit-path probes",
             "an older exitlab, or a host without ioeventfds",
         ),
