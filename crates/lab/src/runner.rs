@@ -14,6 +14,7 @@ use exitlab_devices::{BusDevice, IoAction};
 use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
+use exitlab_vmm::regs::InterruptState;
 use exitlab_vmm::thread::Finished;
 use exitlab_vmm::vcpu::{
     DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
@@ -1032,7 +1033,8 @@ fn watch_progress(
             return Err(match machine.stop(0, Duration::from_secs(2)) {
                 Some(f) => Stuck {
                     reason: format!(
-                        "{msg}\nvCPU registers when stopped:\n{}",
+                        "{msg}{}\nvCPU registers when stopped:\n{}",
+                        lost_wakeup(f.vcpu.interrupt_state()),
                         f.vcpu.dump_registers()
                     ),
                     pin_error: f.pin_error.map(|e| e.to_string()),
@@ -1045,6 +1047,21 @@ fn watch_progress(
                 },
             });
         }
+    }
+}
+
+/// The sentence a stuck run's reason gets when its vCPU was halted with interrupts
+/// enabled and a vector pending above its priority ([`InterruptState::undelivered_vector`]):
+/// the guest waits for an interrupt the host holds and does not deliver.
+pub const LOST_WAKEUP: &str = "the host did not wake the vCPU";
+
+/// [`LOST_WAKEUP`] with its evidence, or nothing.
+fn lost_wakeup(state: Option<InterruptState>) -> String {
+    match state.and_then(|s| s.undelivered_vector().map(|v| (s, v))) {
+        Some((s, v)) => format!(
+            "; {LOST_WAKEUP}: it halted with interrupts enabled while its local APIC held vector {v:#04x} requested above its priority ({s}), so the interrupt was lost in the host's KVM, not in the guest or this VMM (seen on nested KVM under an emulated CPU); re-run, or run on another host"
+        ),
+        None => String::new(),
     }
 }
 

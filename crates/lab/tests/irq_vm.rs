@@ -121,6 +121,32 @@ fn a_vcpu_that_never_comes_up_is_named_by_its_apic_id() {
     }
 }
 
+/// Runs `name` with 20 samples, again (up to [`LOST_WAKEUP_RUNS`] runs in all) when a
+/// run was stopped with its vCPU halted, interrupts enabled and an interrupt pending in
+/// its LAPIC that the host never delivered ([`runner::LOST_WAKEUP`]). That is a host
+/// fault, seen about once in 1,000 halts on nested KVM under an emulated CPU (the
+/// throw-away L1 guest); each such run is printed, and the checks are made on a run
+/// that completed. A run stuck in any other way is returned as it is.
+fn run_past_lost_wakeups(name: &str) -> Measurement {
+    let mut runs = 0;
+    loop {
+        let m = run(name, 20, IrqKnobs::default());
+        runs += 1;
+        match &m.outcome {
+            Outcome::DidNotComplete(why) if why.contains(runner::LOST_WAKEUP) => {
+                eprintln!("{name}: run {runs} of at most {LOST_WAKEUP_RUNS} lost a wakeup in the host: {why}");
+                if runs == LOST_WAKEUP_RUNS {
+                    return m;
+                }
+            }
+            _ => return m,
+        }
+    }
+}
+
+/// Runs of a test [`run_past_lost_wakeups`] makes at most.
+const LOST_WAKEUP_RUNS: u32 = 3;
+
 #[test]
 fn self_ipi_eoi_and_timer_tests_stay_in_the_kernel_in_both_apic_modes() {
     for name in [
@@ -140,7 +166,7 @@ fn self_ipi_eoi_and_timer_tests_stay_in_the_kernel_in_both_apic_modes() {
         "tscdeadline_immed",
         "tscdeadline",
     ] {
-        let m = run(name, 20, IrqKnobs::default());
+        let m = run_past_lost_wakeups(name);
         if let Outcome::Skipped(why) = &m.outcome {
             panic!("{name} skipped: {why}");
         }

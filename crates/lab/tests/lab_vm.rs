@@ -266,6 +266,10 @@ fn spinning_guest_is_stopped_after_its_timeout() {
         Outcome::DidNotComplete(r) => {
             assert!(r.contains("no progress for 0.7 s"), "{r}");
             assert!(r.contains("rip="), "{r}");
+            // The in-kernel LAPIC's state is reported, and a vCPU spinning (not halted)
+            // is not taken for one the host failed to wake.
+            assert!(r.contains("\ninterrupts: runnable, IF="), "{r}");
+            assert!(!r.contains(runner::LOST_WAKEUP), "{r}");
         }
         o => panic!("{o:?}"),
     }

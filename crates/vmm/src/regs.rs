@@ -125,3 +125,164 @@ pub fn dump(fd: &VcpuFd) -> String {
     }
     out
 }
+
+/// What a stopped vCPU's interrupt delivery looked like: its run state, its interrupt
+/// flag, and its local APIC's priorities and highest pending and in-service vectors
+/// (in-kernel LAPIC), read for failure reports of a guest that made no progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterruptState {
+    /// KVM's run state of the vCPU (`KVM_MP_STATE_*`).
+    pub mp_state: u32,
+    /// RFLAGS.IF.
+    pub interrupts_enabled: bool,
+    /// The LAPIC's task priority register.
+    pub tpr: u8,
+    /// The highest vector requested and not yet delivered (IRR), if any.
+    pub irr_highest: Option<u8>,
+    /// The highest vector in service (ISR), if any.
+    pub isr_highest: Option<u8>,
+}
+
+/// Offsets of registers in the LAPIC's register page (`kvm_lapic_state::regs`).
+const APIC_TPR: usize = 0x80;
+const APIC_ISR: usize = 0x100;
+const APIC_IRR: usize = 0x200;
+
+impl InterruptState {
+    /// Reads the state from a LAPIC register page, the run state and RFLAGS.
+    pub fn from_parts(lapic: &[std::os::raw::c_char], mp_state: u32, rflags: u64) -> Self {
+        let word = |off: usize| -> u32 {
+            let mut b = [0u8; 4];
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = lapic.get(off + i).copied().unwrap_or(0) as u8;
+            }
+            u32::from_le_bytes(b)
+        };
+        // Eight 32-bit registers 16 bytes apart hold vectors 0..=255, low to high.
+        let highest = |base: usize| {
+            (0..8).rev().find_map(|i| {
+                let w = word(base + 0x10 * i);
+                (w != 0).then(|| (32 * i + 31 - w.leading_zeros() as usize) as u8)
+            })
+        };
+        InterruptState {
+            mp_state,
+            interrupts_enabled: rflags & (1 << 9) != 0,
+            tpr: word(APIC_TPR) as u8,
+            irr_highest: highest(APIC_IRR),
+            isr_highest: highest(APIC_ISR),
+        }
+    }
+
+    /// The processor priority: the higher of the task priority's and the in-service
+    /// vector's priority classes (Intel SDM 10.8.3.1), as a class 0..=15.
+    pub fn ppr_class(&self) -> u8 {
+        (self.tpr >> 4).max(self.isr_highest.map_or(0, |v| v >> 4))
+    }
+
+    /// A vector the vCPU should have been woken for and was not: the vCPU halted with
+    /// interrupts enabled while its LAPIC held a requested vector of a priority class
+    /// above the processor priority. On a correct host that vCPU would run its handler;
+    /// a guest stuck like this is stuck in the host (a lost wakeup), not in its own code.
+    pub fn undelivered_vector(&self) -> Option<u8> {
+        let v = self.irr_highest?;
+        (self.mp_state == kvm_bindings::KVM_MP_STATE_HALTED
+            && self.interrupts_enabled
+            && v >> 4 > self.ppr_class())
+        .then_some(v)
+    }
+}
+
+impl std::fmt::Display for InterruptState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.mp_state {
+            kvm_bindings::KVM_MP_STATE_RUNNABLE => "runnable".to_string(),
+            kvm_bindings::KVM_MP_STATE_UNINITIALIZED => "uninitialized".to_string(),
+            kvm_bindings::KVM_MP_STATE_INIT_RECEIVED => "waiting for SIPI".to_string(),
+            kvm_bindings::KVM_MP_STATE_HALTED => "halted".to_string(),
+            other => format!("mp_state {other}"),
+        };
+        let vector = |v: Option<u8>| v.map_or("none".to_string(), |v| format!("{v:#04x}"));
+        write!(
+            f,
+            "{state}, IF={}; local APIC: TPR={:#04x}, highest requested (IRR) {}, highest in service (ISR) {}",
+            u8::from(self.interrupts_enabled),
+            self.tpr,
+            vector(self.irr_highest),
+            vector(self.isr_highest)
+        )
+    }
+}
+
+/// The interrupt state of a vCPU with an in-kernel LAPIC; `None` without one (or when
+/// KVM does not give it).
+pub fn interrupt_state(fd: &VcpuFd) -> Option<InterruptState> {
+    let lapic = fd.get_lapic().ok()?;
+    let mp = fd.get_mp_state().ok()?;
+    let rflags = fd.get_regs().ok()?.rflags;
+    Some(InterruptState::from_parts(&lapic.regs, mp.mp_state, rflags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(set: &[(usize, u32)]) -> Vec<std::os::raw::c_char> {
+        let mut p = vec![0 as std::os::raw::c_char; 1024];
+        for &(off, v) in set {
+            for (i, b) in v.to_le_bytes().iter().enumerate() {
+                p[off + i] = *b as std::os::raw::c_char;
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn the_highest_requested_and_in_service_vectors_are_read_from_the_register_page() {
+        // Vector 0xf1 requested (IRR word 7, bit 17), 0x31 in service (ISR word 1, bit 17).
+        let s = InterruptState::from_parts(
+            &page(&[
+                (APIC_IRR + 0x70, 1 << 17),
+                (APIC_IRR, 1 << 3),
+                (APIC_ISR + 0x10, 1 << 17),
+            ]),
+            kvm_bindings::KVM_MP_STATE_RUNNABLE,
+            0x2,
+        );
+        assert_eq!(s.irr_highest, Some(0xf1));
+        assert_eq!(s.isr_highest, Some(0x31));
+        assert!(!s.interrupts_enabled);
+        assert_eq!(s.ppr_class(), 3);
+        assert_eq!(
+            s.to_string(),
+            "runnable, IF=0; local APIC: TPR=0x00, highest requested (IRR) 0xf1, highest in service (ISR) 0x31"
+        );
+        let empty =
+            InterruptState::from_parts(&page(&[]), kvm_bindings::KVM_MP_STATE_HALTED, 0x202);
+        assert_eq!((empty.irr_highest, empty.isr_highest), (None, None));
+        assert_eq!(empty.undelivered_vector(), None);
+    }
+
+    #[test]
+    fn a_vector_is_undelivered_only_when_halted_with_if_set_above_the_processor_priority() {
+        let halted = kvm_bindings::KVM_MP_STATE_HALTED;
+        // 0xe0 requested, nothing in service, TPR 0: should have woken the vCPU.
+        let irr = (APIC_IRR + 0x70, 1);
+        let s = InterruptState::from_parts(&page(&[irr]), halted, 0x246);
+        assert_eq!(s.undelivered_vector(), Some(0xe0));
+        // Interrupts disabled: the guest itself holds it off.
+        let s = InterruptState::from_parts(&page(&[irr]), halted, 0x46);
+        assert_eq!(s.undelivered_vector(), None);
+        // Running, not halted.
+        let s =
+            InterruptState::from_parts(&page(&[irr]), kvm_bindings::KVM_MP_STATE_RUNNABLE, 0x246);
+        assert_eq!(s.undelivered_vector(), None);
+        // Task priority at the vector's class (0xe): masked by the guest.
+        let s = InterruptState::from_parts(&page(&[irr, (APIC_TPR, 0xe0)]), halted, 0x246);
+        assert_eq!(s.undelivered_vector(), None);
+        // A higher vector in service (0xf0): waits for its EOI.
+        let s =
+            InterruptState::from_parts(&page(&[irr, (APIC_ISR + 0x70, 1 << 16)]), halted, 0x246);
+        assert_eq!(s.undelivered_vector(), None);
+    }
+}

@@ -257,9 +257,18 @@ impl Vcpu {
         .map(|v| v as i64)
     }
 
+    /// The vCPU's run state, interrupt flag and in-kernel LAPIC state (`None` without
+    /// an in-kernel LAPIC), for failure reports.
+    pub fn interrupt_state(&self) -> Option<regs::InterruptState> {
+        regs::interrupt_state(&self.fd)
+    }
+
     /// A dump of the registers, for failure reports.
     pub fn dump_registers(&self) -> String {
         let mut s = regs::dump(&self.fd);
+        if let Some(i) = self.interrupt_state() {
+            s += &format!("\ninterrupts: {i}");
+        }
         if let Some(words) = self.stack_words(STACK_DUMP_WORDS) {
             s += "\nstack (rsp upwards):";
             for (i, w) in words.iter().enumerate() {
