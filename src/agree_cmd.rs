@@ -79,7 +79,9 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
     let mut progress = |p: Progress<'_>| {
         let _ = match p {
             Progress::Round(r, n) => write!(err, "\n  round {r}/{n} "),
-            Progress::ExtraRound(r, _) | Progress::PrecisionRound(r, _) => {
+            Progress::ExtraRound(r, _)
+            | Progress::PrecisionRound(r, _)
+            | Progress::AbPrecisionRound(r, _) => {
                 write!(err, "\n  extra round {r} ")
             }
             Progress::Start(_) => Ok(()),

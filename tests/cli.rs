@@ -89,8 +89,19 @@ fn precision_and_budget_must_be_sensible() {
         ),
         (&["bench", "--budget", "30"], "--precision"),
         (
-            &["bench", "--precision", "1", "--ab", "ring=0,3"],
-            "--precision applies to a plain run",
+            &[
+                "bench",
+                "--precision",
+                "1",
+                "--ab",
+                "warmup=200,201",
+                "--per-loop",
+            ],
+            "cannot be combined with --per-loop",
+        ),
+        (
+            &["bench", "--workload", "hackbench", "--precision", "1"],
+            "--precision applies to the exit tests",
         ),
     ] {
         let o = exitlab(args);
@@ -164,6 +175,112 @@ fn a_precision_run_says_which_tests_reached_the_target() {
         let h = &t["half_width_pct"];
         assert!(h.is_null() || h.as_f64().unwrap() > 0.0001, "{p}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_ab_precision_run_adds_pairs_of_rounds_until_each_change_is_within_the_target() {
+    let dir = tempdir_named("ab-precision");
+    let run = |name: &str, target: &str, budget: &str| {
+        let p = dir.join(name);
+        let o = exitlab(&[
+            "bench",
+            "--ab",
+            "warmup=200,201",
+            "--tests",
+            "cpuid,outl_to_user",
+            "--samples",
+            "150",
+            "--ring",
+            "3",
+            "--rounds",
+            "5",
+            "--quiet",
+            "--precision",
+            target,
+            "--budget",
+            budget,
+            "--json",
+            p.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        (stdout(&o), v)
+    };
+    // Each test's A and B rounds and the pairs' order agree with the rounds run.
+    let consistent = |v: &serde_json::Value| {
+        let p = &v["precision"];
+        let rounds = p["rounds"].as_u64().unwrap();
+        assert_eq!(v["config"]["rounds"].as_u64(), Some(rounds), "{p}");
+        assert_eq!(v["ab"]["order"].as_array().unwrap().len() as u64, rounds);
+        for t in p["tests"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            let of = |tests: &serde_json::Value| {
+                tests
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["name"] == name)
+                    .map(|x| x["rounds"].as_array().unwrap().len() as u64)
+            };
+            assert_eq!(of(&v["tests"]), t["rounds"].as_u64(), "{name}: {p}");
+            assert_eq!(of(&v["ab"]["b_tests"]), t["rounds"].as_u64(), "{name}: {p}");
+        }
+        assert!(
+            v["incomplete"].is_null(),
+            "the target or the budget is no interruption"
+        );
+    };
+    // A target the planned rounds reach: no round beyond them.
+    let (out, wide) = run("wide.json", "50", "60");
+    consistent(&wide);
+    let p = &wide["precision"];
+    assert_eq!(p["rounds"], 5, "{p}");
+    let names: Vec<&str> = p["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cpuid", "outl_to_user"]);
+    assert!(
+        p["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["reached"] == true),
+        "{p}"
+    );
+    assert!(
+        out.contains("precision: target ±50% (95 % interval of each test's change B vs A), budget 60 s: 2 of 2 tests reached it"),
+        "{out}"
+    );
+    // A target no run reaches: pairs of rounds are added while the budget lasts, then
+    // the report names every test with its half-width. Where the planned rounds took so
+    // long (an emulated L1) that one more would overrun the budget, none is added.
+    let (out, tight) = run("tight.json", "0.0001", "12");
+    consistent(&tight);
+    let p = &tight["precision"];
+    let (rounds, seconds) = (
+        p["rounds"].as_u64().unwrap(),
+        p["seconds"].as_f64().unwrap(),
+    );
+    assert!(
+        rounds > 5 || seconds * 6.0 / 5.0 > 12.0,
+        "no round was added though the budget had room for one: {p}"
+    );
+    for t in p["tests"].as_array().unwrap() {
+        assert_eq!(t["reached"], false, "{p}");
+        assert!(t["half_width_pct"].as_f64().unwrap() > 0.0001, "{p}");
+    }
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("precision not reached when the budget ended: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("cpuid ±") && line.contains("outl_to_user ±"),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -17,8 +17,11 @@ use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
 use exitlab_results::central;
 use exitlab_results::format::{fmt_cycles, fmt_cycles_signed};
-use exitlab_results::results::{AbRun, ExitCheck, Results, TestResult, TestStatus};
+use exitlab_results::results::{AbRun, ExitCheck, Handling, Results, TestResult, TestStatus};
+use exitlab_results::results::{PrecisionRun, PrecisionTest};
 use exitlab_results::stats::summarize;
+use exitlab_results::variance;
+use exitlab_results::verdict::{self, Pairing};
 use exitlab_vmm::vcpu::InjectedWaits;
 
 /// Why an A/B run produced no results.
@@ -54,20 +57,58 @@ pub fn run(
         o.overhead = false;
         o.rounds = 1;
         o.raw = true;
+        o.precision = None;
         o
     };
     let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
     let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
     let total = rounds as u32;
+    // --precision: after the planned rounds, rounds of the tests whose change's interval
+    // is wider than the target, while the budget lasts.
+    let mut precise = base.precision.map(|target| Precise {
+        target,
+        round_began: std::time::Instant::now(),
+        last_round: std::time::Duration::ZERO,
+        last_tests: 0,
+        ended: false,
+    });
     let ended = rounds::run(
-        total,
+        if precise.is_some() { u32::MAX } else { total },
         2,
         Order::Alternate,
         base.cancel.as_deref(),
         |step| -> Result<Flow, AbError> {
             let (round, side) = match step {
                 Step::Round(round) => {
-                    progress(Progress::Round(round, total));
+                    let Some(p) = precise.as_mut() else {
+                        progress(Progress::Round(round, total));
+                        return Ok(Flow::Continue);
+                    };
+                    p.last_round = p.round_began.elapsed();
+                    p.round_began = std::time::Instant::now();
+                    p.last_tests = sides[0].tests.iter().filter(|d| !d.baseline).count();
+                    if round <= total {
+                        progress(Progress::Round(round, total));
+                        return Ok(Flow::Continue);
+                    }
+                    let widths = change_half_widths(&runs);
+                    let open: Vec<&str> = widths
+                        .iter()
+                        .filter(|(_, h)| !variance::reaches(*h, p.target.target_pct))
+                        .map(|(name, _)| name.as_str())
+                        .collect();
+                    // The next round's time, from the last one's per test it ran.
+                    let next = p
+                        .last_round
+                        .mul_f64(open.len() as f64 / p.last_tests.max(1) as f64);
+                    if open.is_empty() || started.elapsed() + next > p.target.budget {
+                        p.ended = true;
+                        return Ok(Flow::Stop);
+                    }
+                    for s in &mut sides {
+                        s.tests.retain(|d| d.baseline || open.contains(&d.name));
+                    }
+                    progress(Progress::AbPrecisionRound(round - total, open.len() as u32));
                     return Ok(Flow::Continue);
                 }
                 Step::Side { round, side } => (u64::from(round - 1), side),
@@ -100,15 +141,99 @@ pub fn run(
             Ok(Flow::Continue)
         },
     )?;
+    let reached_by_precision = precise.as_ref().is_some_and(|p| p.ended);
+    let precision = precise.map(|p| {
+        let complete = runs[0].len().min(runs[1].len());
+        let tests = change_half_widths(&runs)
+            .into_iter()
+            .map(|(name, h)| PrecisionTest {
+                rounds: runs[0][..complete]
+                    .iter()
+                    .filter(|r| r.test(&name).is_some())
+                    .count() as u32,
+                reached: variance::reaches(h, p.target.target_pct),
+                half_width_pct: h,
+                name,
+            })
+            .collect();
+        PrecisionRun {
+            target_pct: p.target.target_pct,
+            budget_seconds: p.target.budget.as_secs_f64(),
+            seconds: started.elapsed().as_secs_f64(),
+            rounds: complete as u32,
+            tests,
+        }
+    });
     let mut out = assemble(base, spec, &sides, runs, notes)?;
     out.wall_seconds = started.elapsed().as_secs_f64();
+    out.precision = precision;
     let complete = out.config.rounds;
-    out.incomplete = ended.round().map(|round| {
-        format!(
-            "interrupted during round {round} of {rounds}: kept the {complete} round(s) both sides completed"
-        )
-    });
+    out.incomplete = ended
+        .round()
+        .filter(|_| !reached_by_precision)
+        .map(|round| {
+            let of = if base.precision.is_some() {
+                format!("{rounds} planned and --precision's")
+            } else {
+                rounds.to_string()
+            };
+            format!(
+                "interrupted during round {round} of {of}: kept the {complete} round(s) both sides completed"
+            )
+        });
     Ok(out)
+}
+
+/// The state of `--precision`'s rounds of an A/B run.
+struct Precise {
+    target: bench::Precision,
+    /// When the round now running began.
+    round_began: std::time::Instant,
+    /// How long the last round took, and how many tests (the empty loop aside) it ran.
+    last_round: std::time::Duration,
+    last_tests: usize,
+    /// Whether the target or the budget ended the rounds (not an interruption).
+    ended: bool,
+}
+
+/// The half-width (percent) of each test's 95 % interval of the change B vs A, from
+/// the rounds both sides completed so far, drawn as the verdict draws it (the pairs of
+/// the sides' joint host state, [`central::paired_figures`], and [`verdict::change`]);
+/// `None` for a test without one yet (too few pairs). The empty loop and tests that did
+/// not complete on a side are not targets and not listed. In the suite's order.
+fn change_half_widths(runs: &[Vec<Results>; 2]) -> Vec<(String, Option<f64>)> {
+    let complete = runs[0].len().min(runs[1].len());
+    let Some(first) = runs[0].first() else {
+        return Vec::new();
+    };
+    let runs_of = |s: usize, name: &str| -> Vec<&TestResult> {
+        runs[s][..complete]
+            .iter()
+            .filter_map(|r| r.test(name))
+            .collect()
+    };
+    let failed = |name: &str| (0..2).any(|s| runs_of(s, name).iter().any(|t| !t.status.is_ok()));
+    // One side's rounds of a test so far, as one result.
+    let side = |s: usize, name: &str| -> Option<TestResult> {
+        let same = runs_of(s, name);
+        let mut t = (*same.first()?).clone();
+        t.raw_samples = None;
+        t.rounds = same.iter().flat_map(|t| t.rounds.iter().cloned()).collect();
+        Some(t)
+    };
+    first
+        .tests
+        .iter()
+        .filter(|t| !t.baseline && !failed(&t.name))
+        .map(|t| {
+            let h = side(0, &t.name).zip(side(1, &t.name)).and_then(|(a, b)| {
+                let (fa, fb, _, _) = central::paired_figures(&a, &b)?;
+                let [lo, hi] = verdict::change(&fa, &fb, Pairing::Paired, 0.0).ci95_pct?;
+                Some((hi - lo) / 2.0)
+            });
+            (t.name.clone(), h)
+        })
+        .collect()
 }
 
 /// One results file of the sides' one-round runs (`sides`: each side's options as they
@@ -238,8 +363,32 @@ fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<Stri
         Some(w) => format!("inject-cycles {n}: {}", analysis::spun_phrase(w)),
         None => format!("inject-cycles {n}: no wait"),
     };
+    // The VMM's own stamps around its handling of each exit (the phases, from each
+    // side's first round) see the wait and the clock reads around it, which the wait's
+    // own count misses.
+    let handling: Vec<String> = tests[0]
+        .iter()
+        .filter(|a| a.expected_handling == Handling::User)
+        .filter_map(|a| {
+            let b = tests[1].iter().find(|b| b.name == a.name)?;
+            let median = |t: &TestResult| t.phases.as_ref().map(|p| p.handling.median);
+            Some(format!(
+                "{} {}",
+                a.name,
+                fmt_cycles_signed(median(b)? - median(a)?)
+            ))
+        })
+        .collect();
+    let stamps = if handling.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the VMM's stamps around its handling of each exit (the phases, first round of each side) moved by a median {}, the change those tests' figures should show",
+            handling.join(", ")
+        )
+    };
     Some(format!(
-        "{}{}; {}: each userspace-handled test's exits got a mean {} cycles more (nominal {}; a median figure gets less where a few waits were far longer than the rest, the VMM's thread having lost its CPU while it spun); kernel-handled tests get no wait and must not move",
+        "{}{}; {}: each userspace-handled test's exits got a mean {} cycles more (nominal {}; a median figure gets less where a few waits were far longer than the rest, the VMM's thread having lost its CPU while it spun){stamps}; kernel-handled tests get no wait and must not move",
         analysis::INJECTED_NOTE,
         side(&waits[0], nominal[0]),
         side(&waits[1], nominal[1]),
@@ -373,6 +522,33 @@ mod tests {
             note.contains("inject-cycles 0: no wait")
                 && note.contains("inject-cycles 480: a mean 533 cycles per wait (shortest 500, longest 560, 3 waits)")
                 && note.contains("exits got a mean +533 cycles more (nominal +480;"),
+            "{note}"
+        );
+        // No phases: no stamps to quote.
+        assert!(!note.contains("the VMM's stamps"), "{note}");
+        // With phases, the change of the handling phase's median per userspace test.
+        let with_handling = |r: &TestResult, median: f64| {
+            let mut r = r.clone();
+            let one = |x: f64| summarize(&[x]).expect("a summary of one value");
+            r.phases = Some(exitlab_results::results::Phases {
+                exit_leg: one(20_000.0),
+                handling: one(median),
+                entry_leg: one(22_000.0),
+            });
+            r
+        };
+        let note = injected_ab_note(
+            [
+                &[with_handling(&off[0], 104.0)],
+                &[with_handling(&on[0], 689.0)],
+            ],
+            [0, 480],
+        )
+        .unwrap();
+        assert!(
+            note.contains(
+                "moved by a median inl_from_user +585, the change those tests' figures should show"
+            ),
             "{note}"
         );
         // Waits on both sides: the difference of their means.

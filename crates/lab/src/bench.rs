@@ -76,6 +76,10 @@ pub enum Progress<'a> {
     /// A `--precision` round (1-based, after the planned ones) for this many tests whose
     /// interval is not yet within the target is starting.
     PrecisionRound(u32, u32),
+    /// A `--precision` round (1-based, after the planned ones) of both sides of an A/B
+    /// run for this many tests whose change's interval is not yet within the target
+    /// (each side runs them and the empty loop, in fresh VMs).
+    AbPrecisionRound(u32, u32),
 }
 
 fn status_of(o: &Outcome) -> TestStatus {

@@ -90,6 +90,12 @@ pub enum Interval {
     /// Student's t on the logarithms of the rounds (Welch's for two runs, the paired
     /// interval for A/B rounds): an interval for the mean, whatever the estimator.
     StudentT,
+    /// For A/B rounds, the Hodges–Lehmann estimate of the rounds' log ratios (the median
+    /// of their pairwise averages) and its distribution-free interval from the signed-rank
+    /// statistic (Wilcoxon), which holds for any distribution symmetric about its centre,
+    /// as the ratios of rounds run in alternating order (A B, B A) are without a change;
+    /// for two runs, the bootstrap.
+    SignedRank,
 }
 
 /// An estimator, whether outlier rounds are set aside first, and the interval.
@@ -114,6 +120,7 @@ impl Method {
             Interval::Bootstrap => {}
             Interval::StudentT => s.push_str(", t interval"),
             Interval::SignTest => s.push_str(", sign-test interval (A/B)"),
+            Interval::SignedRank => s.push_str(", signed-rank interval (A/B)"),
         }
         s
     }

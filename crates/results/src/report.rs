@@ -714,6 +714,10 @@ pub fn render_ab(results: &Results) -> Option<String> {
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
     ));
+    for line in crate::variance::precision_lines(results) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     Some(out)
 }
 

@@ -280,8 +280,13 @@ pub fn precision_lines(results: &Results) -> Vec<String> {
         return Vec::new();
     };
     let reached = p.tests.iter().filter(|t| t.reached).count();
+    let of = if results.ab.is_some() {
+        "95 % interval of each test's change B vs A"
+    } else {
+        "95 % interval of the central figure"
+    };
     let mut lines = vec![format!(
-        "precision: target ±{}% (95 % interval of the central figure), budget {:.0} s: {reached} of {} tests reached it in {:.1} s, {} rounds at most",
+        "precision: target ±{}% ({of}), budget {:.0} s: {reached} of {} tests reached it in {:.1} s, {} rounds at most",
         p.target_pct,
         p.budget_seconds,
         p.tests.len(),
