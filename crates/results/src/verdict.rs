@@ -308,6 +308,16 @@ pub fn change_with(
         );
         return out;
     };
+    // The interval is no narrower than the figures' resolution allows: each side's figure
+    // may be off by up to half a step of the clock that took it (26 cycles on a host
+    // whose TSC moves in steps), which a resampled interval of stepped values cannot
+    // see (its bounds can fall on one step and exclude no change by that step alone).
+    let step = resolution(&before, &after) / out.median_before;
+    let (lo_ratio, hi_ratio) = if step.is_finite() {
+        (lo_ratio - step, hi_ratio + step)
+    } else {
+        (lo_ratio, hi_ratio)
+    };
     let to_pct = |r: f64| (r - 1.0) * 100.0;
     let lo = to_pct(lo_ratio);
     let hi = to_pct(hi_ratio);
@@ -320,6 +330,55 @@ pub fn change_with(
     out.pct = Some(to_pct(estimate));
     conclude(&mut out, [lo, hi]);
     out
+}
+
+/// The step of the clock round figures `a` and `b` were taken with, where they show
+/// one: the smallest positive difference between two of them when every figure lies on
+/// its lattice (a whole number of such differences from the smallest figure; a clock
+/// that moves in steps of `q` cycles gives figures on a lattice of `q`, or `q / 2` for
+/// medians of an even count), and some figures are equal (a stepped clock gives ties; a
+/// fine one, rounds of distinct figures, and a few distinct figures lie on a lattice of
+/// their own gaps by chance), at least three figures differ (two levels are on the
+/// lattice of their gap), and the step is at most 5 % of the smallest figure. 0
+/// otherwise.
+fn resolution(a: &[f64], b: &[f64]) -> f64 {
+    /// The largest share of the smallest figure taken for a clock's step.
+    const MAX_STEP_SHARE: f64 = 0.05;
+    let mut v: Vec<f64> = a
+        .iter()
+        .chain(b)
+        .copied()
+        .filter(|x| x.is_finite())
+        .collect();
+    v.sort_unstable_by(f64::total_cmp);
+    let step = v
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let (Some(&first), Some(&last)) = (v.first(), v.last()) else {
+        return 0.0;
+    };
+    let tied = v.windows(2).any(|w| w[1] == w[0]);
+    // Two distinct figures are on the lattice of their gap whatever made them (two
+    // levels); a clock's steps show in three or more.
+    let distinct = 1 + v.windows(2).filter(|w| w[1] > w[0]).count();
+    // A clock's step is a small part of a figure (26 cycles of a 1,500-cycle one is 1.7 %);
+    // two levels far apart (two host states) are no step.
+    let small = step <= MAX_STEP_SHARE * first.abs().min(last.abs());
+    if !step.is_finite() || !tied || !small || distinct < 3 {
+        return 0.0;
+    }
+    let tolerance = 1e-9 * last.abs().max(first.abs()).max(1.0);
+    let on_lattice = v.iter().all(|x| {
+        let k = ((x - first) / step).round();
+        (x - first - k * step).abs() <= tolerance
+    });
+    if on_lattice {
+        step
+    } else {
+        0.0
+    }
 }
 
 /// The central figure of one test's round figures ([`CHOSEN`]: outlier rounds set
@@ -728,6 +787,47 @@ fn refusal(before: &[f64], after: &[f64], pairing: Pairing) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interval_of_stepped_figures_is_widened_by_one_step() {
+        // A/A pairs of a 4,810-cycle test on a clock with 26-cycle steps: most rounds
+        // agree, a few are a step apart, so the resampled median ratio sits on one
+        // value. The interval must reach past it by a step, and hold no change.
+        let mut before = vec![4810.0; 30];
+        before[29] = 4836.0;
+        let mut after = vec![4810.0; 30];
+        for x in after.iter_mut().take(17) {
+            *x -= 26.0;
+        }
+        let c = change(&before, &after, Pairing::Paired, 0.0);
+        let [lo, hi] = c.ci95_pct.expect("an interval");
+        let step = 100.0 * 26.0 / 4810.0;
+        assert!(lo <= -step - step / 2.0 && hi >= step / 2.0, "{lo}..{hi}");
+        assert_eq!(c.verdict, Verdict::NoDetectableChange, "{lo}..{hi}");
+        assert_eq!(resolution(&before, &after), 26.0);
+        // Half steps (medians of an even count) are on the lattice of half a step.
+        assert_eq!(
+            resolution(&[4810.0, 4797.0, 4836.0], &[4784.0, 4810.0]),
+            13.0
+        );
+        // Figures on no lattice (a fine clock, scattered rounds), or without ties (a
+        // few distinct figures are on the lattice of their gaps by chance): no widening.
+        assert_eq!(
+            resolution(&[1000.0, 1000.5, 1003.1], &[999.75, 1000.0]),
+            0.0
+        );
+        assert_eq!(resolution(&[1000.0, 1010.0], &[1020.0]), 0.0);
+        // Two levels far apart, each repeated (two host states of a constant figure).
+        assert_eq!(
+            resolution(&[16_500.0, 16_500.0], &[25_575.0, 25_575.0]),
+            0.0
+        );
+        assert_eq!(
+            resolution(&[16_500.0, 16_500.0], &[16_995.0, 16_995.0]),
+            0.0
+        );
+        assert_eq!(resolution(&[5.0, 5.0], &[5.0]), 0.0);
+    }
 
     #[test]
     fn the_signed_rank_interval_uses_wilcoxons_critical_values() {
