@@ -100,7 +100,15 @@ fn precision_and_budget_must_be_sensible() {
             "cannot be combined with --per-loop",
         ),
         (
-            &["bench", "--workload", "hackbench", "--precision", "1"],
+            &[
+                "bench",
+                "--workload",
+                "hackbench",
+                "--kernel",
+                "vmlinux",
+                "--precision",
+                "1",
+            ],
             "--precision applies to the exit tests",
         ),
     ] {
