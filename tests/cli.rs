@@ -187,7 +187,7 @@ fn a_precision_run_says_which_tests_reached_the_target() {
 }
 
 #[test]
-fn an_ab_precision_run_adds_pairs_of_rounds_until_each_change_is_within_the_target() {
+fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_target() {
     let dir = tempdir_named("ab-precision");
     let run = |name: &str, target: &str, budget: &str| {
         let p = dir.join(name);
@@ -239,11 +239,13 @@ fn an_ab_precision_run_adds_pairs_of_rounds_until_each_change_is_within_the_targ
             "the target or the budget is no interruption"
         );
     };
-    // A target the planned rounds reach: no round beyond them.
+    // A wide target, reached within the budget by every test (the planned rounds, and
+    // more for a test whose interval was still wider: at ring 3 cpuid's figure is a few
+    // clock steps, and its interval is widened by one).
     let (out, wide) = run("wide.json", "50", "60");
     consistent(&wide);
     let p = &wide["precision"];
-    assert_eq!(p["rounds"], 5, "{p}");
+    assert!(p["rounds"].as_u64().unwrap() >= 5, "{p}");
     let names: Vec<&str> = p["tests"]
         .as_array()
         .unwrap()
@@ -263,20 +265,13 @@ fn an_ab_precision_run_adds_pairs_of_rounds_until_each_change_is_within_the_targ
         out.contains("precision: target ±50% (95 % interval of each test's change B vs A), budget 60 s: 2 of 2 tests reached it"),
         "{out}"
     );
-    // A target no run reaches: pairs of rounds are added while the budget lasts, then
-    // the report names every test with its half-width. Where the planned rounds took so
-    // long (an emulated L1) that one more would overrun the budget, none is added.
-    let (out, tight) = run("tight.json", "0.0001", "12");
+    // A target no run reaches: pairs of rounds are added while the budget lasts (when to
+    // add one: ab::tests::precision_rounds_run_the_tests_short_of_the_target_while_the_budget_lasts),
+    // then the report names every test with its half-width.
+    let (out, tight) = run("tight.json", "0.0001", "4");
     consistent(&tight);
     let p = &tight["precision"];
-    let (rounds, seconds) = (
-        p["rounds"].as_u64().unwrap(),
-        p["seconds"].as_f64().unwrap(),
-    );
-    assert!(
-        rounds > 5 || seconds * 6.0 / 5.0 > 12.0,
-        "no round was added though the budget had room for one: {p}"
-    );
+    assert!(p["rounds"].as_u64().unwrap() >= 5, "{p}");
     for t in p["tests"].as_array().unwrap() {
         assert_eq!(t["reached"], false, "{p}");
         assert!(t["half_width_pct"].as_f64().unwrap() > 0.0001, "{p}");

@@ -92,19 +92,16 @@ pub fn run(
                         return Ok(Flow::Continue);
                     }
                     let widths = change_half_widths(&runs);
-                    let open: Vec<&str> = widths
-                        .iter()
-                        .filter(|(_, h)| !variance::reaches(*h, p.target.target_pct))
-                        .map(|(name, _)| name.as_str())
-                        .collect();
-                    // The next round's time, from the last one's per test it ran.
-                    let next = p
-                        .last_round
-                        .mul_f64(open.len() as f64 / p.last_tests.max(1) as f64);
-                    if open.is_empty() || started.elapsed() + next > p.target.budget {
+                    let Some(open) = precision_round(
+                        &widths,
+                        &p.target,
+                        started.elapsed(),
+                        p.last_round,
+                        p.last_tests,
+                    ) else {
                         p.ended = true;
                         return Ok(Flow::Stop);
-                    }
+                    };
                     for s in &mut sides {
                         s.tests.retain(|d| d.baseline || open.contains(&d.name));
                     }
@@ -172,16 +169,41 @@ pub fn run(
         .round()
         .filter(|_| !reached_by_precision)
         .map(|round| {
-            let of = if base.precision.is_some() {
-                format!("{rounds} planned and --precision's")
+            let during = if u64::from(round) > rounds {
+                format!(
+                    "--precision round {} (after the {rounds} planned)",
+                    u64::from(round) - rounds
+                )
             } else {
-                rounds.to_string()
+                format!("round {round} of {rounds}")
             };
             format!(
-                "interrupted during round {round} of {of}: kept the {complete} round(s) both sides completed"
+                "interrupted during {during}: kept the {complete} round(s) both sides completed"
             )
         });
     Ok(out)
+}
+
+/// Whether `--precision` runs another round of an A/B run, and of which tests: those
+/// whose change's half-width (`widths`, [`change_half_widths`]) is not within the
+/// target, when the round would end within the budget (`elapsed` so far). The round's
+/// time is estimated from the last one (`last_round`, which ran `last_tests` tests): each
+/// side-run also runs the empty loop, so the estimate is the last round's time per test
+/// run, the empty loop counted, times the tests to run and the loop. `None` to stop.
+fn precision_round<'a>(
+    widths: &'a [(String, Option<f64>)],
+    target: &bench::Precision,
+    elapsed: std::time::Duration,
+    last_round: std::time::Duration,
+    last_tests: usize,
+) -> Option<Vec<&'a str>> {
+    let open: Vec<&str> = widths
+        .iter()
+        .filter(|(_, h)| !variance::reaches(*h, target.target_pct))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let next = last_round.mul_f64((open.len() + 1) as f64 / (last_tests + 1) as f64);
+    (!open.is_empty() && elapsed + next <= target.budget).then_some(open)
 }
 
 /// The state of `--precision`'s rounds of an A/B run.
@@ -383,7 +405,7 @@ fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<Stri
         String::new()
     } else {
         format!(
-            "; the VMM's stamps around its handling of each exit (the phases, first round of each side) moved by a median {}, the change those tests' figures should show",
+            "; the VMM's stamps around its handling of each exit (the phases, from the first round of each side only, so indicative) moved by a median {}, the change those tests' figures should show",
             handling.join(", ")
         )
     };
@@ -496,6 +518,36 @@ mod tests {
     use crate::runner::{Measurement, RunParams};
 
     #[test]
+    fn precision_rounds_run_the_tests_short_of_the_target_while_the_budget_lasts() {
+        use std::time::Duration;
+        let target = bench::Precision {
+            target_pct: 1.0,
+            budget: Duration::from_secs(60),
+        };
+        let widths = vec![
+            ("cpuid".to_string(), Some(0.8)),
+            ("inl_from_user".to_string(), Some(1.6)),
+            ("rdmsr_user".to_string(), None),
+            ("hlt".to_string(), Some(1.0)),
+        ];
+        // The last round ran 9 tests and the empty loop in 10 s: a second per test run.
+        // The next runs two tests and the loop, 3 s, so it starts until 57 s.
+        let last = Duration::from_secs(10);
+        let at = |s: u64| precision_round(&widths, &target, Duration::from_secs(s), last, 9);
+        assert_eq!(at(57), Some(vec!["inl_from_user", "rdmsr_user"]));
+        assert_eq!(at(58), None, "the round would end past the budget");
+        // Every test within the target (a half-width equal to it is within): stop.
+        let done = vec![
+            ("cpuid".to_string(), Some(0.8)),
+            ("hlt".to_string(), Some(1.0)),
+        ];
+        assert_eq!(
+            precision_round(&done, &target, Duration::ZERO, last, 9),
+            None
+        );
+    }
+
+    #[test]
     fn the_injected_note_gives_the_mean_change_from_the_waits_actually_spun() {
         let result = |inject_cycles: u64, spun: &[u64]| {
             let p = RunParams {
@@ -547,7 +599,7 @@ mod tests {
         .unwrap();
         assert!(
             note.contains(
-                "moved by a median inl_from_user +585, the change those tests' figures should show"
+                "so indicative) moved by a median inl_from_user +585, the change those tests' figures should show"
             ),
             "{note}"
         );

@@ -1059,7 +1059,7 @@ pub const LOST_WAKEUP: &str = "the host did not wake the vCPU";
 fn lost_wakeup(state: Option<InterruptState>) -> String {
     match state.and_then(|s| s.undelivered_vector().map(|v| (s, v))) {
         Some((s, v)) => format!(
-            "; {LOST_WAKEUP}: it halted with interrupts enabled while its local APIC held vector {v:#04x} requested above its priority ({s}), so the interrupt was lost in the host's KVM, not in the guest or this VMM (seen on nested KVM under an emulated CPU); re-run, or run on another host"
+            "; {LOST_WAKEUP}: it halted with interrupts enabled while its enabled local APIC held vector {v:#04x} requested above its priority ({s}), so the interrupt was most likely lost in the host's KVM (a self-IPI test stopped like this on nested KVM under an emulated CPU); re-run, or run on another host"
         ),
         None => String::new(),
     }

@@ -123,10 +123,11 @@ fn a_vcpu_that_never_comes_up_is_named_by_its_apic_id() {
 
 /// Runs `name` with 20 samples, again (up to [`LOST_WAKEUP_RUNS`] runs in all) when a
 /// run was stopped with its vCPU halted, interrupts enabled and an interrupt pending in
-/// its LAPIC that the host never delivered ([`runner::LOST_WAKEUP`]). That is a host
-/// fault, seen about once in 1,000 halts on nested KVM under an emulated CPU (the
-/// throw-away L1 guest); each such run is printed, and the checks are made on a run
-/// that completed. A run stuck in any other way is returned as it is.
+/// its LAPIC that the host never delivered ([`runner::LOST_WAKEUP`]), most likely a
+/// host fault: a self-IPI test stopped halted with IF=1 after its ICR write once in
+/// about ten CI runs on nested KVM under an emulated CPU (the throw-away L1 guest).
+/// Each such run is printed, and the checks are made on a run that completed. A run
+/// stuck in any other way is returned as it is.
 fn run_past_lost_wakeups(name: &str) -> Measurement {
     let mut runs = 0;
     loop {

@@ -301,8 +301,13 @@ pub fn precision_lines(results: &Results) -> Vec<String> {
         })
         .collect();
     if !missed.is_empty() {
+        let when = if results.incomplete.is_some() {
+            "the run was interrupted"
+        } else {
+            "the budget ended"
+        };
         lines.push(format!(
-            "precision not reached when the budget ended: {}",
+            "precision not reached when {when}: {}",
             missed.join(", ")
         ));
     }

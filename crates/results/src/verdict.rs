@@ -451,7 +451,7 @@ fn paired_interval(
         }
         Interval::SignedRank => {
             let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
-            let (centre, [lo, hi]) = signed_rank_interval(&logs);
+            let (centre, [lo, hi]) = signed_rank_interval(&logs)?;
             (centre.exp(), [lo.exp(), hi.exp()])
         }
         Interval::StudentT => {
@@ -556,9 +556,13 @@ fn sign_test_interval(sorted: &[f64]) -> [f64; 2] {
 /// averages, `N = n(n+1)/2`) with the largest `k` whose coverage, `1 - 2 P(T < k)` for the
 /// signed-rank statistic `T` of `n` values without a shift, is at least 95 % (`k = 1`,
 /// the range of the Walsh averages, when none is: fewer than 6 values). `P(T < k)` is
-/// exact up to [`SIGNED_RANK_EXACT`] values and the normal approximation beyond.
-pub fn signed_rank_interval(values: &[f64]) -> (f64, [f64; 2]) {
+/// exact up to [`SIGNED_RANK_EXACT`] values and the normal approximation beyond. `None`
+/// for no values.
+pub fn signed_rank_interval(values: &[f64]) -> Option<(f64, [f64; 2])> {
     let n = values.len();
+    if n == 0 {
+        return None;
+    }
     let mut walsh = Vec::with_capacity(n * (n + 1) / 2);
     for i in 0..n {
         for j in i..n {
@@ -568,7 +572,7 @@ pub fn signed_rank_interval(values: &[f64]) -> (f64, [f64; 2]) {
     walsh.sort_unstable_by(f64::total_cmp);
     let big_n = walsh.len();
     let k = signed_rank_k(n).clamp(1, big_n.div_ceil(2));
-    (percentile(&walsh, 50.0), [walsh[k - 1], walsh[big_n - k]])
+    Some((percentile(&walsh, 50.0), [walsh[k - 1], walsh[big_n - k]]))
 }
 
 /// Up to this many values [`signed_rank_interval`] takes the signed-rank statistic's
@@ -850,7 +854,9 @@ mod tests {
         // 1..=10: Walsh averages 1, 1.5, ..., 10; their median is 5.5, and the 9th
         // smallest and largest bound the interval.
         let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        let (centre, [lo, hi]) = signed_rank_interval(&v);
+        assert_eq!(signed_rank_interval(&[]), None);
+        assert_eq!(signed_rank_interval(&[3.0]), Some((3.0, [3.0, 3.0])));
+        let (centre, [lo, hi]) = signed_rank_interval(&v).expect("an interval");
         assert_eq!(centre, 5.5);
         let mut walsh = Vec::new();
         for i in 0..10 {

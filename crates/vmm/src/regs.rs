@@ -141,10 +141,14 @@ pub struct InterruptState {
     pub irr_highest: Option<u8>,
     /// The highest vector in service (ISR), if any.
     pub isr_highest: Option<u8>,
+    /// The LAPIC is software-enabled (spurious-vector register bit 8); a disabled one
+    /// delivers nothing, by the guest's choice.
+    pub apic_enabled: bool,
 }
 
 /// Offsets of registers in the LAPIC's register page (`kvm_lapic_state::regs`).
 const APIC_TPR: usize = 0x80;
+const APIC_SVR: usize = 0xF0;
 const APIC_ISR: usize = 0x100;
 const APIC_IRR: usize = 0x200;
 
@@ -171,6 +175,7 @@ impl InterruptState {
             tpr: word(APIC_TPR) as u8,
             irr_highest: highest(APIC_IRR),
             isr_highest: highest(APIC_ISR),
+            apic_enabled: word(APIC_SVR) & 0x100 != 0,
         }
     }
 
@@ -181,13 +186,15 @@ impl InterruptState {
     }
 
     /// A vector the vCPU should have been woken for and was not: the vCPU halted with
-    /// interrupts enabled while its LAPIC held a requested vector of a priority class
-    /// above the processor priority. On a correct host that vCPU would run its handler;
-    /// a guest stuck like this is stuck in the host (a lost wakeup), not in its own code.
+    /// interrupts enabled while its enabled LAPIC held a requested vector of a priority
+    /// class above the processor priority. On a correct host that vCPU would run its
+    /// handler; a guest stuck like this is most likely stuck in the host (a lost
+    /// wakeup), not in its own code.
     pub fn undelivered_vector(&self) -> Option<u8> {
         let v = self.irr_highest?;
         (self.mp_state == kvm_bindings::KVM_MP_STATE_HALTED
             && self.interrupts_enabled
+            && self.apic_enabled
             && v >> 4 > self.ppr_class())
         .then_some(v)
     }
@@ -205,8 +212,9 @@ impl std::fmt::Display for InterruptState {
         let vector = |v: Option<u8>| v.map_or("none".to_string(), |v| format!("{v:#04x}"));
         write!(
             f,
-            "{state}, IF={}; local APIC: TPR={:#04x}, highest requested (IRR) {}, highest in service (ISR) {}",
+            "{state}, IF={}; local APIC{}: TPR={:#04x}, highest requested (IRR) {}, highest in service (ISR) {}",
             u8::from(self.interrupts_enabled),
+            if self.apic_enabled { "" } else { " (disabled)" },
             self.tpr,
             vector(self.irr_highest),
             vector(self.isr_highest)
@@ -227,9 +235,10 @@ pub fn interrupt_state(fd: &VcpuFd) -> Option<InterruptState> {
 mod tests {
     use super::*;
 
+    /// A register page with the LAPIC enabled (SVR bit 8) and `set` written.
     fn page(set: &[(usize, u32)]) -> Vec<std::os::raw::c_char> {
         let mut p = vec![0 as std::os::raw::c_char; 1024];
-        for &(off, v) in set {
+        for &(off, v) in [(APIC_SVR, 0x1ff)].iter().chain(set) {
             for (i, b) in v.to_le_bytes().iter().enumerate() {
                 p[off + i] = *b as std::os::raw::c_char;
             }
@@ -280,6 +289,11 @@ mod tests {
         // Task priority at the vector's class (0xe): masked by the guest.
         let s = InterruptState::from_parts(&page(&[irr, (APIC_TPR, 0xe0)]), halted, 0x246);
         assert_eq!(s.undelivered_vector(), None);
+        // The LAPIC disabled by the guest (SVR bit 8 clear): nothing is delivered.
+        let s = InterruptState::from_parts(&page(&[irr, (APIC_SVR, 0xff)]), halted, 0x246);
+        assert!(!s.apic_enabled);
+        assert_eq!(s.undelivered_vector(), None);
+        assert!(s.to_string().contains("local APIC (disabled): "), "{s}");
         // A higher vector in service (0xf0): waits for its EOI.
         let s =
             InterruptState::from_parts(&page(&[irr, (APIC_ISR + 0x70, 1 << 16)]), halted, 0x246);
