@@ -809,7 +809,7 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     for t in cmp.tests.iter().filter(|t| t.baseline) {
         if let (Verdict::Slower | Verdict::Faster, Some(pct)) = (&t.change.verdict, t.change.pct) {
             tail.push(format!(
-                "{} (the empty loop, no exit) moved {}: the host ran the guest's code at another speed; not a regression of any exit, and it does not set the exit status",
+                "{} (the empty loop, no exit) moved {}: the guest's code ran at another speed (the host's, or guest work added on one side, as --ab guest-cycles does); not a regression of any exit, and it does not set the exit status",
                 t.name,
                 fmt_pct_signed(pct)
             ));
