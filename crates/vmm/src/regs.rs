@@ -146,6 +146,26 @@ pub struct InterruptState {
     pub apic_enabled: bool,
 }
 
+/// The 32-bit LAPIC register at byte offset `off` of a register page
+/// (`kvm_lapic_state::regs`, little-endian); 0 past the page's end.
+pub fn lapic_register(page: &[std::os::raw::c_char], off: usize) -> u32 {
+    let mut b = [0u8; 4];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = page.get(off + i).copied().unwrap_or(0) as u8;
+    }
+    u32::from_le_bytes(b)
+}
+
+/// Writes the 32-bit LAPIC register at byte offset `off` of a register page (nothing
+/// past the page's end).
+pub fn set_lapic_register(page: &mut [std::os::raw::c_char], off: usize, value: u32) {
+    for (i, x) in value.to_le_bytes().iter().enumerate() {
+        if let Some(b) = page.get_mut(off + i) {
+            *b = *x as std::os::raw::c_char;
+        }
+    }
+}
+
 /// Offsets of registers in the LAPIC's register page (`kvm_lapic_state::regs`).
 const APIC_TPR: usize = 0x80;
 const APIC_SVR: usize = 0xF0;
@@ -155,13 +175,7 @@ const APIC_IRR: usize = 0x200;
 impl InterruptState {
     /// Reads the state from a LAPIC register page, the run state and RFLAGS.
     pub fn from_parts(lapic: &[std::os::raw::c_char], mp_state: u32, rflags: u64) -> Self {
-        let word = |off: usize| -> u32 {
-            let mut b = [0u8; 4];
-            for (i, x) in b.iter_mut().enumerate() {
-                *x = lapic.get(off + i).copied().unwrap_or(0) as u8;
-            }
-            u32::from_le_bytes(b)
-        };
+        let word = |off: usize| lapic_register(lapic, off);
         // Eight 32-bit registers 16 bytes apart hold vectors 0..=255, low to high.
         let highest = |base: usize| {
             (0..8).rev().find_map(|i| {
@@ -239,9 +253,7 @@ mod tests {
     fn page(set: &[(usize, u32)]) -> Vec<std::os::raw::c_char> {
         let mut p = vec![0 as std::os::raw::c_char; 1024];
         for &(off, v) in [(APIC_SVR, 0x1ff)].iter().chain(set) {
-            for (i, b) in v.to_le_bytes().iter().enumerate() {
-                p[off + i] = *b as std::os::raw::c_char;
-            }
+            set_lapic_register(&mut p, off, v);
         }
         p
     }

@@ -217,14 +217,8 @@ impl Vcpu {
             .get_lapic()
             .map_err(|e| VmmError::Kvm("KVM_GET_LAPIC", e))?;
         for (reg, mode) in [(0x350usize, 0x7u32), (0x360, 0x4)] {
-            let mut b = [0u8; 4];
-            for (i, x) in b.iter_mut().enumerate() {
-                *x = lapic.regs[reg + i] as u8;
-            }
-            let v = (u32::from_le_bytes(b) & !0x700) | (mode << 8);
-            for (i, x) in v.to_le_bytes().iter().enumerate() {
-                lapic.regs[reg + i] = *x as _;
-            }
+            let v = (regs::lapic_register(&lapic.regs, reg) & !0x700) | (mode << 8);
+            regs::set_lapic_register(&mut lapic.regs, reg, v);
         }
         self.fd
             .set_lapic(&lapic)
