@@ -142,27 +142,11 @@ fn a_precision_run_says_which_tests_reached_the_target() {
     );
     // A target no run reaches, with a budget of one second: the planned rounds run,
     // then the report names every test with its half-width.
-    let tight = dir.join("tight.json");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid,outl_to_user",
-        "--samples",
-        "150",
-        "--ring",
-        "3",
-        "--rounds",
-        "5",
-        "--quiet",
-        "--precision",
-        "0.0001",
-        "--budget",
-        "1",
-        "--json",
-        tight.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
+    let (tight, out) = small_run_printing(
+        &dir,
+        "tight.json",
+        &["--precision", "0.0001", "--budget", "1"],
+    );
     // Each test is named with its half-width, or, where an outlier round set aside left
     // fewer rounds than an interval needs and the budget allowed no replacement (as on a
     // noisy host), with that reason.
@@ -190,30 +174,17 @@ fn a_precision_run_says_which_tests_reached_the_target() {
 fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_target() {
     let dir = tempdir_named("ab-precision");
     let run = |name: &str, target: &str, budget: &str| {
-        let p = dir.join(name);
-        let o = exitlab(&[
-            "bench",
+        let extra = [
             "--ab",
             "warmup=200,201",
-            "--tests",
-            "cpuid,outl_to_user",
-            "--samples",
-            "150",
-            "--ring",
-            "3",
-            "--rounds",
-            "5",
-            "--quiet",
             "--precision",
             target,
             "--budget",
             budget,
-            "--json",
-            p.to_str().unwrap(),
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        ];
+        let (p, out) = small_run_printing(&dir, name, &extra);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-        (stdout(&o), v)
+        (out, v)
     };
     // Each test's A and B rounds and the pairs' order agree with the rounds run.
     let consistent = |v: &serde_json::Value| {
@@ -599,6 +570,15 @@ fn tempdir() -> std::path::PathBuf {
 
 /// A small real run with enough rounds for a conclusion; returns its file.
 fn small_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> std::path::PathBuf {
+    small_run_printing(dir, name, extra).0
+}
+
+/// [`small_run`], and what it printed.
+fn small_run_printing(
+    dir: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> (std::path::PathBuf, String) {
     let p = dir.join(name);
     let mut args = vec![
         "bench",
@@ -618,7 +598,7 @@ fn small_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> std::path::Pa
     args.extend_from_slice(extra);
     let o = exitlab(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    p
+    (p, stdout(&o))
 }
 
 /// An edit that sets outl_to_user's round figures to its third round's, times `factor`,
