@@ -15,6 +15,7 @@ use exitlab_vmm::builder::{Machine, MachineBuilder, VcpuSpec};
 use exitlab_vmm::machine::{build_pc_platform, PcPlatform, PlatformConfig, SerialOut};
 use exitlab_vmm::msr::UserMsr;
 use exitlab_vmm::regs::InterruptState;
+use exitlab_vmm::teardown::Teardown;
 use exitlab_vmm::thread::Finished;
 use exitlab_vmm::vcpu::{
     DoorbellCtx, ExitCounts, ExitHook, Handler, HltPolicy, HookReply, VcpuConfig, VcpuStop,
@@ -648,13 +649,36 @@ pub fn run_test(
     def: &'static TestDef,
     params: RunParams,
 ) -> Result<Measurement, RunError> {
+    run_test_in(kvm, image, def, params, None)
+}
+
+/// [`run_test`], with the VM's closing left to `teardown` (its [`Teardown::finish`]), so
+/// that rounds in fresh VMs do not each wait for the kernel to destroy the last one. The
+/// lab kernel arms no periodic timer, so a kept VM is quiet until it is closed.
+pub fn run_test_deferred(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    params: RunParams,
+    teardown: &Arc<Teardown>,
+) -> Result<Measurement, RunError> {
+    run_test_in(kvm, image, def, params, Some(teardown))
+}
+
+fn run_test_in(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    def: &'static TestDef,
+    params: RunParams,
+    teardown: Option<&Arc<Teardown>>,
+) -> Result<Measurement, RunError> {
     let started = Instant::now();
     if let Some(why) = run_skip_reason(kvm, def, &params) {
         let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);
         return Ok(m);
     }
-    let lab = LabVm::build(kvm, def, &params)?;
+    let lab = LabVm::build(kvm, def, &params, teardown)?;
     run_in(lab, kvm, image, def, params, started)
 }
 
@@ -675,7 +699,7 @@ pub fn run_test_on_pc_bus(
         m.outcome = Outcome::Skipped(why);
         return Ok((m, 0));
     }
-    let mut lab = LabVm::build(kvm, def, &params)?;
+    let mut lab = LabVm::build(kvm, def, &params, None)?;
     let platform = PlatformConfig {
         ram_bytes: LAB_RAM_BYTES,
         cpus: 1,
@@ -750,8 +774,16 @@ struct LabVm {
 impl LabVm {
     /// Creates the VM the test's platform needs, with the userspace MMIO page on its bus
     /// and, for the ioeventfd test, the ioeventfd.
-    fn build(kvm: &Arc<Kvm>, def: &TestDef, params: &RunParams) -> Result<LabVm, RunError> {
+    fn build(
+        kvm: &Arc<Kvm>,
+        def: &TestDef,
+        params: &RunParams,
+        teardown: Option<&Arc<Teardown>>,
+    ) -> Result<LabVm, RunError> {
         let mut builder = lab_builder(kvm, vm_config(def, &params.irq))?;
+        if let Some(t) = teardown {
+            builder.defer_teardown(t);
+        }
         let _ioevent = if def.platform == Platform::MmioIoeventfd {
             Some(
                 builder

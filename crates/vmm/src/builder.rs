@@ -25,6 +25,7 @@ use kvm_ioctls::Kvm;
 use vm_memory::GuestMemoryMmap;
 
 use crate::hook::ExitHook;
+use crate::teardown::Teardown;
 use crate::thread::{self, Finished, VcpuThread};
 use crate::vcpu::{Handler, Vcpu, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
@@ -109,6 +110,13 @@ impl<H: ExitHook + Send + 'static> MachineBuilder<H> {
     /// The VM, for registering ioeventfds.
     pub fn vm_mut(&mut self) -> &mut Vm {
         &mut self.vm
+    }
+
+    /// Puts off closing the VM, once the machine is dropped, to `teardown`'s
+    /// [`Teardown::finish`]: its vCPU threads, devices and guest memory still go at
+    /// once (see [`crate::teardown`] for when this suits).
+    pub fn defer_teardown(&mut self, teardown: &Arc<Teardown>) {
+        self.vm.defer_teardown(teardown);
     }
 
     /// When [`MachineBuilder::new`] was called.
@@ -317,6 +325,29 @@ mod tests {
                 .unwrap();
         }
         b
+    }
+
+    #[test]
+    fn a_deferred_teardown_keeps_only_the_vm_fd_until_it_is_finished() {
+        let teardown = Teardown::new();
+        let closed_at_once = machine(1, &SPIN);
+        let mut kept = machine(1, &SPIN);
+        kept.defer_teardown(&teardown);
+        let vm_fds = [&closed_at_once, &kept].map(|b| Arc::downgrade(b.vm().fd()));
+        let memory = [&closed_at_once, &kept].map(|b| Arc::downgrade(b.vm().memory()));
+        for b in [closed_at_once, kept] {
+            let mut m = b.start().unwrap();
+            assert_eq!(m.stop_all(Duration::from_secs(5)).len(), 1);
+        }
+        // Both machines are dropped: their guest memory is unmapped; only the kept VM's
+        // fd is still open, held by the teardown.
+        assert!(memory.iter().all(|m| m.upgrade().is_none()));
+        assert!(vm_fds[0].upgrade().is_none());
+        assert!(vm_fds[1].upgrade().is_some());
+        assert_eq!(teardown.kept(), 1);
+        assert_eq!(teardown.finish(), 1);
+        assert!(vm_fds[1].upgrade().is_none());
+        assert_eq!((teardown.kept(), teardown.finish()), (0, 0));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod seccomp;
 pub mod suspend;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod teardown;
 pub mod testing;
 pub mod thread;
 pub mod vcpu;

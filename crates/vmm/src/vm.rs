@@ -16,6 +16,7 @@ use crate::bus::Bus;
 pub use crate::irqchip::IrqChip;
 use crate::irqchip::{KvmIrqLine, SplitChips, SplitIrqLine};
 use crate::msr::{self, UserMsr};
+use crate::teardown::Teardown;
 use crate::vcpu::{Vcpu, VcpuConfig};
 use crate::{cpuid, memory, VmmError};
 
@@ -98,6 +99,18 @@ pub struct Vm {
     mem: Arc<GuestMemoryMmap>,
     user_msrs: Arc<[UserMsr]>,
     config: VmConfig,
+    // Where the fd goes when the VM is dropped, instead of being closed at once.
+    teardown: Option<Arc<Teardown>>,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // The teardown's copy of the fd outlives the VM's own, which then drops in its
+        // order, before the memory, without closing the VM.
+        if let Some(t) = &self.teardown {
+            t.keep(self.fd.clone());
+        }
+    }
 }
 
 impl std::fmt::Debug for Vm {
@@ -210,6 +223,7 @@ impl Vm {
             user_msrs: config.user_msrs.clone().into(),
             ioevents: Vec::new(),
             config,
+            teardown: None,
         })
     }
 
@@ -221,6 +235,12 @@ impl Vm {
     /// The VM fd.
     pub fn fd(&self) -> &Arc<VmFd> {
         &self.fd
+    }
+
+    /// Hands the VM's fd to `teardown` when the VM is dropped, to be closed with the
+    /// others it keeps ([`Teardown::finish`]).
+    pub(crate) fn defer_teardown(&mut self, teardown: &Arc<Teardown>) {
+        self.teardown = Some(teardown.clone());
     }
 
     /// Guest memory.
