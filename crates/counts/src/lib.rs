@@ -92,15 +92,17 @@ pub struct VcpuExits {
 }
 
 /// The busy-waits a vCPU made for the VMM's known-answer control (`inject-cycles`: a wait
-/// of N host TSC cycles after every userspace exit), as the VMM measured them (from each
-/// wait's first clock read to its last): the change the exits really got, which is N plus
-/// whatever the spin overshot by (the loop's last pass, or the thread losing its CPU while
-/// it spun, as the emulated CPUs of a nested guest do when they share one host thread).
+/// that adds N host TSC cycles after every userspace exit), as the VMM measured them:
+/// each wait's spin (from its first clock read to its last) plus what a wait costs
+/// outside its spin (its call and clock reads, calibrated when the control was set). That
+/// is the change the exits really got: N on average, more where the thread lost its CPU
+/// while it spun (as the emulated CPUs of a nested guest do when they share one host
+/// thread).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InjectedWaits {
     /// Waits made: one per userspace exit handled while the control was on.
     pub waits: u64,
-    /// Cycles spun in all.
+    /// Cycles the waits added in all (spins and their cost outside them).
     pub spun: u64,
     /// The shortest wait (0 when none was made).
     pub min: u64,

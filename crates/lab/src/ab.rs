@@ -386,8 +386,8 @@ fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<Stri
         None => format!("inject-cycles {n}: no wait"),
     };
     // The VMM's own stamps around its handling of each exit (the phases, from each
-    // side's first round) see the wait and the clock reads around it, which the wait's
-    // own count misses.
+    // side's first round): a second view of what the waits added, taken by the stamps
+    // rather than by the waits' own count and calibration.
     let handling: Vec<String> = tests[0]
         .iter()
         .filter(|a| a.expected_handling == Handling::User)

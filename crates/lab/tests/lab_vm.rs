@@ -323,9 +323,11 @@ fn every_sample_of_a_userspace_exit_has_an_ordered_host_timeline() {
 
 /// What waits of `n` cycles that spun `spun` can add to a median of exit costs: between
 /// a fifth less than the shortest wait and a fifth more than the longest. On a host where
-/// the VMM keeps its CPU every wait spins `n` and a little more, and so does this range;
-/// where the VMM's thread loses its CPU while it spins (a nested guest's emulated CPUs
-/// sharing one host thread), the waits are longer and the exits get what they spun.
+/// the VMM keeps its CPU every wait adds about `n` (calibrated to `n` on average: one can
+/// count a few cycles under it, by how far its spin's last pass fell short of the
+/// median's), and so does this range; where the VMM's thread loses its CPU while it spins
+/// (a nested guest's emulated CPUs sharing one host thread), the waits are longer and the
+/// exits get what they spun.
 fn spun_range(n: u64, spun: exitlab_vmm::vcpu::InjectedWaits) -> (f64, f64) {
     eprintln!(
         "inject-cycles {n}: {} waits spun {:.0} cycles on average (shortest {}, longest {})",
@@ -334,7 +336,7 @@ fn spun_range(n: u64, spun: exitlab_vmm::vcpu::InjectedWaits) -> (f64, f64) {
         spun.min,
         spun.max
     );
-    assert!(spun.waits > 0 && spun.min >= n, "{spun:?}");
+    assert!(spun.waits > 0 && spun.min >= n - n / 100, "{spun:?}");
     (0.8 * spun.min as f64, 1.2 * spun.max as f64)
 }
 

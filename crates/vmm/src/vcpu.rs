@@ -77,19 +77,90 @@ pub struct Vcpu {
 
 pub use exitlab_counts::InjectedWaits;
 
-/// The known-answer control of the exit path: host TSC cycles of busy-waiting added to
-/// the handling of every userspace exit but the doorbells (0: off, the default), and the
+/// The known-answer control of the exit path: host TSC cycles added to the handling of
+/// every userspace exit but the doorbells by a busy-wait (0: off, the default), and the
 /// waits made.
+///
+/// A wait costs more than the cycles it spins: the spin's last pass overshoots, and the
+/// call and the clock reads around the spin take their own cycles, all of which an exit's
+/// handling gets. Here they came to 40-220 cycles a wait (a nominal 480 made the handling
+/// phase 546-702 cycles longer). So the spin is shortened by what a wait adds beyond it,
+/// measured when the control is set ([`Inject::calibrated`]), and each wait counts its
+/// spin plus that cost outside it: the waits add, on average, the cycles asked for.
 #[derive(Debug, Clone, Copy, Default)]
 struct Inject {
+    /// What each wait is to add.
     cycles: u64,
+    /// What it spins for.
+    spin: u64,
+    /// What it costs outside its spin (the call, its clock reads and its count).
+    outside: u64,
     done: InjectedWaits,
 }
 
-/// Busy-waits `cycles` host TSC cycles (a known-answer control: a change of this size in
-/// every userspace exit) and returns the cycles it measured, at least `cycles`.
-#[cold]
-#[inline(never)]
+/// Waits timed to calibrate the control.
+const CALIBRATION_WAITS: usize = 101;
+/// The longest spin timed to calibrate the control (what a wait adds beyond its spin
+/// does not grow with the spin; a long one would only make the calibration slow).
+const CALIBRATION_SPIN: u64 = 2_000;
+
+impl Inject {
+    /// The control for waits that add `cycles` each (0: off). Times
+    /// [`CALIBRATION_WAITS`] waits of a trial spin between two clock reads, against the
+    /// same two reads around nothing: what a wait adds beyond the spin it was asked for
+    /// (the median over the waits) is its overshoot plus its cost outside the spin, and
+    /// the spin is shortened by it. A wait of fewer cycles than that cost adds more than
+    /// asked, and its count says so.
+    fn calibrated(cycles: u64) -> Inject {
+        if cycles == 0 {
+            return Inject::default();
+        }
+        let trial = cycles.min(CALIBRATION_SPIN);
+        let mut probe = Inject {
+            cycles: trial,
+            spin: trial,
+            ..Inject::default()
+        };
+        let mut bare = [0u64; CALIBRATION_WAITS];
+        let mut around = [0u64; CALIBRATION_WAITS];
+        let mut spun = [0u64; CALIBRATION_WAITS];
+        for i in 0..CALIBRATION_WAITS {
+            let t0 = sys::rdtscp();
+            bare[i] = sys::rdtscp().wrapping_sub(t0);
+            let before = probe.done.spun;
+            let t0 = sys::rdtscp();
+            probe.wait();
+            around[i] = sys::rdtscp().wrapping_sub(t0);
+            spun[i] = probe.done.spun - before;
+        }
+        let added = middle(&mut around).saturating_sub(middle(&mut bare));
+        let spun = middle(&mut spun);
+        Inject {
+            cycles,
+            spin: cycles.saturating_sub(added.saturating_sub(trial)),
+            outside: added.saturating_sub(spun),
+            done: InjectedWaits::default(),
+        }
+    }
+
+    /// One wait, counted as its spin plus its cost outside the spin.
+    #[cold]
+    #[inline(never)]
+    fn wait(&mut self) {
+        let spun = busy_wait(self.spin);
+        self.done.add(spun + self.outside);
+    }
+}
+
+/// The middle one of `v` once sorted (the upper of the two middle ones of an even count).
+fn middle(v: &mut [u64]) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// Busy-waits `cycles` host TSC cycles and returns the cycles it measured, at least
+/// `cycles` (from its first clock read to its last).
+#[inline(always)]
 fn busy_wait(cycles: u64) -> u64 {
     let start = sys::rdtscp();
     loop {
@@ -149,11 +220,16 @@ impl Vcpu {
         self.first_entry
     }
 
-    /// Adds `cycles` host TSC cycles of busy-waiting to the handling of every userspace
-    /// exit but the doorbells, from the next run on (0 turns it off): a change of known
-    /// size for checking that a measurement sees it. Off, the loop only tests one value.
+    /// Adds `cycles` host TSC cycles to the handling of every userspace exit but the
+    /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated now so
+    /// that, with its call and clock reads, it adds that many on average: a change of
+    /// known size for checking that a measurement sees it. Off, the loop only tests one
+    /// value.
     pub fn set_inject_cycles(&mut self, cycles: u64) {
-        self.inject.cycles = cycles;
+        self.inject = Inject {
+            done: self.inject.done,
+            ..Inject::calibrated(cycles)
+        };
     }
 
     /// Busy-waits made by [`Vcpu::set_inject_cycles`] so far (one per userspace exit
@@ -434,8 +510,7 @@ impl Loop<'_> {
             match exit::dispatch(h, result, self.run_page.io_size(), self.doorbell) {
                 Next::Resume => {
                     if self.inject.cycles != 0 {
-                        let spun = busy_wait(self.inject.cycles);
-                        self.inject.done.add(spun);
+                        self.inject.wait();
                     }
                 }
                 Next::Doorbell(reply) => {
@@ -470,6 +545,36 @@ impl Loop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calibrated_wait_spins_less_than_asked_by_what_it_costs_besides() {
+        let off = Inject::calibrated(0);
+        assert_eq!((off.cycles, off.spin, off.outside), (0, 0, 0));
+        for cycles in [1, 480, 200_000] {
+            let i = Inject::calibrated(cycles);
+            assert_eq!(i.cycles, cycles);
+            // The trial spin's median count is at least the trial, so what the spin is
+            // shortened by is never less than the cost counted outside it, unless the
+            // wait costs more than asked (surely for 1 cycle) and its spin is cut to
+            // nothing.
+            assert!(i.spin + i.outside <= cycles || i.spin == 0, "{i:?}");
+            assert_eq!(i.done, InjectedWaits::default());
+        }
+    }
+
+    #[test]
+    fn a_wait_counts_its_spin_and_its_cost_outside_it() {
+        let mut i = Inject {
+            cycles: 150,
+            spin: 100,
+            outside: 50,
+            done: InjectedWaits::default(),
+        };
+        i.wait();
+        i.wait();
+        assert_eq!(i.done.waits, 2);
+        assert!(i.done.min >= 150 && i.done.spun >= 300, "{:?}", i.done);
+    }
 
     #[test]
     fn busy_wait_reports_at_least_the_cycles_asked_for() {
