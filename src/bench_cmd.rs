@@ -24,10 +24,11 @@ use crate::status::{
 };
 
 /// Rounds of a bench run by default, with [`DEFAULT_SAMPLES`] samples spread over them
-/// (100 a round): the variance components say a round's figure varies between rounds far
-/// more than its samples explain, so rounds, not samples, narrow the interval
-/// (`docs/statistics.md`).
-const DEFAULT_ROUNDS: u32 = 12;
+/// (50 a round): the variance components say a round's figure varies between rounds far
+/// more than its samples explain, so rounds, not samples, narrow the interval; since a
+/// round's VM is closed with others between rounds, a round costs half what it did, and
+/// 24 rounds take about what 12 took (`docs/statistics.md`).
+const DEFAULT_ROUNDS: u32 = 24;
 /// Samples per test of a bench run by default.
 const DEFAULT_SAMPLES: u64 = 1200;
 /// Rounds of a `--workload` run by default (each round boots Linux).
@@ -78,7 +79,7 @@ pub struct BenchArgs {
     #[arg(long)]
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
-    /// a fresh VM every round), so that host drift affects all tests alike [default: 12;
+    /// a fresh VM every round), so that host drift affects all tests alike [default: 24;
     /// 6 with --workload].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: Option<u32>,
