@@ -83,8 +83,8 @@ pub struct BenchArgs {
     /// 6 with --workload].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: Option<u32>,
-    /// Known-answer control: the VMM busy-waits this many host TSC cycles in its handling
-    /// of every userspace exit (0: off). `--ab inject-cycles=0,N` shows whether exitlab
+    /// Known-answer control: the VMM adds this many host TSC cycles to its handling of
+    /// every userspace exit, by a busy-wait calibrated with its clock reads (0: off). `--ab inject-cycles=0,N` shows whether exitlab
     /// sees a change of N cycles on this host.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     inject_cycles: u64,

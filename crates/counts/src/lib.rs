@@ -120,7 +120,7 @@ impl InjectedWaits {
         };
         self.max = self.max.max(spun);
         self.waits += 1;
-        self.spun += spun;
+        self.spun = self.spun.saturating_add(spun);
     }
 
     /// The waits of `self` and `other` together (two runs of one test, for instance).
@@ -130,7 +130,7 @@ impl InjectedWaits {
             (_, 0) => self,
             _ => InjectedWaits {
                 waits: self.waits + other.waits,
-                spun: self.spun + other.spun,
+                spun: self.spun.saturating_add(other.spun),
                 min: self.min.min(other.min),
                 max: self.max.max(other.max),
             },

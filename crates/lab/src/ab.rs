@@ -373,8 +373,8 @@ fn guest_work_ab_note(a: &[TestResult], b: &[TestResult], spec: &AbSpec) -> Opti
 }
 
 /// The note of an A/B run with `inject-cycles` on either side (`nominal`: each side's
-/// value): what the VMM's waits actually spun on each side, over all rounds, and so the
-/// mean change of a userspace-handled test's exits, with the nominal one beside it.
+/// value): what the VMM's waits added on each side by its count, over all rounds, and so
+/// the mean change of a userspace-handled test's exits, with the nominal one beside it.
 fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<String> {
     let waits = tests.map(analysis::injected_waits);
     if waits.iter().all(Option::is_none) {

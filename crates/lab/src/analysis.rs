@@ -473,8 +473,9 @@ pub fn spun_phrase(w: &InjectedWaits) -> String {
     }
 }
 
-/// The note of a run with `inject-cycles` on: what the waits actually spun, the change
-/// userspace-handled tests' exits got on average (each test's own is in its `injected`).
+/// The note of a run with `inject-cycles` on: what the waits added by the VMM's count
+/// (spins and their calibrated cost outside them), the change userspace-handled tests'
+/// exits got on average (each test's own is in its `injected`).
 pub fn injected_note(tests: &[TestResult], inject_cycles: u64) -> Option<String> {
     let w = injected_waits(tests)?;
     Some(format!(

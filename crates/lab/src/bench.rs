@@ -259,9 +259,7 @@ fn collect(
             })
             .collect();
         let mut one = |i: usize, progress: &mut dyn FnMut(Progress<'_>)| {
-            let t = Instant::now();
-            let m = one_round(kvm, image, tests[i], opts, samples[i], teardown, progress)?;
-            Ok::<_, RunError>(Stored::new(m, t.elapsed()))
+            one_round(kvm, image, tests[i], opts, samples[i], teardown, progress)
         };
         if let Some(p) = opts.precision {
             // What is left of the budget once the planned rounds ran.
@@ -560,9 +558,15 @@ fn run_rounds(
                     let r = u64::from(round - 1);
                     let share =
                         opts.params.samples / rounds + u64::from(r < opts.params.samples % rounds);
-                    let t = Instant::now();
-                    let m = one_round(kvm, image, tests[side], opts, share, teardown, progress)?;
-                    done.push(Stored::new(m, t.elapsed()));
+                    done.push(one_round(
+                        kvm,
+                        image,
+                        tests[side],
+                        opts,
+                        share,
+                        teardown,
+                        progress,
+                    )?);
                 }
             }
             Ok(Flow::Continue)
@@ -685,9 +689,11 @@ fn until_precise(
 /// at a time, in parallel, a default run's rounds took 2.8-3.2 s against 5.3-5.8 s.
 const TEARDOWN_BATCH: usize = 16;
 
-/// One round of `def` with `samples` samples, in a fresh VM, shown as it starts and ends.
-/// The VM is closed with others of `teardown` ([`TEARDOWN_BATCH`] at a time), before
-/// the next round starts.
+/// One round of `def` with `samples` samples, in a fresh VM, shown as it starts and ends,
+/// and the time it took. The VM is kept by `teardown` and closed with others
+/// ([`TEARDOWN_BATCH`] at a time, between two rounds, the rest when the run's rounds
+/// end); the round's time leaves its closing out, so that the round that closes a batch
+/// is not charged with the batch (the closing is not a cost of that test's rounds).
 fn one_round(
     kvm: &Arc<Kvm>,
     image: &[u8],
@@ -696,7 +702,8 @@ fn one_round(
     samples: u64,
     teardown: &Arc<Teardown>,
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Measurement, RunError> {
+) -> Result<Stored, RunError> {
+    let started = Instant::now();
     progress(Progress::Start(def.name));
     let m = runner::run_test_deferred(
         kvm,
@@ -708,11 +715,12 @@ fn one_round(
         },
         teardown,
     )?;
+    let seconds = started.elapsed();
     if teardown.kept() >= TEARDOWN_BATCH {
         teardown.finish();
     }
     progress(Progress::Done(def.name, &status_of(&m.outcome)));
-    Ok(m)
+    Ok(Stored::new(m, seconds))
 }
 
 /// The tests (indices) with fewer than `planned` clean rounds: rounds the central figure

@@ -43,7 +43,8 @@ pub enum Setting {
     PvIpi(Option<bool>),
     /// Where the I/O APIC and PIC are emulated.
     Irqchip(IrqChip),
-    /// Known-answer control: host cycles the VMM busy-waits per userspace exit (0: off).
+    /// Known-answer control: host cycles the VMM's calibrated busy-wait adds per userspace
+    /// exit (0: off).
     InjectCycles(u64),
     /// Known-answer control: guest cycles of busy-waiting added to every iteration of
     /// the measured loop, not to the paired empty loop (0: off).
@@ -216,7 +217,7 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "inject-cycles",
-        help: "known-answer control: host cycles the VMM busy-waits per userspace exit: 0 (off) to 100000000",
+        help: "known-answer control: host cycles the VMM's busy-wait adds per userspace exit: 0 (off) to 100000000",
         parse: |v| parse_u64("inject-cycles", v, 0, 100_000_000).map(Setting::InjectCycles),
     },
     Knob {

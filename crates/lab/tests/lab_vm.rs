@@ -292,7 +292,8 @@ fn every_sample_of_a_userspace_exit_has_an_ordered_host_timeline() {
     assert!(h.iter().all(|&x| x >= 0.0));
     // The phases put the VMM's time where it is: with a known busy-wait of N cycles added
     // to the handling of each userspace exit, the handling phase grows by what the waits
-    // actually spun (within a fifth) and the two kernel legs together by much less.
+    // added by the VMM's count (within a fifth) and the two kernel legs together by much
+    // less.
     const N: u64 = 2_000_000;
     let phases = |inject_cycles: u64| {
         let p = RunParams {
@@ -407,10 +408,11 @@ fn many_exits_per_sample_are_progress_for_the_watchdog() {
 
 #[test]
 fn injected_cycles_add_to_every_userspace_exit_and_to_no_kernel_one() {
-    // The known-answer control: the VMM busy-waits N host cycles per userspace exit. Its
-    // count of waits must equal the test's userspace exits (warm-up included), and the
-    // net figure must grow by what the waits actually spun (N where the VMM keeps its CPU)
-    // within 20 %, while a kernel-handled test is not touched (no wait at all). N is about
+    // The known-answer control: the VMM adds N host cycles per userspace exit by a
+    // busy-wait. Its count of waits must equal the test's userspace exits (warm-up
+    // included), and the net figure must grow by what the waits added by its count
+    // (about N where the VMM keeps its CPU) within 20 %, while a kernel-handled test is
+    // not touched (no wait at all). N is about
     // 1 ms of host time, far above what an exit costs (20k-50k cycles on a paravirtual
     // host, more in a nested one), so that the host's noise cannot move the difference of
     // the medians by a fifth of it.

@@ -49,7 +49,7 @@ pub struct VcpuSpec<'a> {
     pub pin: Option<usize>,
     /// The exit handler it runs with.
     pub handler: Handler,
-    /// Known-answer control: host cycles busy-waited per userspace exit
+    /// Known-answer control: host cycles a calibrated busy-wait adds per userspace exit
     /// ([`Vcpu::set_inject_cycles`]; 0: off).
     pub inject_cycles: u64,
 }

@@ -50,8 +50,11 @@ pub fn create(vm: &VmFd, regions: &[(u64, u64)]) -> Result<Arc<GuestMemoryMmap>,
             ));
         }
         // SAFETY: the slot describes a live anonymous mapping owned by `mem`; the returned
-        // Arc is stored in the `Vm` next to the VM fd and dropped only after it, so the
-        // mapping outlives every use KVM makes of it.
+        // Arc is stored in the `Vm` next to the VM fd and dropped only after its vCPUs
+        // have stopped, so the mapping outlives every access a vCPU or the VMM makes
+        // through the slot. A VM whose closing is deferred (`crate::teardown`) keeps its
+        // fd, and so its slot, after the mapping is gone: it never runs again, and KVM's
+        // MMU notifier drops its mappings of the range when it is unmapped.
         unsafe { vm.set_user_memory_region(slot_region) }
             .map_err(|e| VmmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
     }

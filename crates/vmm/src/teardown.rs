@@ -13,9 +13,11 @@
 //! order: its vCPU threads are stopped and joined, its buses and devices dropped, its
 //! guest memory unmapped (KVM keeps a memory slot whose mapping is gone, which is safe
 //! for a VM that never runs again). What a kept VM still holds is kernel memory: its
-//! vCPUs, irqchip and page tables. A timer the guest left armed would go on firing on
-//! the host until the VM is closed, so a caller defers only VMs whose guests arm no
-//! periodic timer, and finishes before anything it measures runs alongside a batch.
+//! vCPUs, irqchip and page tables, and its MMU notifier, so that later changes to this
+//! process's mappings (the next VM's guest memory) also visit the kept VMs. A timer the
+//! guest left armed would go on firing on the host until the VM is closed, so a caller
+//! defers only VMs whose guests arm no periodic timer. Kept VMs sit, idle, beside the
+//! rounds that follow them; only their closing is kept away from a running VM.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

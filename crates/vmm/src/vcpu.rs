@@ -85,8 +85,10 @@ pub use exitlab_counts::InjectedWaits;
 /// call and the clock reads around the spin take their own cycles, all of which an exit's
 /// handling gets. Here they came to 40-220 cycles a wait (a nominal 480 made the handling
 /// phase 546-702 cycles longer). So the spin is shortened by what a wait adds beyond it,
-/// measured when the control is set ([`Inject::calibrated`]), and each wait counts its
-/// spin plus that cost outside it: the waits add, on average, the cycles asked for.
+/// measured on the vCPU's thread just before its first KVM_RUN ([`Inject::calibrated`]),
+/// and each wait counts its spin plus that cost outside it: the waits add, on average,
+/// the cycles asked for (as far as a warm loop of waits tells what a wait costs after an
+/// exit; the VMM's stamps around its handling of each exit are the check).
 #[derive(Debug, Clone, Copy, Default)]
 struct Inject {
     /// What each wait is to add.
@@ -131,7 +133,7 @@ impl Inject {
             let t0 = sys::rdtscp();
             probe.wait();
             around[i] = sys::rdtscp().wrapping_sub(t0);
-            spun[i] = probe.done.spun - before;
+            spun[i] = probe.done.spun.saturating_sub(before);
         }
         let added = middle(&mut around).saturating_sub(middle(&mut bare));
         let spun = middle(&mut spun);
@@ -143,12 +145,20 @@ impl Inject {
         }
     }
 
+    /// Calibrates the control in place (on the thread that will wait), keeping the waits
+    /// made so far.
+    fn calibrate(&mut self) {
+        let c = Inject::calibrated(self.cycles);
+        self.spin = c.spin;
+        self.outside = c.outside;
+    }
+
     /// One wait, counted as its spin plus its cost outside the spin.
     #[cold]
     #[inline(never)]
     fn wait(&mut self) {
         let spun = busy_wait(self.spin);
-        self.done.add(spun + self.outside);
+        self.done.add(spun.saturating_add(self.outside));
     }
 }
 
@@ -159,12 +169,13 @@ fn middle(v: &mut [u64]) -> u64 {
 }
 
 /// Busy-waits `cycles` host TSC cycles and returns the cycles it measured, at least
-/// `cycles` (from its first clock read to its last).
+/// `cycles` (from its first clock read to its last; a read behind the first, as a TSC
+/// read on another CPU can be, counts as no time).
 #[inline(always)]
 fn busy_wait(cycles: u64) -> u64 {
     let start = sys::rdtscp();
     loop {
-        let spun = sys::rdtscp().wrapping_sub(start);
+        let spun = sys::rdtscp().saturating_sub(start);
         if spun >= cycles {
             return spun;
         }
@@ -221,14 +232,17 @@ impl Vcpu {
     }
 
     /// Adds `cycles` host TSC cycles to the handling of every userspace exit but the
-    /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated now so
-    /// that, with its call and clock reads, it adds that many on average: a change of
+    /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated when the
+    /// run starts so that, with its call and clock reads, it adds that many on average: a change of
     /// known size for checking that a measurement sees it. Off, the loop only tests one
     /// value.
     pub fn set_inject_cycles(&mut self, cycles: u64) {
+        // Calibrated on the vCPU's own thread when it starts to run (`run_with`).
         self.inject = Inject {
+            cycles,
+            spin: cycles,
+            outside: 0,
             done: self.inject.done,
-            ..Inject::calibrated(cycles)
         };
     }
 
@@ -404,6 +418,10 @@ impl Vcpu {
     /// Runs the vCPU with the handler `handler` (see [`Handler`]).
     pub fn run_with(&mut self, handler: Handler, hook: &mut dyn ExitHook) -> VcpuStop {
         sys::set_immediate_exit_target(self.fd.get_kvm_run());
+        // On this thread, as pinned, before the first entry's stamp (~0.1 ms).
+        if self.inject.cycles != 0 {
+            self.inject.calibrate();
+        }
         self.first_entry.get_or_insert_with(std::time::Instant::now);
         // Bus changes now kick this thread; the views refresh on the kick's EINTR.
         self.pio.subscribe();
@@ -553,27 +571,40 @@ mod tests {
         for cycles in [1, 480, 200_000] {
             let i = Inject::calibrated(cycles);
             assert_eq!(i.cycles, cycles);
+            // A wait costs more than its spin (a call and clock reads at least), so the
+            // spin is shortened (to nothing for 1 cycle, which a wait cannot be).
+            assert!(i.spin < cycles || cycles == 1 && i.spin == 0, "{i:?}");
             // The trial spin's median count is at least the trial, so what the spin is
-            // shortened by is never less than the cost counted outside it, unless the
-            // wait costs more than asked (surely for 1 cycle) and its spin is cut to
-            // nothing.
+            // shortened by is never less than the cost counted outside it, unless it is
+            // cut to nothing.
             assert!(i.spin + i.outside <= cycles || i.spin == 0, "{i:?}");
             assert_eq!(i.done, InjectedWaits::default());
         }
+        // Calibrating a control in place keeps its waits.
+        let mut i = Inject::calibrated(480);
+        i.wait();
+        i.calibrate();
+        assert_eq!((i.cycles, i.done.waits), (480, 1));
     }
 
     #[test]
     fn a_wait_counts_its_spin_and_its_cost_outside_it() {
+        // A cost outside the spin far beyond anything a spin of nothing can reach.
+        const OUTSIDE: u64 = 1 << 40;
         let mut i = Inject {
-            cycles: 150,
-            spin: 100,
-            outside: 50,
+            cycles: OUTSIDE,
+            spin: 0,
+            outside: OUTSIDE,
             done: InjectedWaits::default(),
         };
         i.wait();
         i.wait();
         assert_eq!(i.done.waits, 2);
-        assert!(i.done.min >= 150 && i.done.spun >= 300, "{:?}", i.done);
+        assert!(
+            i.done.min >= OUTSIDE && i.done.spun >= 2 * OUTSIDE,
+            "{:?}",
+            i.done
+        );
     }
 
     #[test]

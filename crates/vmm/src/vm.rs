@@ -89,7 +89,9 @@ fn open_error(io: std::io::Error) -> VmmError {
 pub struct Vm {
     kvm: Arc<Kvm>,
     // Field order matters: the buses (whose devices may hold the VM fd) go first, then
-    // the fd, then the memory, so KVM never holds a slot whose mapping is gone.
+    // the fd, then the memory, so KVM never holds a slot whose mapping is gone, unless
+    // the VM's closing is deferred (`teardown`): its fd then outlives the memory, and the
+    // VM, whose vCPUs have stopped, never runs again.
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
     ioevents: Vec<EventFd>,
