@@ -232,10 +232,10 @@ impl Vcpu {
     }
 
     /// Adds `cycles` host TSC cycles to the handling of every userspace exit but the
-    /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated when the
-    /// run starts so that, with its call and clock reads, it adds that many on average: a change of
-    /// known size for checking that a measurement sees it. Off, the loop only tests one
-    /// value.
+    /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated when
+    /// the run starts so that, with its call and clock reads, it adds that many on
+    /// average: a change of known size for checking that a measurement sees it. Off, the
+    /// loop only tests one value.
     pub fn set_inject_cycles(&mut self, cycles: u64) {
         // Calibrated on the vCPU's own thread when it starts to run (`run_with`).
         self.inject = Inject {
