@@ -685,7 +685,7 @@ fn until_precise(
 }
 
 /// VMs of finished rounds closed together, between two rounds ([`Teardown`]): a VM's
-/// closing waited 10-17 ms here (strace), a third to a half of a round; closed this many
+/// closing waited 12-24 ms here (under strace), about half a round; closed this many
 /// at a time, in parallel, a default run's rounds took 2.8-3.2 s against 5.3-5.8 s.
 const TEARDOWN_BATCH: usize = 16;
 

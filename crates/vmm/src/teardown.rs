@@ -1,8 +1,9 @@
 //! VM teardowns put off to a moment of the caller's choosing, and then done all at once.
 //!
 //! Closing a VM's last fd destroys the VM in the kernel, and that waits: here (kvm_pvm,
-//! kernel 6.18) 10-17 ms a VM, nearly all of it asleep in SRCU grace periods (freeing the
-//! PIT, the I/O bus devices and the MMU notifier each wait for one). A lab that runs every
+//! kernel 6.18) 12-24 ms a VM under strace, nearly all of it asleep in SRCU grace
+//! periods (freeing the PIT, the I/O bus devices and the MMU notifier each wait for
+//! one). A lab that runs every
 //! test round in a fresh VM spends that much per round doing nothing. A [`Teardown`]
 //! keeps the fds of dropped VMs ([`crate::builder::MachineBuilder::defer_teardown`]) and
 //! closes them together, one thread each, when told ([`Teardown::finish`]) or when it is
