@@ -963,8 +963,8 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
     // Side A waited nowhere and records nothing; on side B the userspace-handled test
     // recorded one wait per port read of both rounds (warm-up included, as its exit
     // counts are), each about N (calibrated to N on average; one can count a little
-    // under it) and no less than N on average but for a thousandth of it; the
-    // kernel-handled one none.
+    // under it, and no less than N - 1,000: the calibration shortens a spin by at most
+    // 1,000 cycles); the kernel-handled one none.
     for name in ["cpuid", "inl_from_user"] {
         assert!(test("a", name).get("injected").is_none(), "{name}");
     }
@@ -972,8 +972,8 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
     let w = &user["injected"];
     let waits = w["waits"].as_u64().unwrap();
     assert_eq!(waits, user["exits"]["io_in"].as_u64().unwrap(), "{w}");
-    assert!(w["min"].as_u64().unwrap() >= N - N / 100, "{w}");
-    assert!(w["spun"].as_u64().unwrap() >= waits * (N - N / 1000), "{w}");
+    assert!(w["min"].as_u64().unwrap() >= N - 1_000, "{w}");
+    assert!(w["spun"].as_u64().unwrap() >= waits * (N - 1_000), "{w}");
     assert_eq!(test("b", "cpuid")["injected"]["waits"], 0);
     // One note for the experiment, with the true change beside the nominal one.
     let notes = notes_starting(&v, "injected waits");

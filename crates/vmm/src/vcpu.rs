@@ -88,7 +88,8 @@ pub use exitlab_counts::InjectedWaits;
 /// measured on the vCPU's thread just before its first KVM_RUN ([`Inject::calibrated`]),
 /// and each wait counts its spin plus that cost outside it: the waits add, on average,
 /// the cycles asked for (as far as a warm loop of waits tells what a wait costs after an
-/// exit; the VMM's stamps around its handling of each exit are the check).
+/// exit; the VMM's stamps around its handling of each exit are the check). Where a wait
+/// costs far more than its spin ([`MAX_EXCESS`]: an emulated CPU), it is left as asked.
 #[derive(Debug, Clone, Copy, Default)]
 struct Inject {
     /// What each wait is to add.
@@ -105,6 +106,12 @@ const CALIBRATION_WAITS: usize = 101;
 /// The longest spin timed to calibrate the control (what a wait adds beyond its spin
 /// does not grow with the spin; a long one would only make the calibration slow).
 const CALIBRATION_SPIN: u64 = 2_000;
+/// The most a wait may add beyond its spin for the calibration to be used. Here it
+/// added 40-220 cycles; in a guest whose CPU is emulated (the L1 of CI hosts without
+/// /dev/kvm) a trial spin of 2,000 cycles took millions, and shortening the spin by that
+/// would make every wait add far less than asked. Beyond this the wait is left as it is:
+/// it spins what was asked, adds at least that, and counts what it spun.
+const MAX_EXCESS: u64 = 1_000;
 
 impl Inject {
     /// The control for waits that add `cycles` each (0: off). Times
@@ -136,11 +143,24 @@ impl Inject {
             spun[i] = probe.done.spun.saturating_sub(before);
         }
         let added = middle(&mut around).saturating_sub(middle(&mut bare));
-        let spun = middle(&mut spun);
+        Inject::from_timing(cycles, trial, added, middle(&mut spun))
+    }
+
+    /// The control for waits that add `cycles` each, from a calibration's medians: a
+    /// wait of a `trial` spin added `added` cycles between two clock reads, of which its
+    /// spin counted `spun`. Left uncalibrated (the spin is what was asked) where a wait
+    /// added more than [`MAX_EXCESS`] beyond its trial.
+    fn from_timing(cycles: u64, trial: u64, added: u64, spun: u64) -> Inject {
+        let excess = added.saturating_sub(trial);
+        let (spin, outside) = if excess > MAX_EXCESS {
+            (cycles, 0)
+        } else {
+            (cycles.saturating_sub(excess), added.saturating_sub(spun))
+        };
         Inject {
             cycles,
-            spin: cycles.saturating_sub(added.saturating_sub(trial)),
-            outside: added.saturating_sub(spun),
+            spin,
+            outside,
             done: InjectedWaits::default(),
         }
     }
@@ -572,8 +592,14 @@ mod tests {
             let i = Inject::calibrated(cycles);
             assert_eq!(i.cycles, cycles);
             // A wait costs more than its spin (a call and clock reads at least), so the
-            // spin is shortened (to nothing for 1 cycle, which a wait cannot be).
-            assert!(i.spin < cycles || cycles == 1 && i.spin == 0, "{i:?}");
+            // spin is shortened (to nothing for 1 cycle, which a wait cannot be), unless
+            // the host's clock reads cost so much that the wait is left as asked (an
+            // emulated CPU: `from_timing`'s test checks both cases on given timings).
+            let uncalibrated = i.spin == cycles && i.outside == 0;
+            assert!(
+                uncalibrated || i.spin < cycles || cycles == 1 && i.spin == 0,
+                "{i:?}"
+            );
             // The trial spin's median count is at least the trial, so what the spin is
             // shortened by is never less than the cost counted outside it, unless it is
             // cut to nothing.
@@ -585,6 +611,21 @@ mod tests {
         i.wait();
         i.calibrate();
         assert_eq!((i.cycles, i.done.waits), (480, 1));
+    }
+
+    #[test]
+    fn a_wait_is_left_uncalibrated_where_it_costs_far_more_than_its_spin() {
+        // As here: a trial of 2,000 added 2,150 between two reads, its spin counted 2,040.
+        let i = Inject::from_timing(480, 2_000, 2_150, 2_040);
+        assert_eq!((i.spin, i.outside), (330, 110));
+        // As in a guest whose CPU is emulated: the trial added two million cycles.
+        let i = Inject::from_timing(2_000_000, 2_000, 2_001_000, 1_999_000);
+        assert_eq!((i.cycles, i.spin, i.outside), (2_000_000, 2_000_000, 0));
+        // At the limit the calibration is still used; past it, not.
+        let at = Inject::from_timing(480, 2_000, 2_000 + MAX_EXCESS, 2_000);
+        let past = Inject::from_timing(480, 2_000, 2_001 + MAX_EXCESS, 2_000);
+        assert_eq!((at.spin, at.outside), (0, MAX_EXCESS));
+        assert_eq!((past.spin, past.outside), (480, 0));
     }
 
     #[test]
