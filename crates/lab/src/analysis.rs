@@ -125,6 +125,14 @@ pub fn expected_doorbells(m: &Measurement) -> u64 {
     }
 }
 
+/// KVM exits per iteration of a run of the empty loop ([`Baseline::loop_kvm_exits_per_iter`]:
+/// what a busy host's interrupts cost every test alike), from KVM's binary statistics.
+pub fn loop_exits_per_iteration(m: &Measurement) -> Option<f64> {
+    let p = &m.params;
+    let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
+    m.kvm_exits().map(|k| k as f64 / iterations)
+}
+
 /// KVM exits per iteration above the empty loop's, from KVM's binary statistics.
 pub fn kvm_exits_per_iteration(m: &Measurement, base: &Baseline) -> Option<f64> {
     let p = &m.params;

@@ -349,9 +349,7 @@ fn assemble(
         if def.baseline && m.outcome == Outcome::Completed {
             // Set before the loop's own analysis: the exits KVM counts during the empty
             // loop (a busy host's interrupts) are no test's, the loop's included.
-            let p = &m.params;
-            let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-            base.loop_kvm_exits_per_iter = m.kvm_exits().map(|k| k as f64 / iterations);
+            base.loop_kvm_exits_per_iter = analysis::loop_exits_per_iteration(&m);
         }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;
