@@ -125,9 +125,10 @@ pub fn expected_doorbells(m: &Measurement) -> u64 {
     }
 }
 
-/// KVM exits per iteration of a run of the empty loop ([`Baseline::loop_kvm_exits_per_iter`]:
-/// what a busy host's interrupts cost every test alike), from KVM's binary statistics.
-pub fn loop_exits_per_iteration(m: &Measurement) -> Option<f64> {
+/// All KVM exits per iteration of a run, from KVM's binary statistics; of the empty
+/// loop's run, [`Baseline::loop_kvm_exits_per_iter`] (what a busy host's interrupts cost
+/// every test alike).
+pub fn exits_per_iteration(m: &Measurement) -> Option<f64> {
     let p = &m.params;
     let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
     m.kvm_exits().map(|k| k as f64 / iterations)
@@ -135,10 +136,7 @@ pub fn loop_exits_per_iteration(m: &Measurement) -> Option<f64> {
 
 /// KVM exits per iteration above the empty loop's, from KVM's binary statistics.
 pub fn kvm_exits_per_iteration(m: &Measurement, base: &Baseline) -> Option<f64> {
-    let p = &m.params;
-    let iterations = (p.warmup + p.samples * p.batch).max(1) as f64;
-    m.kvm_exits()
-        .map(|k| k as f64 / iterations - base.loop_kvm_exits_per_iter.unwrap_or(0.0))
+    exits_per_iteration(m).map(|e| e - base.loop_kvm_exits_per_iter.unwrap_or(0.0))
 }
 
 /// Userspace exits of the test's own kind (every userspace exit but the doorbells for a

@@ -349,7 +349,7 @@ fn assemble(
         if def.baseline && m.outcome == Outcome::Completed {
             // Set before the loop's own analysis: the exits KVM counts during the empty
             // loop (a busy host's interrupts) are no test's, the loop's included.
-            base.loop_kvm_exits_per_iter = analysis::loop_exits_per_iteration(&m);
+            base.loop_kvm_exits_per_iter = analysis::exits_per_iteration(&m);
         }
         let mut r = analysis::analyse(&m, &base, khz, opts.raw);
         r.rounds = figures;

@@ -45,7 +45,7 @@ fn every_default_test_runs_with_plausible_samples_and_exact_exit_counts() {
             // As bench does: the exits KVM counts during the empty loop (a busy host's
             // interrupts) are no test's, so a loaded host does not make a userspace exit
             // look partly handled in the kernel.
-            base.loop_kvm_exits_per_iter = analysis::loop_exits_per_iteration(&m);
+            base.loop_kvm_exits_per_iter = analysis::exits_per_iteration(&m);
         }
         if def.name == "vmcall" && pv {
             // On a paravirtual kvm_pvm a hypercall never completes: the test is skipped
