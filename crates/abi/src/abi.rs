@@ -17,7 +17,7 @@
 //   MMIO_IOEVENTFD_GPA           a page with no memory slot whose writes an ioeventfd absorbs
 
 /// Version of this contract; the guest refuses to run against another one.
-pub const ABI_VERSION: u64 = 5;
+pub const ABI_VERSION: u64 = 6;
 /// Value the host stores in `Control::magic` ("EXITLAB1" as little-endian bytes).
 pub const CONTROL_MAGIC: u64 = 0x3142_414c_5449_5845;
 
@@ -287,8 +287,9 @@ pub struct PerCpu {
     pub wake_tsc: u64,
     /// Times it woke from HLT or MWAIT.
     pub wakes: u64,
-    /// Spare.
-    pub spare: u64,
+    /// Self-IPIs it sent (the self-IPI tests count each ICR write before making it), so
+    /// that a vCPU found halted can be told to have taken every one it sent (`irqs`).
+    pub self_ipis: u64,
 }
 
 /// The per-vCPU stamp page. The host writes it on every userspace exit before it

@@ -278,7 +278,7 @@ pub fn generate() -> Result<Generated, String> {
                 acks,
                 wake_tsc,
                 wakes,
-                spare
+                self_ipis
             ]
         ),
         abi_struct!(Stamps, "stamps", [seq, t_return, t_reenter]),

@@ -140,7 +140,7 @@ void ap_main(uint32_t id)
         }
     case IDLE_MWAIT:
         for (;;) {
-            __asm__ volatile("monitor" : : "a"(&PERCPU(id)->spare), "c"(0), "d"(0) : "memory");
+            __asm__ volatile("monitor" : : "a"(PERCPU(id)), "c"(0), "d"(0) : "memory");
             __asm__ volatile("sti; mwait; cli" : : "a"(0), "c"(0) : "memory");
             ME->wake_tsc = rdtsc_plain();
             ME->wakes++;

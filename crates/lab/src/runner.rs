@@ -1066,7 +1066,13 @@ fn watch_progress(
                 Some(f) => Stuck {
                     reason: format!(
                         "{msg}{}\nvCPU registers when stopped:\n{}",
-                        lost_wakeup(f.vcpu.interrupt_state()),
+                        host_fault(
+                            f.vcpu.interrupt_state(),
+                            machine
+                                .memory()
+                                .read_obj::<abi::PerCpu>(host::percpu_gpa(0))
+                                .ok()
+                        ),
                         f.vcpu.dump_registers()
                     ),
                     pin_error: f.pin_error.map(|e| e.to_string()),
@@ -1087,14 +1093,35 @@ fn watch_progress(
 /// the guest waits for an interrupt the host holds and does not deliver.
 pub const LOST_WAKEUP: &str = "the host did not wake the vCPU";
 
-/// [`LOST_WAKEUP`] with its evidence, or nothing.
-fn lost_wakeup(state: Option<InterruptState>) -> String {
-    match state.and_then(|s| s.undelivered_vector().map(|v| (s, v))) {
-        Some((s, v)) => format!(
+/// The sentence a stuck run's reason gets when its vCPU halted with interrupts enabled
+/// and nothing requested or in service after its handlers had taken every self-IPI it
+/// sent ([`shadow_ignored`]).
+pub const SHADOW_IGNORED: &str = "the host delivered the interrupt before the HLT it was to wake";
+
+/// A host fault a stuck vCPU's state shows, with its evidence ([`LOST_WAKEUP`] or
+/// [`SHADOW_IGNORED`]), or nothing. `percpu` is the vCPU's record in guest memory.
+fn host_fault(state: Option<InterruptState>, percpu: Option<abi::PerCpu>) -> String {
+    let Some(s) = state else {
+        return String::new();
+    };
+    if let Some(v) = s.undelivered_vector() {
+        return format!(
             "; {LOST_WAKEUP}: it halted with interrupts enabled while its enabled local APIC held vector {v:#04x} requested above its priority ({s}), so the interrupt was most likely lost in the host's KVM (a self-IPI test stopped like this on nested KVM under an emulated CPU); re-run, or run on another host"
-        ),
-        None => String::new(),
+        );
     }
+    match percpu {
+        Some(p) if shadow_ignored(&s, &p) => format!(
+            "; {SHADOW_IGNORED}: its handlers took all {} self-IPIs it sent ({} acknowledgements), yet it halted with interrupts enabled and nothing requested or in service ({s}). The self-IPI tests send with interrupts disabled and then run STI; HLT, so the last one was taken between the two, inside the one-instruction interrupt shadow of the STI, which the host did not honour (seen on nested KVM under an emulated CPU); re-run, or run on another host",
+            p.self_ipis, p.acks
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Whether a stuck vCPU took every self-IPI it sent and then halted with interrupts
+/// enabled and nothing pending: the wakeup came before the HLT, not lost after it.
+fn shadow_ignored(s: &InterruptState, p: &abi::PerCpu) -> bool {
+    s.halted_with_nothing_pending() && p.self_ipis > 0 && p.acks == p.self_ipis
 }
 
 /// Takes what a finished vCPU thread collected into `m`: the samples and exit counts of
@@ -1347,6 +1374,51 @@ mod tests {
             ..abi::Sample::default()
         };
         mem.write_obj(s, host::sample_gpa(0, i)).unwrap();
+    }
+
+    #[test]
+    fn a_halted_vcpu_that_took_every_self_ipi_it_sent_is_reported_as_woken_before_its_hlt() {
+        let halted = InterruptState {
+            mp_state: exitlab_vmm::regs::MP_STATE_HALTED,
+            interrupts_enabled: true,
+            tpr: 0,
+            irr_highest: None,
+            isr_highest: None,
+            apic_enabled: true,
+        };
+        let record = |self_ipis, acks| abi::PerCpu {
+            self_ipis,
+            acks,
+            ..abi::PerCpu::default()
+        };
+        let r = host_fault(Some(halted), Some(record(21, 21)));
+        assert!(r.contains(SHADOW_IGNORED), "{r}");
+        assert!(
+            r.contains("all 21 self-IPIs it sent (21 acknowledgements)"),
+            "{r}"
+        );
+        // One fewer taken than sent: the last one is gone, not early; no claim is made.
+        assert_eq!(host_fault(Some(halted), Some(record(21, 20))), "");
+        // A test that sends no self-IPI, or a record that could not be read.
+        assert_eq!(host_fault(Some(halted), Some(record(0, 0))), "");
+        assert_eq!(host_fault(Some(halted), None), "");
+        // Interrupts disabled: the guest itself waits.
+        let cli = InterruptState {
+            interrupts_enabled: false,
+            ..halted
+        };
+        assert_eq!(host_fault(Some(cli), Some(record(21, 21))), "");
+        // A requested vector the host held back is the lost wakeup, whatever the counts.
+        let held = InterruptState {
+            irr_highest: Some(0xe0),
+            ..halted
+        };
+        let r = host_fault(Some(held), Some(record(21, 20)));
+        assert!(
+            r.contains(LOST_WAKEUP) && !r.contains(SHADOW_IGNORED),
+            "{r}"
+        );
+        assert_eq!(host_fault(None, Some(record(21, 21))), "");
     }
 
     #[test]

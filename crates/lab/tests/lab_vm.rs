@@ -276,6 +276,7 @@ fn spinning_guest_is_stopped_after_its_timeout() {
             // is not taken for one the host failed to wake.
             assert!(r.contains("\ninterrupts: runnable, IF="), "{r}");
             assert!(!r.contains(runner::LOST_WAKEUP), "{r}");
+            assert!(!r.contains(runner::SHADOW_IGNORED), "{r}");
         }
         o => panic!("{o:?}"),
     }

@@ -146,6 +146,9 @@ pub struct InterruptState {
     pub apic_enabled: bool,
 }
 
+/// KVM's run state of a halted vCPU (`KVM_MP_STATE_HALTED`), for [`InterruptState::mp_state`].
+pub const MP_STATE_HALTED: u32 = kvm_bindings::KVM_MP_STATE_HALTED;
+
 /// The 32-bit LAPIC register at byte offset `off` of a register page
 /// (`kvm_lapic_state::regs`, little-endian); 0 past the page's end.
 pub fn lapic_register(page: &[std::os::raw::c_char], off: usize) -> u32 {
@@ -197,6 +200,16 @@ impl InterruptState {
     /// vector's priority classes (Intel SDM 10.8.3.1), as a class 0..=15.
     pub fn ppr_class(&self) -> u8 {
         (self.tpr >> 4).max(self.isr_highest.map_or(0, |v| v >> 4))
+    }
+
+    /// Halted with interrupts enabled, its LAPIC enabled and nothing requested or in
+    /// service: waiting for an interrupt no one has sent yet.
+    pub fn halted_with_nothing_pending(&self) -> bool {
+        self.mp_state == MP_STATE_HALTED
+            && self.interrupts_enabled
+            && self.apic_enabled
+            && self.irr_highest.is_none()
+            && self.isr_highest.is_none()
     }
 
     /// A vector the vCPU should have been woken for and was not: the vCPU halted with
@@ -310,5 +323,21 @@ mod tests {
         let s =
             InterruptState::from_parts(&page(&[irr, (APIC_ISR + 0x70, 1 << 16)]), halted, 0x246);
         assert_eq!(s.undelivered_vector(), None);
+    }
+
+    #[test]
+    fn halted_with_nothing_pending_needs_if_an_enabled_lapic_and_empty_irr_and_isr() {
+        let halted = kvm_bindings::KVM_MP_STATE_HALTED;
+        assert!(InterruptState::from_parts(&page(&[]), halted, 0x246).halted_with_nothing_pending());
+        let not = [
+            InterruptState::from_parts(&page(&[]), halted, 0x46),
+            InterruptState::from_parts(&page(&[]), kvm_bindings::KVM_MP_STATE_RUNNABLE, 0x246),
+            InterruptState::from_parts(&page(&[(APIC_IRR + 0x70, 1)]), halted, 0x246),
+            InterruptState::from_parts(&page(&[(APIC_ISR + 0x70, 1)]), halted, 0x246),
+            InterruptState::from_parts(&page(&[(APIC_SVR, 0xff)]), halted, 0x246),
+        ];
+        for s in not {
+            assert!(!s.halted_with_nothing_pending(), "{s}");
+        }
     }
 }
