@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use exitlab_trace::{Event, Session, SessionConfig};
 use serde_json::Value;
 
 const EXITLAB: &str = env!("CARGO_BIN_EXE_exitlab");
@@ -285,4 +286,60 @@ fn trace_floor_compares_exitlab_run_with_the_bare_loop_on_exact_counts() {
         "the options after -- go to exitlab run: {v}"
     );
     let _ = std::fs::remove_file(&json);
+}
+
+/// This thread's id (from /proc/thread-self, which names it).
+fn this_thread() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    link.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .expect("a thread id")
+}
+
+#[test]
+fn a_session_checkpoint_splits_its_capture_where_it_was_taken() {
+    // No KVM here: this thread's `getcwd` system calls (79 on x86-64, which the session
+    // itself never makes), 3, then 5 after the first checkpoint, then 2 after the
+    // second; each capture holds its own share, and the checkpoints' markers are no
+    // records. Needs root and tracefs.
+    let tid = this_thread();
+    let mut session = Session::start(&SessionConfig {
+        pids: vec![tid],
+        follow_forks: false,
+        buffer_kb: 1024,
+        syscall: Some(79),
+    })
+    .expect("a tracing session (this test needs root and tracefs)");
+    let getcwd = |n: usize| {
+        for _ in 0..n {
+            let _ = std::env::current_dir();
+        }
+    };
+    let calls = |c: &exitlab_trace::Capture| {
+        assert!(
+            !c.records
+                .iter()
+                .any(|r| matches!(r.event, Event::Marker { .. })),
+            "a checkpoint's marker is no record"
+        );
+        c.records
+            .iter()
+            .filter(|r| r.tid == tid && matches!(r.event, Event::SysEnter { nr: 79, .. }))
+            .count()
+    };
+    getcwd(3);
+    let first = session.checkpoint().expect("first checkpoint");
+    getcwd(5);
+    let second = session.checkpoint().expect("second checkpoint");
+    getcwd(2);
+    let rest = session.finish().expect("finish");
+    assert_eq!(
+        [calls(&first), calls(&second), calls(&rest)],
+        [3, 5, 2],
+        "lost {} {} {}",
+        first.lost,
+        second.lost,
+        rest.lost
+    );
 }

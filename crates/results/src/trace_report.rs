@@ -267,7 +267,7 @@ impl PhaseClock {
 fn kvm_related(event: &Event) -> bool {
     match event {
         Event::SysEnter { nr, args } => *nr == SYS_IOCTL && args[1] == KVM_RUN,
-        Event::Other { .. } => false,
+        Event::Other { .. } | Event::Marker { .. } => false,
         _ => true,
     }
 }
@@ -305,7 +305,7 @@ impl ThreadState {
                 self.access(ts, phase, false, what, Target::Msr(*index));
             }
             Event::UserspaceExit { reason, code } => self.userspace_exit(ts, phase, reason, *code),
-            Event::Other { .. } => {}
+            Event::Other { .. } | Event::Marker { .. } => {}
         }
     }
 

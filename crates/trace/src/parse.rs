@@ -78,6 +78,12 @@ pub enum Event {
         /// Its six arguments.
         args: [u64; 6],
     },
+    /// `ftrace:print` from a write to the instance's `trace_marker` (the line's event
+    /// name is `tracing_mark_write`): the text written.
+    Marker {
+        /// What was written, without the trailing newline.
+        text: String,
+    },
     /// Any other event, by name.
     Other {
         /// The event's name.
@@ -302,6 +308,9 @@ fn parse_event(name: &str, text: &str) -> Option<Event> {
             }
             Event::SysEnter { nr, args }
         }
+        "tracing_mark_write" => Event::Marker {
+            text: text.trim_end().to_string(),
+        },
         other => Event::Other {
             name: other.to_string(),
         },
@@ -437,6 +446,19 @@ mod tests {
             r.event,
             Event::Other {
                 name: "sched_switch".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_write_to_trace_marker_is_a_marker_with_its_text() {
+        let r = rec(
+            "<...>-14424 (  14424) [000] ...1. 71991: tracing_mark_write: exitlab-checkpoint 1",
+        );
+        assert_eq!(
+            r.event,
+            Event::Marker {
+                text: "exitlab-checkpoint 1".into()
             }
         );
     }
