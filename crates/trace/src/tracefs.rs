@@ -6,7 +6,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ pub enum TraceError {
     #[error("the tracepoint {0} is absent; load the kvm module (modprobe kvm) or use a kernel with KVM tracepoints")]
     MissingEvent(String),
     /// The reader did not reach a checkpoint in time.
-    #[error("tracefs: the trace reader did not reach checkpoint {0} within {1} s (was the instance removed, or its trace_pipe closed?)")]
+    #[error("tracefs: the trace reader did not reach checkpoint {0}: it read nothing for {1} s, or stopped (was the instance removed, or its trace_pipe closed?)")]
     Checkpoint(u64, u64),
     /// Reading or writing a tracefs file failed.
     #[error("tracefs: cannot {what} {path}: {source}")]
@@ -140,6 +140,9 @@ pub struct Session {
 struct Handover {
     state: Mutex<Passed>,
     passed: Condvar,
+    /// Bytes the reader has taken from `trace_pipe` so far: a checkpoint waits as long as
+    /// this grows (a slow host, an emulated CPU, formats and parses the text slowly).
+    read: AtomicU64,
 }
 
 /// The last checkpoint the reader passed, and what it collected up to it (until taken).
@@ -152,8 +155,9 @@ struct Passed {
 /// The text a checkpoint writes to the instance's `trace_marker`, before its number.
 const CHECKPOINT: &str = "exitlab-checkpoint";
 
-/// The most a checkpoint waits for the reader to reach its marker.
-const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most a checkpoint waits for the reader to reach its marker while the reader takes
+/// nothing more from `trace_pipe`.
+const CHECKPOINT_STALL: Duration = Duration::from_secs(10);
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> TraceError + 'a {
     move |source| TraceError::Io {
@@ -406,21 +410,26 @@ impl Session {
             &self.dir.join("trace_marker"),
             &format!("{CHECKPOINT} {n}\n"),
         )?;
-        let deadline = Instant::now() + CHECKPOINT_TIMEOUT;
+        let mut read = self.handover.read.load(Ordering::Acquire);
+        let mut since = Instant::now();
         let mut passed = self
             .handover
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         while passed.checkpoint < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(TraceError::Checkpoint(n, CHECKPOINT_TIMEOUT.as_secs()));
+            let now = self.handover.read.load(Ordering::Acquire);
+            if now != read {
+                (read, since) = (now, Instant::now());
+            } else if since.elapsed() >= CHECKPOINT_STALL
+                || self.reader.as_ref().is_none_or(|h| h.is_finished())
+            {
+                return Err(TraceError::Checkpoint(n, CHECKPOINT_STALL.as_secs()));
             }
             passed = self
                 .handover
                 .passed
-                .wait_timeout(passed, left)
+                .wait_timeout(passed, Duration::from_millis(100))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
@@ -531,6 +540,7 @@ fn read_pipe(
         let stopping = stop.load(Ordering::Acquire);
         match pipe.read(&mut buf) {
             Ok(n) if n > 0 => {
+                handover.read.fetch_add(n as u64, Ordering::Release);
                 pending.extend_from_slice(&buf[..n]);
                 take(&mut pending, &mut cap, false);
                 continue;
