@@ -40,17 +40,30 @@ pub const DEFAULT_THRESHOLD_PCT: f64 = 2.0;
 /// a native empty loop of ~50 cycles moves by 20 % between runs of one state.
 pub const HOST_STATE_LIMIT_PCT: f64 = 10.0;
 
+/// How far apart, in percent, the two runs' empty loops may lie, their whole 95 % interval
+/// beyond it, before `compare` in cycles draws no conclusion (for all tests by the
+/// runs' baseline tests, for one by the loops of the rounds its two figures rest on).
+/// Every exit figure moves with the host's speed as the loop does, so that a host 3-6 %
+/// slower in one run made the exit figures of that run 3-6 % higher: on this project's
+/// development host, in 10 A/A pairs of default runs taken under load (28 Nov 2026,
+/// `docs/statistics.md`), one pair with the loop +5.7 % (interval +3.0..+7.1 %) flagged 6
+/// tests at the 2 % threshold, 6 of the 7 flags of the 10 pairs. At 3 % they got no
+/// conclusion (1 flag left; 21 tests without a conclusion instead of 14); at 2 %, 14
+/// more tests of another 10 pairs lost theirs; 30 other runs were unchanged, as were the
+/// doctored copies (their loops do not move). `--per-loop`, which takes the host's speed
+/// out of each round, keeps [`HOST_STATE_LIMIT_PCT`], and so do directories of runs.
+pub const SPEED_LIMIT_PCT: f64 = 3.0;
+
 /// Why two runs' host states differ too much to compare them, if they do: the change of
-/// their baseline tests' figure (the empty loop) lies wholly beyond
-/// [`HOST_STATE_LIMIT_PCT`].
-fn host_state_differs(before: &Results, after: &Results) -> Option<String> {
-    let (tb, change) = loop_comparison(before, after)?;
+/// their baseline tests' figure (the empty loop) lies wholly beyond `limit_pct`.
+fn host_state_differs(before: &Results, after: &Results, limit_pct: f64) -> Option<String> {
+    let (tb, change) = loop_comparison(before, after, limit_pct)?;
     if !matches!(change.verdict, Verdict::Slower | Verdict::Faster) {
         return None;
     }
     let (b, a) = (change.median_before, change.median_after);
     Some(format!(
-        "the host was in another state: the guest's empty loop ({}, no exit) took {} cycles before and {} after ({}, beyond the {HOST_STATE_LIMIT_PCT}% the runs of one host state stay within, with 95% confidence); re-run both on a quiet host, or use bench --ab, whose rounds are paired",
+        "the host was in another state: the guest's empty loop ({}, no exit) took {} cycles before and {} after ({}, beyond {limit_pct}% with 95% confidence, so that every exit figure moved with the host's speed); re-run both on a quiet host, or use bench --ab, whose rounds are paired",
         tb.name,
         fmt_cycles(b),
         fmt_cycles(a),
@@ -133,7 +146,13 @@ pub(crate) fn status_word(t: &TestResult) -> String {
 
 /// Compares the run `before` with the run `after` (two separate runs).
 pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Comparison {
-    compare_with(before, after, Pairing::Independent, threshold_pct)
+    compare_with(
+        before,
+        after,
+        Pairing::Independent,
+        threshold_pct,
+        SPEED_LIMIT_PCT,
+    )
 }
 
 /// Compares the run `before` with the run `after` with each round's figure scaled by its
@@ -171,7 +190,14 @@ pub fn compare_per_loop(
     }
     let (mut b, mut a) = (before.clone(), after.clone());
     let warnings = scale_tests_by_loop(&mut b.tests, &mut a.tests);
-    let mut cmp = compare(&b, &a, threshold_pct);
+    // The host's speed is out of the figures: only another state is refused.
+    let mut cmp = compare_with(
+        &b,
+        &a,
+        Pairing::Independent,
+        threshold_pct,
+        HOST_STATE_LIMIT_PCT,
+    );
     cmp.warnings.extend(warnings);
     cmp.per_loop = Some(
         "per loop: each round's figure (the empty loop's own excepted) scaled by its own empty loop to the median loop of the rounds the before run's figure rests on (cycles at the before run's speed in that state); two host states are still not compared".to_string(),
@@ -289,14 +315,18 @@ fn scale_by_loop(t: &mut TestResult, reference: f64) {
 }
 
 /// The two runs' empty loops compared (their baseline tests, each on its own state's
-/// rounds, against [`HOST_STATE_LIMIT_PCT`]), with the before run's baseline test.
-fn loop_comparison<'a>(before: &'a Results, after: &Results) -> Option<(&'a TestResult, Change)> {
+/// rounds, against `limit_pct`), with the before run's baseline test.
+fn loop_comparison<'a>(
+    before: &'a Results,
+    after: &Results,
+    limit_pct: f64,
+) -> Option<(&'a TestResult, Change)> {
     let tb = before.tests.iter().find(|t| t.baseline)?;
     let ta = after.tests.iter().find(|t| t.baseline)?;
     let ((fb, _, _), (fa, _, _)) = (state_figures(tb)?, state_figures(ta)?);
     Some((
         tb,
-        verdict::change(&fb, &fa, Pairing::Independent, HOST_STATE_LIMIT_PCT),
+        verdict::change(&fb, &fa, Pairing::Independent, limit_pct),
     ))
 }
 
@@ -306,14 +336,18 @@ fn loop_comparison<'a>(before: &'a Results, after: &Results) -> Option<(&'a Test
 pub fn compare_ab(a: &Results, b: &Results, threshold_pct: f64) -> Comparison {
     let (mut a, mut b) = (a.clone(), b.clone());
     crate::central::pair_states(&mut a.tests, &mut b.tests);
-    compare_with(&a, &b, Pairing::Paired, threshold_pct)
+    // Paired rounds share their host state: no limit applies.
+    compare_with(&a, &b, Pairing::Paired, threshold_pct, HOST_STATE_LIMIT_PCT)
 }
 
+/// Compares `before` with `after`; two runs (`Pairing::Independent`) whose empty loops
+/// lie beyond `speed_limit_pct` apart get no conclusion ([`SPEED_LIMIT_PCT`]).
 fn compare_with(
     before: &Results,
     after: &Results,
     pairing: Pairing,
     threshold_pct: f64,
+    speed_limit_pct: f64,
 ) -> Comparison {
     let mut tests = Vec::new();
     let mut not_compared = Vec::new();
@@ -329,7 +363,7 @@ fn compare_with(
     };
     // Paired A/B rounds share their host state round by round; two separate runs need not.
     let host_state = (pairing == Pairing::Independent)
-        .then(|| host_state_differs(before, after))
+        .then(|| host_state_differs(before, after, speed_limit_pct))
         .flatten();
     if let Some(why) = &host_state {
         warnings.push(why.clone());
@@ -348,7 +382,14 @@ fn compare_with(
         if pairing == Pairing::Paired {
             warnings.extend(sides_state_differ(b, a));
         }
-        match compare_test(b, a, pairing, threshold_pct, host_state.as_deref()) {
+        match compare_test(
+            b,
+            a,
+            pairing,
+            threshold_pct,
+            host_state.as_deref(),
+            speed_limit_pct,
+        ) {
             Some(t) => tests.push(t),
             None => not_compared.push(NotCompared {
                 name: b.name.clone(),
@@ -443,16 +484,16 @@ fn loop_figures_differ(before: &Results, after: &Results) -> Option<String> {
 
 /// Why one test's two figures rest on rounds of different host states, if they do: the
 /// empty loops of the rounds of the state each figure rests on (before outliers are set
-/// aside) lie more than [`HOST_STATE_LIMIT_PCT`] apart, with 95 % confidence where both
-/// sides have enough rounds for a verdict, by their medians where not. A test can differ
-/// where the runs' empty-loop tests agree: each figure rests on the state most of its own
-/// rounds ran in.
-fn test_state_differs(b: &TestResult, a: &TestResult) -> Option<String> {
+/// aside) lie more than `limit_pct` apart with 95 % confidence where both sides have
+/// enough rounds for a verdict, their medians more than [`HOST_STATE_LIMIT_PCT`] apart
+/// where not. A test can differ where the runs' empty-loop tests agree: each figure rests
+/// on the state most of its own rounds ran in.
+fn test_state_differs(b: &TestResult, a: &TestResult, limit_pct: f64) -> Option<String> {
     let (lb, la) = (state_loops(b), state_loops(a));
     if lb.is_empty() || la.is_empty() {
         return None;
     }
-    let change = verdict::change(&lb, &la, Pairing::Independent, HOST_STATE_LIMIT_PCT);
+    let change = verdict::change(&lb, &la, Pairing::Independent, limit_pct);
     let (mb, ma) = (change.median_before, change.median_after);
     let apart = match change.verdict {
         Verdict::Slower | Verdict::Faster => true,
@@ -502,6 +543,7 @@ fn compare_test(
     pairing: Pairing,
     threshold_pct: f64,
     host_state: Option<&str>,
+    speed_limit_pct: f64,
 ) -> Option<TestComparison> {
     let (fb, fa, figure, other) = match pairing {
         Pairing::Independent => state_figures(b)
@@ -525,7 +567,7 @@ fn compare_test(
     if let Some(why) = host_state {
         change.verdict = Verdict::NoConclusion(why.to_string());
     } else if pairing == Pairing::Independent && !b.baseline {
-        if let Some(why) = test_state_differs(b, a) {
+        if let Some(why) = test_state_differs(b, a, speed_limit_pct) {
             change.verdict = Verdict::NoConclusion(why);
         }
     }
@@ -1478,21 +1520,27 @@ mod tests {
 
     #[test]
     fn runs_whose_empty_loops_lie_apart_are_not_compared_and_say_why() {
-        // The host's slow state (every figure ~1.5x, the empty loop too) in one run: no
-        // verdict for any test, a warning naming the empty loop's two figures, exit 0.
-        // Within the limit, a real change is still named.
+        // The host's slow state (every figure ~1.5x, the empty loop too) in one run, or a
+        // host 5 % slower (past SPEED_LIMIT_PCT): no verdict for any test, a warning naming
+        // the empty loop's two figures, exit 0. Within the limit, a real change is still
+        // named.
         let mut before = sample_results();
         realistic_rounds(&mut before.tests[1], 3_000.0, 0.01);
         realistic_rounds(&mut before.tests[2], 24_000.0, 0.02);
         let lo = before.tests.iter().position(|t| t.baseline).unwrap();
         realistic_rounds(&mut before.tests[lo], 11_000.0, 0.01);
-        for (loop_factor, named) in [(1.55, vec![]), (1.0 / 1.55, vec![]), (1.03, vec!["cpuid"])] {
+        for (loop_factor, named) in [
+            (1.55, vec![]),
+            (1.0 / 1.55, vec![]),
+            (1.05, vec![]),
+            (1.02, vec!["cpuid"]),
+        ] {
             let mut after = before.clone();
             scale(&mut after.tests[lo], loop_factor);
             scale(&mut after.tests[1], 1.30);
             let c = compare(&before, &after, DEFAULT_THRESHOLD_PCT);
             assert_eq!(c.regressions(), named, "{loop_factor}");
-            let differs = loop_factor != 1.03;
+            let differs = loop_factor != 1.02;
             assert_eq!(
                 c.warnings.iter().any(|w| w.contains("another state")),
                 differs,
@@ -1507,12 +1555,13 @@ mod tests {
                 )));
                 assert!(text.contains("cycles before and"), "{text}");
             } else {
-                // The empty loop 3 % slower is past the 2 % threshold: said, but it is the
-                // host's, so it neither gates nor is named with the regressions.
+                // The empty loop 2 % slower, within the limit but at the 2 % threshold:
+                // said, but it is the host's, so it neither gates nor is named with the
+                // regressions.
                 let lo_change = &c.tests.iter().find(|t| t.baseline).unwrap().change;
                 assert_eq!(lo_change.verdict, Verdict::Slower);
                 assert!(
-                    text.contains("loop_overhead (the empty loop, no exit) moved +3.0%"),
+                    text.contains("loop_overhead (the empty loop, no exit) moved +2.0%"),
                     "{text}"
                 );
                 assert!(text.trim_end().ends_with("confidence: cpuid"), "{text}");
