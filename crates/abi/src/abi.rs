@@ -288,7 +288,7 @@ pub struct PerCpu {
     /// Times it woke from HLT or MWAIT.
     pub wakes: u64,
     /// Self-IPIs it sent (the self-IPI tests count each ICR write before making it), so
-    /// that a vCPU found halted can be told to have taken every one it sent (`irqs`).
+    /// that a vCPU found halted can be told to have taken every one it sent (`acks`).
     pub self_ipis: u64,
 }
 

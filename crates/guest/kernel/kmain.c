@@ -303,7 +303,7 @@ DEFINE_TEST(broadcast_lock, const uint64_t cpus = params.cpus, {
         cpu_pause();
 })
 
-/* One self-IPI, counted first (`self_ipis`: a stuck run's report compares it with `irqs`). */
+/* One self-IPI, counted first (`self_ipis`: a stuck run's report compares it with `acks`). */
 static inline void self_ipi(void)
 {
     ME->self_ipis++;

@@ -131,6 +131,15 @@ impl Side {
             }
         }
         let (n, times) = user_exits(&cap.records, "in", Target::Port(PORT));
+        // Each run's own count, not only each side's total: a capture split in the wrong
+        // place between two runs of one side would keep the total. Fewer with events lost
+        // are the buffer's, counted in `lost`.
+        if n > setup.exits_per_run || (n < setup.exits_per_run && cap.lost == 0) {
+            return Err(format!(
+                "{}: the trace of one run holds {n} `in` exits where the guest makes {}, and no event was lost: its capture was split in the wrong place",
+                self.label, setup.exits_per_run
+            ));
+        }
         let values: Vec<f64> = times.into_iter().map(|c| c as f64).collect();
         self.exits += n;
         // The round's median alone: a full summary would bootstrap its interval too

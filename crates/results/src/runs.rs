@@ -25,7 +25,7 @@
 use crate::central::{central, figure_of, state_reference, SLOW_STATE_FACTOR};
 use crate::compare::{
     has_round_loops, has_round_probes, host_and_config_warnings, median_state_loop, status_word,
-    Comparison, NotCompared, TestComparison, HOST_STATE_LIMIT_PCT,
+    Comparison, NotCompared, TestComparison, HOST_CODE_LOOP_CYCLES, HOST_STATE_LIMIT_PCT,
 };
 use crate::format::{fmt_cycles, fmt_pct_signed};
 use crate::results::Results;
@@ -37,11 +37,6 @@ use crate::verdict::{runs_change, Pairing, Verdict, MIN_RUNS_A_SIDE};
 /// pairs and doctored copies of default runs on this project's development host
 /// (`docs/statistics.md`, "Several runs a side", 27 Nov 2026).
 pub const DEFAULT_RUNS_THRESHOLD_PCT: f64 = 1.0;
-
-/// An empty loop of this many cycles a pass or more runs host code (on kvm_pvm the guest's
-/// ring 0 is emulated: ~20,000 cycles), and so measures the host's speed; a native one
-/// takes tens of cycles.
-pub const HOST_CODE_LOOP_CYCLES: f64 = 1000.0;
 
 /// Where the empty loop runs host code: a run whose test figure rests on rounds whose
 /// empty loop ran over this many times the reference run's (median loop of those rounds)

@@ -55,6 +55,9 @@ pub enum TraceError {
     /// The reader did not reach a checkpoint in time.
     #[error("tracefs: the trace reader did not reach checkpoint {0}: it read nothing for {1} s, or stopped (was the instance removed, or its trace_pipe closed?)")]
     Checkpoint(u64, u64),
+    /// The reader kept reading but did not reach a checkpoint within the ceiling.
+    #[error("tracefs: the trace reader did not reach checkpoint {0} within {1} s, though it kept reading (was tracing turned off from outside?)")]
+    CheckpointCeiling(u64, u64),
     /// Reading or writing a tracefs file failed.
     #[error("tracefs: cannot {what} {path}: {source}")]
     Io {
@@ -158,6 +161,11 @@ const CHECKPOINT: &str = "exitlab-checkpoint";
 /// The most a checkpoint waits for the reader to reach its marker while the reader takes
 /// nothing more from `trace_pipe`.
 const CHECKPOINT_STALL: Duration = Duration::from_secs(10);
+
+/// The most a checkpoint waits in all, however much the reader takes (traced tasks that go
+/// on writing events while the marker never comes, say after `tracing_on` was turned off
+/// from outside).
+const CHECKPOINT_CEILING: Duration = Duration::from_secs(600);
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> TraceError + 'a {
     move |source| TraceError::Io {
@@ -397,7 +405,8 @@ impl Session {
     }
 
     /// Returns what was traced since the session started or since the last checkpoint,
-    /// and goes on tracing: a numbered marker is written to the instance's
+    /// and goes on tracing (after an error, the session should be finished, not
+    /// checkpointed again: a late hand-over would be replaced by the next): a numbered marker is written to the instance's
     /// `trace_marker`, and the records the reader parsed before it are taken once it
     /// reaches it. Whatever the traced tasks did before this call (a child that was
     /// waited for, say) is in the capture, since the marker is stamped after it. One
@@ -411,7 +420,8 @@ impl Session {
             &format!("{CHECKPOINT} {n}\n"),
         )?;
         let mut read = self.handover.read.load(Ordering::Acquire);
-        let mut since = Instant::now();
+        let started = Instant::now();
+        let mut since = started;
         let mut passed = self
             .handover
             .state
@@ -425,6 +435,12 @@ impl Session {
                 || self.reader.as_ref().is_none_or(|h| h.is_finished())
             {
                 return Err(TraceError::Checkpoint(n, CHECKPOINT_STALL.as_secs()));
+            }
+            if started.elapsed() >= CHECKPOINT_CEILING {
+                return Err(TraceError::CheckpointCeiling(
+                    n,
+                    CHECKPOINT_CEILING.as_secs(),
+                ));
             }
             passed = self
                 .handover
