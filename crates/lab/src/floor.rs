@@ -228,7 +228,7 @@ fn compare_inner(
     let mut lost = 0;
     let rounds = setup.rounds.max(1);
     // One tracing session for every run, each run's capture taken at a checkpoint after
-    // it ended: setting up and removing an instance took ~0.2 s, 3 s of the 15 runs.
+    // it ended: setting up and removing an instance took ~0.18 s, 2.7 s of the 15 runs.
     let mut session = Session::start(&SessionConfig {
         pids: own_threads(),
         follow_forks: true,

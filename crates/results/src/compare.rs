@@ -186,8 +186,9 @@ pub fn compare(before: &Results, after: &Results, threshold_pct: f64) -> Compari
 /// the round's samples and `reference` the median loop of the rounds the before run's
 /// figure rests on ([`state_loops`]), on both sides. The figures are then cycles at the
 /// before run's speed in that state. Which rounds count, and the refusal of two runs or
-/// figures taken in different host states, are those of [`compare`]: the scaling takes
-/// out the host's speed within one state, not across states.
+/// figures taken in different host states, are those of [`compare`], but at
+/// [`HOST_STATE_LIMIT_PCT`] rather than [`SPEED_LIMIT_PCT`]: the scaling takes out the
+/// host's speed within one state, not across states.
 ///
 /// Why within one state only. On this project's development host (paravirtual KVM, whose
 /// guest ring 0 is emulated, so that a pass of the empty loop costs ~20,000 cycles and

@@ -405,13 +405,14 @@ impl Session {
     }
 
     /// Returns what was traced since the session started or since the last checkpoint,
-    /// and goes on tracing (after an error, the session should be finished, not
-    /// checkpointed again: a late hand-over would be replaced by the next): a numbered marker is written to the instance's
+    /// and goes on tracing: a numbered marker is written to the instance's
     /// `trace_marker`, and the records the reader parsed before it are taken once it
     /// reaches it. Whatever the traced tasks did before this call (a child that was
     /// waited for, say) is in the capture, since the marker is stamped after it. One
     /// session across several traced runs costs one instance's set-up and removal
-    /// (~0.2 s on this project's host) instead of one per run.
+    /// (~0.2 s on this project's host) instead of one per run. After an error, finish the
+    /// session rather than checkpoint it again: a late hand-over would be replaced by the
+    /// next.
     pub fn checkpoint(&mut self) -> Result<Capture, TraceError> {
         self.checkpoints += 1;
         let n = self.checkpoints;
