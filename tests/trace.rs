@@ -25,6 +25,12 @@ fn harness_path() -> PathBuf {
     p
 }
 
+/// Held by the tests that plant stale tracing instances or check that none is left: the
+/// tests of this file run at once, and one's planted instance, made after another's
+/// `--cleanup` removed the stale ones but before it listed what was left, made that one
+/// report it as stale and not removable (a CI run, 28 Nov 2026).
+static STALE_INSTANCES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn require_host() {
     assert!(
         std::path::Path::new("/dev/kvm").exists(),
@@ -57,6 +63,9 @@ fn counts_per_phase(t: &Value, what: &str, port: u64) -> Vec<u64> {
 #[test]
 fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
     require_host();
+    let _one_at_a_time = STALE_INSTANCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // An instance left behind by a process that no longer exists (pid beyond pid_max)
     // is removed by the next session.
     let stale = PathBuf::from("/sys/kernel/tracing/instances/exitlab-4294967295-0");
@@ -189,6 +198,9 @@ fn own_start_time() -> u64 {
 #[test]
 fn stale_tracing_instances_are_recognised_by_their_owner_and_removed() {
     require_host();
+    let _one_at_a_time = STALE_INSTANCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // Mounts tracefs if needed; removes what earlier runs left.
     let first = Command::new(EXITLAB)
         .args(["trace", "--cleanup"])
