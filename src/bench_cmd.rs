@@ -14,7 +14,7 @@ use exitlab_lab::bench::{self, BenchOptions, Progress};
 use exitlab_lab::catalogue::{self, TestDef, Where};
 use exitlab_lab::host_survey;
 use exitlab_lab::knobs::{self, AbSpec};
-use exitlab_lab::runner::RunParams;
+use exitlab_lab::runner::{RunParams, BATCH_PER_TEST};
 use exitlab_lab::smp::{self, IrqKnobs};
 use exitlab_results::results::{Results, TestStatus};
 use exitlab_results::{host_report, report};
@@ -45,9 +45,10 @@ pub struct BenchArgs {
     /// Samples per test.
     #[arg(long, default_value_t = DEFAULT_SAMPLES, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     samples: u64,
-    /// Iterations of the measured instruction per sample.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    batch: u64,
+    /// Iterations of the measured instruction per sample [default: each test's own: 4 for
+    /// instructions KVM handles in the kernel, 1 for the rest (bench --list)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    batch: Option<u64>,
     /// Unmeasured iterations before the first sample.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     warmup: u64,
@@ -218,8 +219,8 @@ fn list_tests() {
         .collect();
     let width = all.iter().map(|t| t.name.len()).max().unwrap_or(4);
     println!(
-        "{:<width$}  {:<8}  {:<7}  {:<5}  what",
-        "test", "expected", "default", "ring3"
+        "{:<width$}  {:<8}  {:<7}  {:<5}  {:<5}  what",
+        "test", "expected", "default", "ring3", "batch"
     );
     for t in all {
         let w = match t.expected {
@@ -228,18 +229,19 @@ fn list_tests() {
             Where::Nowhere => "none",
         };
         println!(
-            "{:<width$}  {:<8}  {:<7}  {:<5}  {}",
+            "{:<width$}  {:<8}  {:<7}  {:<5}  {:<5}  {}",
             t.name,
             w,
             if t.default { "yes" } else { "no" },
             if t.ring3 { "yes" } else { "no" },
+            t.batch,
             t.what
         );
     }
     println!(
         "\nexpected: where the exit is expected to be handled (bench's table shows where it was \
          observed); default: run by `exitlab bench` without --tests; ring3: also runs with \
-         --ring 3"
+         --ring 3; batch: iterations per sample unless --batch is given"
     );
 }
 
@@ -292,7 +294,18 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         ));
     }
     crate::common::check_timeout(a.timeout)?;
-    if a.samples.checked_mul(a.batch).is_none_or(|n| n > 1 << 32) {
+    let most_batch = a.batch.unwrap_or_else(|| {
+        catalogue::TESTS
+            .iter()
+            .chain(catalogue::IRQ_TESTS)
+            .map(|t| t.batch)
+            .max()
+            .unwrap_or(1)
+    });
+    if a.samples
+        .checked_mul(most_batch)
+        .is_none_or(|n| n > 1 << 32)
+    {
         return Err("--samples times --batch must not exceed 2^32 iterations".into());
     }
     for &cpu in &a.pin {
@@ -305,7 +318,7 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
         params: RunParams {
             ring: a.ring,
             samples: a.samples,
-            batch: a.batch,
+            batch: a.batch.unwrap_or(BATCH_PER_TEST),
             warmup: a.warmup,
             timeout: Duration::from_secs_f64(a.stall_timeout),
             pin: a.pin.first().copied(),
@@ -666,7 +679,8 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             opts.tests.len(),
             a.ring,
             a.samples,
-            a.batch,
+            a.batch
+                .map_or_else(|| "each test's own".to_string(), |b| b.to_string()),
             u64::from(opts.rounds).min(a.samples),
             if u64::from(opts.rounds) > a.samples {
                 " (at most one per sample)"

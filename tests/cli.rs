@@ -390,15 +390,34 @@ fn list_names_every_test() {
         assert!(["kernel", "user", "none"].contains(&cells[0]), "{row}");
         assert!(["yes", "no"].contains(&cells[1]), "{row}");
     }
-    let default = |name: &str| {
+    // The `column`th cell after the name (0: expected) of the test's row.
+    let cell = |name: &str, column: usize| {
         let row = rows
             .iter()
             .find(|r| r.split_whitespace().next() == Some(name))
             .unwrap();
-        row[at..].split_whitespace().nth(1).unwrap().to_string()
+        row[at..]
+            .split_whitespace()
+            .nth(column)
+            .unwrap()
+            .to_string()
     };
-    assert_eq!(default("cpuid"), "yes");
-    assert_eq!(default("x2apic_self_ipi_tpr_sti_nop"), "no");
+    assert_eq!(cell("cpuid", 1), "yes");
+    assert_eq!(cell("x2apic_self_ipi_tpr_sti_nop", 1), "no");
+    // Each test's iterations per sample without --batch: four for an exit KVM handles
+    // in the kernel, one for the rest.
+    let batch = |name: &str| cell(name, 3);
+    assert!(header.contains("ring3  batch  what"), "{header}");
+    for (name, b) in [
+        ("loop_overhead", "1"),
+        ("cpuid", "4"),
+        ("mov_to_cr8", "4"),
+        ("inl_from_user", "1"),
+        ("hlt", "1"),
+        ("ipi", "1"),
+    ] {
+        assert_eq!(batch(name), b, "{name}");
+    }
 }
 
 #[test]
@@ -464,6 +483,13 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
     assert_eq!(v["schema_version"], 2);
+    // Without --batch each test ran at its own, and the file says so.
+    assert_eq!(v["config"]["batch"], 0);
+    assert_eq!(
+        (&v["tests"][1]["name"], &v["tests"][1]["batch"]),
+        (&serde_json::json!("cpuid"), &serde_json::json!(4))
+    );
+    assert_eq!(v["tests"][2]["batch"], 1);
     // One entry per round run: the 2 planned ones and any extra round of the detector.
     assert_eq!(
         v["tests"][1]["rounds"].as_array().unwrap().len() as u64,

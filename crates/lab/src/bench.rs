@@ -154,7 +154,7 @@ pub fn run(
         ));
     }
     let results = assembled.results;
-    notes.extend(noise_note(&results, assembled.quiet_loop_limit));
+    notes.extend(noise_note(&results, &assembled.quiet_loop_limits));
     notes.extend(assembled.other_state.as_ref().map(other_state_note));
     notes.extend(analysis::guest_work_note(
         &results,
@@ -295,7 +295,8 @@ fn collect(
 /// What the analysis of every test's rounds gives the report.
 struct Assembled {
     results: Vec<TestResult>,
-    quiet_loop_limit: Option<f64>,
+    /// The host-noise detector's limit for each batch the tests ran at.
+    quiet_loop_limits: Vec<(u64, f64)>,
     /// The rounds the tests' figures set aside as taken in another host state.
     other_state: Option<OtherState>,
     /// The first pinning failure.
@@ -314,19 +315,20 @@ fn assemble(
     opts: &BenchOptions,
     host: &serde_json::Value,
 ) -> Assembled {
-    let mut base = Baseline {
-        quiet_loop_limit: quiet_loop_limit(&per_test),
-        ..Baseline::default()
-    };
+    let limits = quiet_loop_limits(&per_test);
+    let mut base = Baseline::default();
     let mut out = Assembled {
         results: Vec::with_capacity(tests.len()),
-        quiet_loop_limit: base.quiet_loop_limit,
+        quiet_loop_limits: limits.clone(),
         other_state: None,
         pin_error: None,
         vmm_memory: None,
         tsc_khz: None,
     };
     for (def, rounds) in tests.iter().zip(per_test) {
+        base.quiet_loop_limit = test_batch(&rounds)
+            .and_then(|b| limits.iter().find(|(batch, _)| *batch == b))
+            .map(|(_, limit)| *limit);
         let seconds: Vec<f64> = rounds.iter().map(|r| r.seconds.as_secs_f64()).collect();
         let rounds: Vec<Measurement> = rounds.into_iter().map(Stored::into_measurement).collect();
         // The baseline has no net figure: it is the empty loop itself.
@@ -853,9 +855,9 @@ fn round_loop_median(r: &Stored) -> Option<f64> {
 }
 
 /// The empty-loop medians of every completed round of a run, sorted.
-fn round_loop_medians(per_test: &[Vec<Stored>]) -> Vec<f64> {
+fn round_loop_medians<'a>(per_test: impl IntoIterator<Item = &'a Vec<Stored>>) -> Vec<f64> {
     let mut medians: Vec<f64> = per_test
-        .iter()
+        .into_iter()
         .flatten()
         .filter_map(round_loop_median)
         .collect();
@@ -863,14 +865,36 @@ fn round_loop_medians(per_test: &[Vec<Stored>]) -> Vec<f64> {
     medians
 }
 
-/// The host-noise detector's limit for a run. Every sample is preceded by the same
-/// empty loop, whatever the test, so the loop's median in each round tells how fast the
-/// host ran the guest then; the run's typical round (the median of those medians) is the
+/// The iterations per sample of a test's rounds (every round runs the test's own).
+fn test_batch(rounds: &[Stored]) -> Option<u64> {
+    rounds.first().map(|r| r.m.params.batch)
+}
+
+/// The host-noise detector's limits for a run, one for each batch (iterations per
+/// sample) its tests ran at, in ascending order of batch, each from the tests of that
+/// batch ([`quiet_loop_limit`]): the empty loop before a sample times as many iterations
+/// as the sample, so loops of different batches are not comparable.
+fn quiet_loop_limits(per_test: &[Vec<Stored>]) -> Vec<(u64, f64)> {
+    let mut batches: Vec<u64> = per_test.iter().filter_map(|r| test_batch(r)).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    batches
+        .into_iter()
+        .filter_map(|b| {
+            quiet_loop_limit(per_test.iter().filter(|r| test_batch(r) == Some(b)))
+                .map(|limit| (b, limit))
+        })
+        .collect()
+}
+
+/// The host-noise detector's limit for tests of one batch. Every sample is preceded by
+/// the same empty loop, whatever the test, so the loop's median in each round tells how
+/// fast the host ran the guest then; the run's typical round (the median of those medians) is the
 /// reference, and a sample whose own loop ran more than [`NOISE_TOLERANCE`] slower was
 /// taken while the host was busy (see [`analysis::quiet_samples`]). The quietest round
 /// was the reference before: one round quicker than all others then made most of a
 /// run's samples "noisy" (98 % of one run's rounds, `docs/statistics.md`).
-fn quiet_loop_limit(per_test: &[Vec<Stored>]) -> Option<f64> {
+fn quiet_loop_limit<'a>(per_test: impl IntoIterator<Item = &'a Vec<Stored>>) -> Option<f64> {
     let medians = round_loop_medians(per_test);
     if medians.is_empty() {
         return None;
@@ -904,6 +928,9 @@ struct OtherState {
     quick: f64,
     /// The same in their slow state.
     slow: f64,
+    /// The batch of the tests `quick` and `slow` come from, where the tests with rounds
+    /// set aside ran at more than one (their loops are not comparable across batches).
+    loop_batch: Option<u64>,
 }
 
 /// Counts the rounds each test's central figure set aside as taken in its other host
@@ -922,12 +949,15 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
         on_slow: Vec::new(),
         quick: f64::NAN,
         slow: f64::NAN,
+        loop_batch: None,
     };
-    let (mut quick, mut slow) = (Vec::new(), Vec::new());
+    // Each batch's loops apart: a loop times as many iterations as its test's samples.
+    let mut pools: BTreeMap<u64, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for t in results {
         let Some(c) = central::central(t) else {
             continue;
         };
+        let (quick, slow) = pools.entry(t.batch).or_default();
         out.rounds += c.rounds.len();
         out.outliers += c.outliers();
         let other = c.other_state_count();
@@ -963,8 +993,16 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
             slow.extend(set_aside);
         }
     }
-    out.quick = median(quick)?;
-    out.slow = median(slow)?;
+    // The batch with the most slow loops speaks for the run (the smaller on a tie).
+    let (&batch, (quick, slow)) = pools
+        .iter()
+        .filter(|(_, (_, slow))| !slow.is_empty())
+        .max_by(|(b1, (_, s1)), (b2, (_, s2))| s1.len().cmp(&s2.len()).then(b2.cmp(b1)))?;
+    if pools.values().filter(|(_, slow)| !slow.is_empty()).count() > 1 {
+        out.loop_batch = Some(batch);
+    }
+    out.quick = median(quick.clone())?;
+    out.slow = median(slow.clone())?;
     (out.other > 0).then_some(out)
 }
 
@@ -996,6 +1034,13 @@ fn other_state_note(s: &OtherState) -> String {
     } else {
         format!(" (here: {})", s.on_slow.join(", "))
     };
+    let loop_batch = match s.loop_batch {
+        None => String::new(),
+        Some(b) => format!(
+            " that take {b} iteration{} a sample",
+            if b == 1 { "" } else { "s" }
+        ),
+    };
     let by_probe = match s.by_probe {
         0 => String::new(),
         n => format!(
@@ -1004,7 +1049,7 @@ fn other_state_note(s: &OtherState) -> String {
         ),
     };
     format!(
-        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples, and by the exit-path probe: in those tests the loop took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher.{by_probe} Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses two runs whose kept rounds' empty loops differ; the probes time the exit path a change under test may itself move, so compare does not judge them across runs). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
+        "{HOST_STATE_NOTE}{} of {} rounds ({} tests) were set aside as taken in another host state than their test's figure rests on{outliers}. A round's state is told by the guest's empty loop (no exit) timed before its samples, and by the exit-path probe: in those tests{loop_batch} the loop took a median {} cycles in the slow state against {} in the quick one ({:.2}x; slow: more than {:.0}% above the test's quick rounds), and every figure of a slow round is higher.{by_probe} Each test's figure rests on one state: its quick rounds where at least {MIN_QUICK} and a quarter of them ran, its slow ones otherwise{on_slow}; the line on rounds set aside names them. Figures taken in different states are not comparable (compare refuses two runs whose kept rounds' empty loops differ; the probes time the exit path a change under test may itself move, so compare does not judge them across runs). Re-run on a quieter host, or use bench --ab, whose rounds are paired",
         s.other,
         s.rounds,
         s.tests,
@@ -1019,17 +1064,29 @@ fn other_state_note(s: &OtherState) -> String {
 /// The note that says how many samples the host-noise detector left out, if any. The
 /// rounds set aside and the extra rounds that replaced them are the line on rounds set
 /// aside's ([`central::outliers_line`]), said there once.
-fn noise_note(results: &[TestResult], limit: Option<f64>) -> Option<String> {
+fn noise_note(results: &[TestResult], limits: &[(u64, f64)]) -> Option<String> {
     let (dropped, total) = samples_left_out(results);
-    let limit = limit?;
-    if dropped == 0 {
+    if limits.is_empty() || dropped == 0 {
         return None;
     }
+    let limit = match limits {
+        [(_, limit)] => format!("{} cycles", fmt_cycles(*limit)),
+        _ => limits
+            .iter()
+            .map(|(batch, limit)| {
+                format!(
+                    "{} cycles ({batch} iteration{} a sample)",
+                    fmt_cycles(*limit),
+                    if *batch == 1 { "" } else { "s" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" or "),
+    };
     Some(format!(
-        "host noise: {} of {} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {} cycles, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians); every test kept at least {:.0}% of its samples",
+        "host noise: {} of {} samples left out of the figures (exit checks count them): the empty loop measured just before them took more than {limit}, {:.0}% above the run's typical round (the median of the rounds' empty-loop medians, among tests of the same batch); every test kept at least {:.0}% of its samples",
         fmt_cycles(dropped as f64),
         fmt_cycles(total as f64),
-        fmt_cycles(limit),
         NOISE_TOLERANCE * 100.0,
         exitlab_results::samples::MIN_KEPT_SHARE * 100.0
     ))
@@ -1193,11 +1250,11 @@ mod tests {
             outlier_rounds: 1,
         });
         // No sample left out: no note, whatever rounds were set aside and replaced.
-        assert_eq!(noise_note(std::slice::from_ref(&r), Some(100.0)), None);
+        assert_eq!(noise_note(std::slice::from_ref(&r), &[(1, 100.0)]), None);
         r.round_spread.as_mut().unwrap().dropped_samples = 1;
         let mut other = r.clone();
         other.name = "hlt".into();
-        let note = noise_note(&[r, other], Some(100.0)).unwrap();
+        let note = noise_note(&[r, other], &[(1, 100.0)]).unwrap();
         assert!(
             note.starts_with("host noise: 2 of 6 samples left out"),
             "{note}"
@@ -1215,10 +1272,18 @@ mod tests {
             spread: 0.0,
             outlier_rounds: 0,
         });
-        let note = noise_note(&[r], Some(21_210.4)).unwrap();
+        let note = noise_note(std::slice::from_ref(&r), &[(1, 21_210.4)]).unwrap();
         assert!(
             note.starts_with("host noise: 5,539 of 22,900 samples")
-                && note.contains("more than 21,210 cycles"),
+                && note.contains("more than 21,210 cycles,"),
+            "{note}"
+        );
+        // Tests of two batches: each batch's limit, named.
+        let note = noise_note(&[r], &[(1, 21_210.4), (4, 29_300.0)]).unwrap();
+        assert!(
+            note.contains(
+                "more than 21,210 cycles (1 iteration a sample) or 29,300 cycles (4 iterations a sample),"
+            ),
             "{note}"
         );
     }
@@ -1234,6 +1299,27 @@ mod tests {
         assert!(s.m.samples.is_empty());
         assert_eq!(s.samples.len(), 3);
         assert_eq!(s.into_measurement().samples, m.samples);
+    }
+
+    #[test]
+    fn tests_of_another_batch_get_a_noise_limit_of_their_own() {
+        // A sample of four iterations is preceded by an empty loop of four: 2,800
+        // cycles where one takes 1,000. Pooled, the batch-4 rounds would set the limit
+        // for all, and every batch-1 sample would pass it.
+        let at = |batch: u64, loops: &[u64]| {
+            let mut m = round(loops);
+            m.params.batch = batch;
+            Stored::new(m, Duration::from_millis(5))
+        };
+        let per_test = vec![
+            vec![at(1, &[1000; 3]), at(1, &[1010; 3])],
+            vec![at(4, &[2800; 3]), at(4, &[2810; 3]), at(4, &[2790; 3])],
+            vec![at(4, &[2805; 3])],
+        ];
+        assert_eq!(
+            quiet_loop_limits(&per_test),
+            [(1, 1005.0 * 1.03), (4, 2802.5 * 1.03)]
+        );
     }
 
     #[test]
@@ -1309,6 +1395,21 @@ mod tests {
         assert!(
             note.contains("1,560 cycles in the slow state against 1,000 in the quick one (1.56x")
                 && note.contains("its slow ones otherwise (here: hlt)"),
+            "{note}"
+        );
+        assert!(!note.contains("iteration"), "one batch: {note}");
+        // cpuid at four iterations a sample: its loops (four iterations) are not pooled
+        // with hlt's (one); hlt's batch, with more slow loops, speaks for the run.
+        let mut tests = tests;
+        tests[0].batch = 4;
+        tests[0].rounds.iter_mut().for_each(|r| {
+            r.loop_median = r.loop_median.map(|l| l * 2.8);
+        });
+        let s = other_state(&tests).expect("rounds set aside");
+        assert_eq!((s.quick, s.slow, s.loop_batch), (1_010.0, 1_560.0, Some(1)));
+        let note = other_state_note(&s);
+        assert!(
+            note.contains("in those tests that take 1 iteration a sample the loop took a median 1,560 cycles in the slow state against 1,010 in the quick one"),
             "{note}"
         );
         // A spread of a few percent is not a state: no note, whatever the outliers.

@@ -77,6 +77,7 @@ impl Setting {
         let default = || "default".to_string();
         match *self {
             Setting::Ring(r) => r.to_string(),
+            Setting::Batch(crate::runner::BATCH_PER_TEST) => "each test's own".into(),
             Setting::Batch(n)
             | Setting::Warmup(n)
             | Setting::InjectCycles(n)

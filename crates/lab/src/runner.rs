@@ -29,6 +29,10 @@ use crate::catalogue::{Platform, TestArg, TestDef, Where};
 /// Most KVM_RUN durations kept per test (8 bytes each).
 pub const RUN_LOG_MAX: u64 = 1 << 18;
 
+/// [`RunParams::batch`] for "each test's own" ([`TestDef::batch`]): what `bench` runs
+/// with unless `--batch` is given.
+pub const BATCH_PER_TEST: u64 = 0;
+
 /// Guest RAM of a lab VM.
 pub const LAB_RAM_BYTES: u64 = 16 << 20;
 
@@ -39,7 +43,9 @@ pub struct RunParams {
     pub ring: u8,
     /// Samples to take.
     pub samples: u64,
-    /// Iterations per sample.
+    /// Iterations per sample; [`BATCH_PER_TEST`] (a bench's default) for each test's
+    /// own ([`TestDef::batch`]), which every run of a test resolves to before it starts
+    /// ([`RunParams::for_test`]), so a measurement's is never it.
     pub batch: u64,
     /// Iterations before the first sample.
     pub warmup: u64,
@@ -60,6 +66,21 @@ pub struct RunParams {
     /// calibration; userspace-handled tests do not get it (they are the control that
     /// must not move, as kernel-handled ones are for `inject_cycles`).
     pub guest_cycles: u64,
+}
+
+impl RunParams {
+    /// These parameters for a run of `def`: [`BATCH_PER_TEST`] becomes the test's own
+    /// batch, and any other batch stays.
+    pub fn for_test(self, def: &TestDef) -> RunParams {
+        RunParams {
+            batch: if self.batch == BATCH_PER_TEST {
+                def.batch
+            } else {
+                self.batch
+            },
+            ..self
+        }
+    }
 }
 
 /// The guest work a run did ([`RunParams::guest_cycles`]), as the lab kernel reports it.
@@ -673,6 +694,7 @@ fn run_test_in(
     teardown: Option<&Arc<Teardown>>,
 ) -> Result<Measurement, RunError> {
     let started = Instant::now();
+    let params = params.for_test(def);
     if let Some(why) = run_skip_reason(kvm, def, &params) {
         let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);
@@ -694,6 +716,7 @@ pub fn run_test_on_pc_bus(
     params: RunParams,
 ) -> Result<(Measurement, usize), RunError> {
     let started = Instant::now();
+    let params = params.for_test(def);
     if let Some(why) = run_skip_reason(kvm, def, &params) {
         let mut m = Measurement::new(def, params);
         m.outcome = Outcome::Skipped(why);

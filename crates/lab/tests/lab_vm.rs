@@ -201,6 +201,40 @@ fn batch_of_iterations_gives_batch_exits_per_sample() {
 }
 
 #[test]
+fn each_test_runs_its_own_batch_unless_one_is_given() {
+    // Without --batch a kernel-handled test takes four iterations a sample and a
+    // userspace-handled one a single one; the guest's own counts say what it ran: the
+    // iterations that did the guest work (kernel-handled tests only) and the userspace
+    // exits between two samples.
+    let kvm = kvm();
+    let kernel = catalogue::find("outl_to_kernel").unwrap();
+    let user = catalogue::find("mmio_read_user").unwrap();
+    assert_eq!((kernel.batch, user.batch), (catalogue::KERNEL_BATCH, 1));
+    let run = |def, batch| {
+        let p = RunParams {
+            guest_cycles: 100,
+            ..params(20, batch)
+        };
+        let m = runner::run_test(&kvm, exitlab_guest::IMAGE, def, p).unwrap();
+        assert_eq!(m.outcome, Outcome::Completed, "{} {batch}", def.name);
+        m
+    };
+    let k = run(kernel, runner::BATCH_PER_TEST);
+    assert_eq!(k.params.batch, catalogue::KERNEL_BATCH);
+    assert_eq!(k.guest_work.iterations, 10 + 20 * catalogue::KERNEL_BATCH);
+    let u = run(user, runner::BATCH_PER_TEST);
+    assert_eq!(u.params.batch, 1);
+    assert!(u.samples.iter().all(|s| s.seq_delta == 1));
+    assert_eq!(u.counts.mmio_read, 10 + 20);
+    // A batch given is every test's.
+    let k = run(kernel, 3);
+    assert_eq!((k.params.batch, k.guest_work.iterations), (3, 10 + 20 * 3));
+    let u = run(user, 3);
+    assert!(u.samples.iter().all(|s| s.seq_delta == 3));
+    assert_eq!(u.counts.mmio_read, 10 + 20 * 3);
+}
+
+#[test]
 fn ring3_refuses_privileged_instructions_as_skipped() {
     let kvm = kvm();
     let def = catalogue::find("rdmsr_user").unwrap();

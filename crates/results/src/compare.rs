@@ -592,6 +592,11 @@ fn compare_test(
     }
     if let Some(why) = host_state {
         change.verdict = Verdict::NoConclusion(why.to_string());
+    } else if let Some(why) = (pairing == Pairing::Independent)
+        .then(|| batches_differ(&[b.batch], &[a.batch]))
+        .flatten()
+    {
+        change.verdict = Verdict::NoConclusion(why);
     } else if pairing == Pairing::Independent && !b.baseline {
         if let Some(why) = test_state_differs(b, a, speed_limit_pct) {
             change.verdict = Verdict::NoConclusion(why);
@@ -608,6 +613,31 @@ fn compare_test(
         figure: figure.as_str(),
         change,
         baseline: b.baseline,
+    })
+}
+
+/// Why one test's figures of two runs, or two sides of runs, are not compared, if its
+/// iterations per sample (`batch`, each run's list) differ: a figure is per iteration
+/// either way, but exits back to back cost differently than one at a time between the
+/// clock reads of a sample, and the empty loops that tell each round's host state time
+/// as many iterations as the test's samples, so neither the figures nor the host states
+/// are comparable.
+pub(crate) fn batches_differ(before: &[u64], after: &[u64]) -> Option<String> {
+    let list = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    let first = before.first().or(after.first());
+    before.iter().chain(after).any(|b| Some(b) != first).then(|| {
+        let (lb, la) = (list(before), list(after));
+        format!(
+            "its figures were taken at different iterations per sample ({lb} before, {la} after; bench's default is each test's own, --batch sets one): exits back to back cost differently than one at a time, and the empty loops that tell the host's state differ with the batch; re-run a side at the other's --batch, or measure what the batch changes with bench --ab batch=B,A"
+        )
     })
 }
 
@@ -681,7 +711,7 @@ pub(crate) fn host_and_config_warnings(before: &Results, after: &Results) -> Vec
     let (b, a) = (&before.config, &after.config);
     let config = [
         ("ring", b.ring.to_string(), a.ring.to_string()),
-        ("batch", b.batch.to_string(), a.batch.to_string()),
+        ("batch", b.batch_str(), a.batch_str()),
         ("samples", b.samples.to_string(), a.samples.to_string()),
         ("warmup", b.warmup.to_string(), a.warmup.to_string()),
         ("rounds", b.rounds.to_string(), a.rounds.to_string()),
@@ -964,6 +994,31 @@ mod tests {
         scale(&mut after.tests[1], 1.05);
         assert!(compare(&before, &after, 10.0).regressions().is_empty());
         assert_eq!(compare(&before, &after, 1.0).regressions(), vec!["cpuid"]);
+    }
+
+    #[test]
+    fn a_test_taken_at_another_batch_is_not_compared_and_says_so() {
+        // cpuid at four iterations a sample after one (bench's default changed): 30 %
+        // slower, yet no verdict; the A/B of the two batches compares them.
+        let before = sample_results();
+        let mut after = sample_results();
+        scale(&mut after.tests[1], 1.3);
+        after.tests[1].batch = 4;
+        let c = compare(&before, &after, 2.0);
+        assert!(c.regressions().is_empty());
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert!(
+            matches!(&cpuid.verdict, Verdict::NoConclusion(why) if why.starts_with("its figures were taken at different iterations per sample (100 before, 4 after;")),
+            "{:?}",
+            cpuid.verdict
+        );
+        let ab = compare_ab(&before, &after, 2.0);
+        let cpuid = &ab.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cpuid.verdict, Verdict::Slower, "an A/B of batch=100,4");
+        assert_eq!(batches_differ(&[4, 4], &[4]), None);
+        assert!(
+            batches_differ(&[1, 4], &[4]).is_some_and(|w| w.contains("(1 and 4 before, 4 after;"))
+        );
     }
 
     /// Twelve rounds of a test at `level` net cycles (1 % between rounds) over an empty

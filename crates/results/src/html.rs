@@ -204,7 +204,13 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
         "config",
         format!(
             "ring {}, {} samples x {} iteration(s), warm-up {}, {} round(s), TSC {} kHz ({})",
-            c.ring, c.samples, c.batch, c.warmup, c.rounds, c.tsc_khz, c.tsc_khz_source
+            c.ring,
+            c.samples,
+            c.batch_str(),
+            c.warmup,
+            c.rounds,
+            c.tsc_khz,
+            c.tsc_khz_source
         ),
     );
     if !c.knobs.is_empty() {

@@ -303,7 +303,8 @@ pub struct BenchConfig {
     pub tests: Vec<String>,
     /// Samples per test.
     pub samples: u64,
-    /// Iterations per sample.
+    /// Iterations per sample: `--batch`, or 0 where each test ran at its own (bench's
+    /// default; each test's is its [`TestResult::batch`]).
     pub batch: u64,
     /// Unmeasured warm-up iterations per test.
     pub warmup: u64,
@@ -330,6 +331,16 @@ pub struct BenchConfig {
     /// The interrupt knobs of the run (APIC mode, vCPUs, idle, disabled exits, ...).
     #[serde(default)]
     pub irq: Option<crate::irq::IrqConfig>,
+}
+
+impl BenchConfig {
+    /// [`BenchConfig::batch`] as reports show it.
+    pub fn batch_str(&self) -> String {
+        match self.batch {
+            0 => "each test's own".to_string(),
+            b => b.to_string(),
+        }
+    }
 }
 
 fn one() -> u32 {

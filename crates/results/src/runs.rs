@@ -153,7 +153,13 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
             threshold_pct,
         );
         [change.other_state_before, change.other_state_after] = set_aside;
-        if let Some(why) = state
+        let batches = |side: &[Run]| -> Vec<u64> {
+            side.iter()
+                .filter_map(|r| r.results.test(name).map(|t| t.batch))
+                .collect()
+        };
+        if let Some(why) = crate::compare::batches_differ(&batches(before), &batches(after))
+            .or(state)
             .or_else(|| no_own_interval(kb.iter().chain(&ka)))
             .or_else(|| speeds_apart(&kb, &ka))
         {
@@ -723,6 +729,31 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("(\"after\"): the run after is incomplete")));
+    }
+
+    #[test]
+    fn runs_of_a_test_at_another_batch_are_not_compared() {
+        // One after run took cpuid at four iterations a sample: no verdict on cpuid,
+        // though every run is 30 % slower; inl_from_qemu is judged.
+        let before = vec![run(3000.0, 1.0), run(3000.0, 1.0), run(3000.0, 1.0)];
+        let mut after = vec![run(3900.0, 1.0), run(3900.0, 1.0), run(3900.0, 1.0)];
+        after[1]
+            .tests
+            .iter_mut()
+            .find(|t| t.name == "cpuid")
+            .unwrap()
+            .batch = 4;
+        let (nb, na) = (names("b", 3), names("a", 3));
+        let c = compare_runs(&side(&nb, &before), &side(&na, &after), 1.0);
+        assert!(
+            matches!(&test_of(&c, "cpuid").change.verdict, Verdict::NoConclusion(why) if why.starts_with("its figures were taken at different iterations per sample (100 before, 4 and 100 after;")),
+            "{:?}",
+            test_of(&c, "cpuid").change.verdict
+        );
+        assert_eq!(
+            test_of(&c, "inl_from_qemu").change.verdict,
+            Verdict::NoDetectableChange
+        );
     }
 
     #[test]
