@@ -135,13 +135,12 @@ pub struct TestDef {
 /// step in units of the TSC's resolution (26 cycles on the project's AMD host, 1.7 % of a
 /// 1,500-cycle exit). With one iteration a sample, what the brackets cost varied from VM
 /// to VM beyond what the paired empty loop takes out, and the rounds' figures sat on a
-/// few steps of the clock; four iterations share those costs four ways. On kvm_pvm, 5
-/// pairs of single runs of six kernel-handled tests each way (docs/statistics.md):
-/// `compare`'s smallest detectable change (its 2 % threshold included) fell from
-/// 4.6-6.4 % to 3.0-3.5 % (one pair 5.9 %) for the three ~1,500-cycle tests (CR8 both
-/// ways, TSC_ADJUST reads), and from 3.2-4.7 % to 2.7-3.5 % for cpuid, the TSC_ADJUST
-/// write and inl_from_kernel. The figures are cycles per iteration either way; back to
-/// back, the ~1,500-cycle exits measured 2.3-3.5 % dearer (a `batch` A/B shows it).
+/// few steps of the clock; four iterations share those costs four ways. On kvm_pvm, 10
+/// pairs of default single runs each way, interleaved (docs/statistics.md): `compare`'s
+/// smallest detectable change (median over pairs, its 2 % threshold included) fell from
+/// 5.5-5.6 % to 3.3-3.4 % for the three ~1,500-cycle tests (CR8 both ways, TSC_ADJUST
+/// reads) and from 3.1-4.6 % to 2.9-3.1 % for the other kernel-handled ones. The figures
+/// are cycles per iteration either way; back to back they moved by -1.9 to +3.5 %.
 /// Userspace-handled tests keep one iteration a sample: their phases are stamped per
 /// exit, and their spread is the host's, not the clock's.
 pub const KERNEL_BATCH: u64 = 4;
