@@ -929,7 +929,8 @@ struct OtherState {
     /// The same in their slow state.
     slow: f64,
     /// The batch of the tests `quick` and `slow` come from, where the tests with rounds
-    /// set aside ran at more than one (their loops are not comparable across batches).
+    /// set aside ran at more than one (a loop's figure per iteration carries its sample's
+    /// clock reads shared among the batch, so it is not comparable across batches).
     loop_batch: Option<u64>,
 }
 
@@ -951,7 +952,8 @@ fn other_state(results: &[TestResult]) -> Option<OtherState> {
         slow: f64::NAN,
         loop_batch: None,
     };
-    // Each batch's loops apart: a loop times as many iterations as its test's samples.
+    // Each batch's loops apart: a round's loop figure is per iteration, but a sample's
+    // clock reads are shared among its iterations, so the figure depends on the batch.
     let mut pools: BTreeMap<u64, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for t in results {
         let Some(c) = central::central(t) else {
@@ -1398,12 +1400,13 @@ mod tests {
             "{note}"
         );
         assert!(!note.contains("iteration"), "one batch: {note}");
-        // cpuid at four iterations a sample: its loops (four iterations) are not pooled
-        // with hlt's (one); hlt's batch, with more slow loops, speaks for the run.
+        // cpuid at four iterations a sample: its loops (per iteration, a quarter of the
+        // clock reads each: ~0.36x here) are not pooled with hlt's (one iteration); hlt's
+        // batch, with more slow loops, speaks for the run.
         let mut tests = tests;
         tests[0].batch = 4;
         tests[0].rounds.iter_mut().for_each(|r| {
-            r.loop_median = r.loop_median.map(|l| l * 2.8);
+            r.loop_median = r.loop_median.map(|l| l * 0.36);
         });
         let s = other_state(&tests).expect("rounds set aside");
         assert_eq!((s.quick, s.slow, s.loop_batch), (1_010.0, 1_560.0, Some(1)));

@@ -72,7 +72,8 @@ impl Setting {
     }
 
     /// The value as the knob's parser takes it (`default` where the setting is left
-    /// to KVM).
+    /// to KVM; `each test's own` for the batch `bench` runs without `--batch`, which no
+    /// parser takes).
     pub fn value(&self) -> String {
         let default = || "default".to_string();
         match *self {

@@ -635,10 +635,19 @@ pub fn paired_other_state(a: &TestResult, b: &TestResult) -> Option<Vec<bool>> {
         .iter()
         .flat_map(|side| pairs.iter().map(|&i| StateSigns::of(&side[i])))
         .collect();
-    // The loops of both sides against one reference (the knob under test does not run
-    // in the empty loop); each side's probes against its own, because the knob may
+    // The loops of both sides against one reference where the knob under test does not
+    // run in the empty loop, each side's against its own where it does (another batch
+    // shares a sample's clock reads among another number of iterations, another ring
+    // runs the loop there); each side's probes against its own, because the knob may
     // change the exit path the probes time.
-    let mut slow = loop_slow(&signs.iter().map(|g| g.loop_median).collect::<Vec<_>>());
+    let loops: Vec<Option<f64>> = signs.iter().map(|g| g.loop_median).collect();
+    let mut slow = if a.batch == b.batch && a.ring == b.ring {
+        loop_slow(&loops)
+    } else {
+        let mut s = loop_slow(&loops[..n]);
+        s.extend(loop_slow(&loops[n..]));
+        s
+    };
     for side in [0..n, n..2 * n] {
         let probes = probes_slow(&signs[side.clone()]);
         for (s, p) in slow[side].iter_mut().zip(probes) {

@@ -265,6 +265,13 @@ fn scale_tests_by_loop(before: &mut [TestResult], after: &mut [TestResult]) -> V
             ));
             continue;
         }
+        if tb.batch != ta.batch {
+            warnings.push(format!(
+                "{}: taken at {} and {} iterations per sample, whose empty loops differ; not scaled per loop",
+                tb.name, tb.batch, ta.batch
+            ));
+            continue;
+        }
         let (Some(reference), Some(other)) = (median_state_loop(tb), median_state_loop(ta)) else {
             continue;
         };
@@ -388,7 +395,14 @@ fn compare_with(
         Vec::new()
     };
     // Paired A/B rounds share their host state round by round; two separate runs need not.
-    let host_state = (pairing == Pairing::Independent)
+    // Empty loops taken at different batches cannot tell the host's speed: each test is
+    // then judged on its own (a test of the same batch on both sides by its own loops).
+    let baseline_batch = |r: &Results| r.tests.iter().find(|t| t.baseline).map(|t| t.batch);
+    let loops_comparable = match (baseline_batch(before), baseline_batch(after)) {
+        (Some(b), Some(a)) => b == a,
+        _ => true,
+    };
+    let host_state = (pairing == Pairing::Independent && loops_comparable)
         .then(|| host_state_differs(before, after, speed_limit_pct))
         .flatten();
     if let Some(why) = &host_state {
@@ -544,6 +558,9 @@ fn sides_state_differ(b: &TestResult, a: &TestResult) -> Option<String> {
     if [b, a]
         .iter()
         .any(|t| t.paired_other_state.iter().flatten().any(|s| *s))
+        // A knob that runs in the empty loop (batch, ring) moves it on one side.
+        || b.batch != a.batch
+        || b.ring != a.ring
     {
         return None;
     }
@@ -590,13 +607,13 @@ fn compare_test(
             (change.median_before, change.median_after) = (cb.value, ca.value);
         }
     }
-    if let Some(why) = host_state {
-        change.verdict = Verdict::NoConclusion(why.to_string());
-    } else if let Some(why) = (pairing == Pairing::Independent)
+    if let Some(why) = (pairing == Pairing::Independent)
         .then(|| batches_differ(&[b.batch], &[a.batch]))
         .flatten()
     {
         change.verdict = Verdict::NoConclusion(why);
+    } else if let Some(why) = host_state {
+        change.verdict = Verdict::NoConclusion(why.to_string());
     } else if pairing == Pairing::Independent && !b.baseline {
         if let Some(why) = test_state_differs(b, a, speed_limit_pct) {
             change.verdict = Verdict::NoConclusion(why);
@@ -1015,6 +1032,27 @@ mod tests {
         let ab = compare_ab(&before, &after, 2.0);
         let cpuid = &ab.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
         assert_eq!(cpuid.verdict, Verdict::Slower, "an A/B of batch=100,4");
+        // Only the empty loop taken at another batch (`--batch 4` against the default): it
+        // cannot tell the host's speed, so each test is judged on its own, and cpuid, at
+        // the same batch on both sides, is named.
+        let mut before = sample_results();
+        realistic_rounds(&mut before.tests[1], 3_000.0, 0.01);
+        realistic_rounds(&mut before.tests[2], 24_000.0, 0.02);
+        let lo = before.tests.iter().position(|t| t.baseline).unwrap();
+        realistic_rounds(&mut before.tests[lo], 11_000.0, 0.01);
+        let mut after = before.clone();
+        after.tests[lo].batch = 4;
+        scale(&mut after.tests[lo], 0.36);
+        scale(&mut after.tests[1], 1.3);
+        let c = compare(&before, &after, 2.0);
+        assert_eq!(c.regressions(), ["cpuid"], "{:?}", c.warnings);
+        assert!(!c.warnings.iter().any(|w| w.contains("another state")));
+        let lo_change = &c.tests.iter().find(|t| t.baseline).unwrap().change;
+        assert!(
+            matches!(&lo_change.verdict, Verdict::NoConclusion(why) if why.contains("iterations per sample")),
+            "{:?}",
+            lo_change.verdict
+        );
         assert_eq!(batches_differ(&[4, 4], &[4]), None);
         assert!(
             batches_differ(&[1, 4], &[4]).is_some_and(|w| w.contains("(1 and 4 before, 4 after;"))
@@ -1190,6 +1228,32 @@ mod tests {
         let mut b_tests = r.tests.clone();
         b_tests[1].rounds = side(b_quick, 1.1);
         ab_run(a, b_tests, ["ring", "0", "3"])
+    }
+
+    #[test]
+    fn a_b_sides_at_two_batches_judge_their_own_empty_loops() {
+        // --ab batch=1,4: side B's empty loop, per iteration, is a third of A's (the clock
+        // reads shared among four iterations). Rounds 8-11 ran in the slow state on both
+        // sides: those 4 pairs are set aside, the 8 quick ones kept, and nothing is said of
+        // different states. Against one reference every A round would look slow.
+        let quick: Vec<usize> = (0..8).collect();
+        let run = ab_states(&quick, &quick);
+        let mut ab = run.ab.clone().unwrap();
+        ab.knob = "batch".into();
+        let b = &mut ab.b_tests[1];
+        b.batch = 4;
+        for r in &mut b.rounds {
+            r.loop_median = r.loop_median.map(|l| l * 0.36);
+        }
+        let run = Results {
+            ab: Some(ab),
+            ..run
+        };
+        let (a, b) = crate::central::ab_sides(&run).unwrap();
+        let c = compare_ab(&a, &b, 0.0);
+        let cpuid = &c.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!((cpuid.rounds_before, cpuid.other_state_before), (8, 4));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]

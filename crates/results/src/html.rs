@@ -206,7 +206,7 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
             "ring {}, {} samples x {} iteration(s), warm-up {}, {} round(s), TSC {} kHz ({})",
             c.ring,
             c.samples,
-            c.batch_str(),
+            crate::results::batch_header(r),
             c.warmup,
             c.rounds,
             c.tsc_khz,

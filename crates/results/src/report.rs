@@ -70,10 +70,7 @@ fn summary_lines(results: &Results) -> Vec<String> {
         c.tsc_khz_source,
         c.ring,
         fmt_cycles(c.samples as f64),
-        match c.batch {
-            0 => c.batch_str(),
-            b => fmt_cycles(b as f64),
-        },
+        crate::results::batch_header(results),
         fmt_cycles(c.warmup as f64)
     );
     if let Some(cpu) = c.pin {

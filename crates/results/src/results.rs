@@ -334,13 +334,26 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// [`BenchConfig::batch`] as reports show it.
+    /// [`BenchConfig::batch`] as a configuration value.
     pub fn batch_str(&self) -> String {
         match self.batch {
             0 => "each test's own".to_string(),
             b => b.to_string(),
         }
     }
+}
+
+/// The iterations per sample of a run's tests as a report's header says them: the one
+/// `--batch` gave, or the tests' own ones ("1 or 4 (each test's own)").
+pub fn batch_header(r: &Results) -> String {
+    if r.config.batch != 0 {
+        return crate::format::fmt_cycles(r.config.batch as f64);
+    }
+    let mut batches: Vec<u64> = r.tests.iter().map(|t| t.batch).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    let list: Vec<String> = batches.iter().map(u64::to_string).collect();
+    format!("{} (each test's own)", list.join(" or "))
 }
 
 fn one() -> u32 {
@@ -1312,6 +1325,18 @@ pub(crate) mod tests {
             ab: None,
             precision: None,
         }
+    }
+
+    #[test]
+    fn the_header_gives_the_batch_given_or_each_tests_own() {
+        let mut r = sample_results();
+        r.config.batch = 0;
+        r.tests.iter_mut().for_each(|t| t.batch = 1);
+        r.tests[1].batch = 4;
+        assert_eq!(batch_header(&r), "1 or 4 (each test's own)");
+        r.config.batch = 1_000;
+        assert_eq!(batch_header(&r), "1,000");
+        assert_eq!(r.config.batch_str(), "1000");
     }
 
     #[test]
