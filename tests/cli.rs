@@ -1143,9 +1143,19 @@ fn report_formats_csv_openmetrics_and_html() {
     let csv = exitlab(&["report", "--format", "csv", a_s]);
     assert_eq!(csv.status.code(), Some(0), "{}", stderr(&csv));
     let text = stdout(&csv);
-    assert!(text.starts_with("file,side,test,ring,status"), "{text}");
+    assert!(
+        text.starts_with("file,side,test,ring,batch,status"),
+        "{text}"
+    );
     assert_eq!(text.lines().count(), 4, "header and three tests: {text}");
-    assert_eq!(python_parse("csv", &text), "4 rows of 19 fields", "{text}");
+    assert_eq!(python_parse("csv", &text), "4 rows of 20 fields", "{text}");
+    // Each row gives its test's iterations per sample.
+    for (test, batch) in [("cpuid", 4), ("outl_to_user", 1)] {
+        assert!(
+            text.contains(&format!(",{test},3,{batch},ok,")),
+            "{test}: {text}"
+        );
+    }
     let om = exitlab(&["report", "--format", "openmetrics", a_s]);
     let text = stdout(&om);
     assert!(text.ends_with("# EOF\n"), "{text}");
@@ -1181,7 +1191,7 @@ fn report_formats_csv_openmetrics_and_html() {
     );
     assert!(text.contains(&format!("run=\"{a_s}#2\"")), "{text}");
     let csv = exitlab(&["report", "--format", "csv", a_s, b.to_str().unwrap()]);
-    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 19 fields");
+    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 20 fields");
     // Markdown: every table row has as many cells as its header.
     let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
     let mut rows = md.lines().filter(|l| l.starts_with('|'));

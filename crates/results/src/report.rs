@@ -814,7 +814,7 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
+        "file,side,test,ring,batch,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -836,6 +836,9 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     csv_field(side),
                     csv_field(&t.name),
                     t.ring.to_string(),
+                    // Iterations per sample: figures of different batches are not
+                    // comparable (each test's own unless `--batch` set one).
+                    t.batch.to_string(),
                     t.status.word().to_string(),
                     t.handled.map_or(String::new(), |h| h.as_str().to_string()),
                     // As in the table: no sample count beside a test without figures.
