@@ -922,17 +922,21 @@ mod tests {
         assert_eq!(lines.len(), 1 + r.tests.len());
         let cols = lines[0].split(',').count();
         assert!(
-            lines[2].starts_with("\"a,b.json\",,cpuid,3,ok,kernel,101,6,1250,"),
+            lines[2].starts_with("\"a,b.json\",,cpuid,3,100,ok,kernel,101,6,1250,"),
             "{}",
             lines[2]
         );
-        assert!(lines[4].contains(",vmcall,3,skipped,,,6,,"), "{}", lines[4]);
+        assert!(
+            lines[4].contains(",vmcall,3,100,skipped,,,6,,"),
+            "{}",
+            lines[4]
+        );
         // A test that did not complete has samples configured but no figures: its
         // samples cell is empty, as the table's is "-".
         let ipi = r.tests.iter().find(|t| t.name == "ipi").unwrap();
         assert!(ipi.samples > 0 && ipi.cycles.is_none());
         let row = lines.iter().find(|l| l.contains(",ipi,")).unwrap();
-        assert!(row.contains(",ipi,3,did-not-complete,,,"), "{row}");
+        assert!(row.contains(",ipi,3,100,did-not-complete,,,"), "{row}");
         for l in &lines[1..] {
             assert_eq!(
                 l.replace("\"a,b.json\"", "f").split(',').count(),
