@@ -62,13 +62,16 @@ pub const SPEED_LIMIT_PCT: f64 = 3.0;
 /// takes tens of cycles.
 pub const HOST_CODE_LOOP_CYCLES: f64 = 1000.0;
 
+/// A run's baseline test (the empty loop), if it has one.
+fn baseline_of(r: &Results) -> Option<&TestResult> {
+    r.tests.iter().find(|t| t.baseline)
+}
+
 /// The limit two single runs' empty loops are held to: [`SPEED_LIMIT_PCT`] where either
 /// run's loop runs host code, [`HOST_STATE_LIMIT_PCT`] where not.
 fn speed_limit(before: &Results, after: &Results) -> f64 {
     let host_code = [before, after].iter().any(|r| {
-        r.tests
-            .iter()
-            .find(|t| t.baseline)
+        baseline_of(r)
             .and_then(central)
             .is_some_and(|c| c.value >= HOST_CODE_LOOP_CYCLES)
     });
@@ -354,8 +357,7 @@ fn loop_comparison<'a>(
     after: &Results,
     limit_pct: f64,
 ) -> Option<(&'a TestResult, Change)> {
-    let tb = before.tests.iter().find(|t| t.baseline)?;
-    let ta = after.tests.iter().find(|t| t.baseline)?;
+    let (tb, ta) = (baseline_of(before)?, baseline_of(after)?);
     let ((fb, _, _), (fa, _, _)) = (state_figures(tb)?, state_figures(ta)?);
     Some((
         tb,
@@ -397,9 +399,8 @@ fn compare_with(
     // Paired A/B rounds share their host state round by round; two separate runs need not.
     // Empty loops taken at different batches cannot tell the host's speed: each test is
     // then judged on its own (a test of the same batch on both sides by its own loops).
-    let baseline_batch = |r: &Results| r.tests.iter().find(|t| t.baseline).map(|t| t.batch);
-    let loops_comparable = match (baseline_batch(before), baseline_batch(after)) {
-        (Some(b), Some(a)) => b == a,
+    let loops_comparable = match (baseline_of(before), baseline_of(after)) {
+        (Some(b), Some(a)) => b.batch == a.batch,
         _ => true,
     };
     let host_state = (pairing == Pairing::Independent && loops_comparable)
@@ -640,15 +641,7 @@ fn compare_test(
 /// as many iterations as the test's samples, so neither the figures nor the host states
 /// are comparable.
 pub(crate) fn batches_differ(before: &[u64], after: &[u64]) -> Option<String> {
-    let list = |v: &[u64]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v.iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(" and ")
-    };
+    let list = |v: &[u64]| crate::results::distinct_batches(v.iter().copied(), " and ");
     let first = before.first().or(after.first());
     before.iter().chain(after).any(|b| Some(b) != first).then(|| {
         let (lb, la) = (list(before), list(after));

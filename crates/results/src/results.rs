@@ -349,11 +349,18 @@ pub fn batch_header(r: &Results) -> String {
     if r.config.batch != 0 {
         return crate::format::fmt_cycles(r.config.batch as f64);
     }
-    let mut batches: Vec<u64> = r.tests.iter().map(|t| t.batch).collect();
-    batches.sort_unstable();
-    batches.dedup();
-    let list: Vec<String> = batches.iter().map(u64::to_string).collect();
-    format!("{} (each test's own)", list.join(" or "))
+    format!(
+        "{} (each test's own)",
+        distinct_batches(r.tests.iter().map(|t| t.batch), " or ")
+    )
+}
+
+/// The distinct `batches`, ascending, joined by `sep` ("1 or 4").
+pub(crate) fn distinct_batches(batches: impl IntoIterator<Item = u64>, sep: &str) -> String {
+    let mut v: Vec<u64> = batches.into_iter().collect();
+    v.sort_unstable();
+    v.dedup();
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(sep)
 }
 
 fn one() -> u32 {
