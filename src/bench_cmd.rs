@@ -85,8 +85,10 @@ pub struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: Option<u32>,
     /// Known-answer control: the VMM adds this many host TSC cycles to its handling of
-    /// every userspace exit, by a busy-wait calibrated with its clock reads (0: off). `--ab inject-cycles=0,N` shows whether exitlab
-    /// sees a change of N cycles on this host.
+    /// every userspace exit, by a busy-wait calibrated with its clock reads, in a warm
+    /// loop and on the warm-up's exits (every other one of the first 64 left without a
+    /// wait) (0: off). `--ab inject-cycles=0,N` shows whether exitlab sees a change of N
+    /// cycles on this host.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     inject_cycles: u64,
     /// Known-answer control for kernel-handled tests: the lab kernel busy-waits this many

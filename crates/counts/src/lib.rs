@@ -108,6 +108,12 @@ pub struct InjectedWaits {
     pub min: u64,
     /// The longest wait.
     pub max: u64,
+    /// Exits the control left without a wait to calibrate itself where it waits: among
+    /// the first exits of a run, those the guest does not measure (its warm-up), every
+    /// other one gets no wait ([`InjectedWaits::waits`] counts the others). Absent in
+    /// older files.
+    #[serde(default)]
+    pub unwaited: u64,
 }
 
 impl InjectedWaits {
@@ -125,14 +131,16 @@ impl InjectedWaits {
 
     /// The waits of `self` and `other` together (two runs of one test, for instance).
     pub fn merged(self, other: InjectedWaits) -> InjectedWaits {
+        let unwaited = self.unwaited + other.unwaited;
         match (self.waits, other.waits) {
-            (0, _) => other,
-            (_, 0) => self,
+            (0, _) => InjectedWaits { unwaited, ..other },
+            (_, 0) => InjectedWaits { unwaited, ..self },
             _ => InjectedWaits {
                 waits: self.waits + other.waits,
                 spun: self.spun.saturating_add(other.spun),
                 min: self.min.min(other.min),
                 max: self.max.max(other.max),
+                unwaited,
             },
         }
     }
@@ -159,6 +167,7 @@ mod tests {
             spun: 400,
             min: 100,
             max: 180,
+            unwaited: 0,
         };
         assert_eq!(w, want);
         assert_eq!(w.mean(), Some(400.0 / 3.0));
@@ -173,9 +182,20 @@ mod tests {
                 waits: 4,
                 spun: 490,
                 min: 90,
-                max: 180
+                max: 180,
+                unwaited: 0,
             }
         );
+        // Exits left without a wait add up too, also where one side made no wait.
+        let calibrating = InjectedWaits {
+            unwaited: 16,
+            ..InjectedWaits::default()
+        };
+        let both = w
+            .merged(calibrating)
+            .merged(InjectedWaits { unwaited: 8, ..w });
+        assert_eq!((both.waits, both.unwaited), (6, 24));
+        assert_eq!(calibrating.merged(calibrating).unwaited, 32);
     }
 
     #[test]

@@ -572,7 +572,7 @@ mod tests {
         assert!(note.starts_with(analysis::INJECTED_NOTE), "{note}");
         assert!(
             note.contains("inject-cycles 0: no wait")
-                && note.contains("inject-cycles 480: a mean 533 cycles per wait (shortest 500, longest 560, 3 waits)")
+                && note.contains("inject-cycles 480: a mean 533 cycles per wait (shortest 500, longest 560, 3 waits; calibrated in a warm loop only)")
                 && note.contains("exits got a mean +533 cycles more (nominal +480;"),
             "{note}"
         );

@@ -465,15 +465,24 @@ pub fn injected_waits(tests: &[TestResult]) -> Option<InjectedWaits> {
         .reduce(InjectedWaits::merged)
 }
 
-/// What waits spun, in words: their mean, extremes and count.
+/// What waits spun, in words: their mean, extremes and count, and where they were
+/// calibrated (on unmeasured exits left without one, or in a warm loop only).
 pub fn spun_phrase(w: &InjectedWaits) -> String {
     match w.mean() {
         Some(mean) => format!(
-            "a mean {} cycles per wait (shortest {}, longest {}, {} waits)",
+            "a mean {} cycles per wait (shortest {}, longest {}, {} waits; {})",
             fmt_cycles(mean),
             fmt_cycles(w.min as f64),
             fmt_cycles(w.max as f64),
-            fmt_cycles(w.waits as f64)
+            fmt_cycles(w.waits as f64),
+            if w.unwaited > 0 {
+                format!(
+                    "calibrated where they were made, on the warm-up's exits, {} of them left without a wait",
+                    fmt_cycles(w.unwaited as f64)
+                )
+            } else {
+                "calibrated in a warm loop only".to_string()
+            }
         ),
         None => "no wait".to_string(),
     }
@@ -861,8 +870,19 @@ mod tests {
         assert!(
             note.contains("inject-cycles 1000")
                 && note.contains(
-                    "a mean 3,015 cycles per wait (shortest 1,010, longest 9,000, 4 waits)"
+                    "a mean 3,015 cycles per wait (shortest 1,010, longest 9,000, 4 waits; calibrated in a warm loop only)"
                 ),
+            "{note}"
+        );
+        // Waits calibrated where they were made say on how many exits left without one.
+        let calibrated = InjectedWaits {
+            unwaited: 64,
+            ..wait(&[1_010, 1_030])
+        };
+        let tests = [result("inl_from_user", 1_000, calibrated)];
+        let note = injected_note(&tests, 1_000).unwrap();
+        assert!(
+            note.contains("2 waits; calibrated where they were made, on the warm-up's exits, 64 of them left without a wait)"),
             "{note}"
         );
     }

@@ -863,6 +863,9 @@ impl LabVm {
                 Handler::Devices
             },
             inject_cycles: params.inject_cycles,
+            // A userspace-handled test's warm-up iterations are one userspace exit each,
+            // none of them measured.
+            inject_unmeasured: params.warmup,
             ..VcpuSpec::new(VcpuConfig {
                 run_log: if def.kvm_run_log && !params.bare {
                     // The probes' doorbells before READY fill entries too (marked).

@@ -50,8 +50,11 @@ pub struct VcpuSpec<'a> {
     /// The exit handler it runs with.
     pub handler: Handler,
     /// Known-answer control: host cycles a calibrated busy-wait adds per userspace exit
-    /// ([`Vcpu::set_inject_cycles`]; 0: off).
+    /// ([`Vcpu::set_inject`]; 0: off).
     pub inject_cycles: u64,
+    /// Leading userspace exits the guest does not measure (its warm-up), on which that
+    /// control also calibrates itself where it waits ([`Vcpu::set_inject`]; 0: none).
+    pub inject_unmeasured: u64,
 }
 
 impl VcpuSpec<'_> {
@@ -64,6 +67,7 @@ impl VcpuSpec<'_> {
             pin: None,
             handler: Handler::Devices,
             inject_cycles: 0,
+            inject_unmeasured: 0,
         }
     }
 }
@@ -131,7 +135,7 @@ impl<H: ExitHook + Send + 'static> MachineBuilder<H> {
             return Err(VmmError::VcpuTwice(spec.config.id));
         }
         let mut vcpu = self.vm.create_vcpu(spec.config)?;
-        vcpu.set_inject_cycles(spec.inject_cycles);
+        vcpu.set_inject(spec.inject_cycles, spec.inject_unmeasured);
         if spec.pc_lint {
             vcpu.setup_lapic_lint()?;
         }
