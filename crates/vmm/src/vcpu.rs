@@ -116,6 +116,9 @@ struct Inject {
     unmeasured: u64,
     /// That calibration while it lasts.
     in_situ: Option<Box<InSitu>>,
+    /// Whether that calibration was made: a later run of the vCPU (after an S3 resume)
+    /// keeps its result, and its exits are measured ones.
+    placed: bool,
     done: InjectedWaits,
 }
 
@@ -213,7 +216,9 @@ impl Inject {
     /// made so far, and prepares its calibration where the waits are made on the run's
     /// unmeasured exits, when there are enough of them and the warm calibration was used.
     fn calibrate(&mut self) {
-        self.adopt(Inject::calibrated(self.cycles));
+        if !self.placed {
+            self.adopt(Inject::calibrated(self.cycles));
+        }
     }
 
     /// Takes the warm calibration `c` (of this control's cycles) and prepares the one
@@ -223,6 +228,9 @@ impl Inject {
         self.outside = c.outside;
         self.warm = c.warm;
         let exits = (self.unmeasured.min(IN_SITU_EXITS as u64) as usize) & !1;
+        // The unmeasured exits are the first run's: a later run (or a calibration cut
+        // short by one) does not take them again.
+        self.unmeasured = 0;
         self.in_situ = (self.warm && exits >= IN_SITU_MIN_EXITS).then(|| {
             Box::new(InSitu {
                 exits,
@@ -274,6 +282,7 @@ impl Inject {
             );
             self.spin = spin;
             self.outside = outside;
+            self.placed = true;
         } else {
             self.in_situ = Some(c);
         }
@@ -772,15 +781,17 @@ mod tests {
         assert!(!i.warm);
         // Nor is the calibration where the waits are made tried then, however many
         // unmeasured exits the run has; after a warm calibration it is.
-        let mut control = Inject {
+        let control = || Inject {
             cycles: 2_000_000,
             unmeasured: 200,
             ..Inject::default()
         };
-        control.adopt(i);
-        assert!(!control.calibrating());
-        control.adopt(Inject::from_timing(2_000_000, 2_000, 2_150, 2_040));
-        assert!(control.calibrating());
+        let mut emulated = control();
+        emulated.adopt(i);
+        assert!(!emulated.calibrating());
+        let mut here = control();
+        here.adopt(Inject::from_timing(2_000_000, 2_000, 2_150, 2_040));
+        assert!(here.calibrating());
         // At the limit the calibration is still used; past it, not.
         let at = Inject::from_timing(480, 2_000, 2_000 + MAX_EXCESS, 2_000);
         let past = Inject::from_timing(480, 2_000, 2_001 + MAX_EXCESS, 2_000);
@@ -877,6 +888,12 @@ mod tests {
             i.calibration_exit(sys::rdtscp());
             i.wait();
             assert_eq!((i.done.unwaited, i.done.waits), (half, half + 1));
+            // A later run of the vCPU (after an S3 resume) keeps this calibration and
+            // takes none of its exits for another.
+            let (spin, outside) = (i.spin, i.outside);
+            i.calibrate();
+            assert!(!i.calibrating());
+            assert_eq!((i.spin, i.outside), (spin, outside));
             // Here nothing but the wait runs between KVM_RUN's return and the end of
             // the handling, so the spin stays close to the warm calibration's.
             assert!(i.spin <= i.cycles, "{i:?}");
