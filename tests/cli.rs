@@ -1185,6 +1185,17 @@ fn report_formats_csv_openmetrics_and_html() {
         )),
         "{text}"
     );
+    // Each series names its test's iterations per sample: cpuid's figure is from batches
+    // of 4, outl_to_user's from single exits.
+    for (test, batch) in [("cpuid", 4), ("outl_to_user", 1)] {
+        let series = text
+            .lines()
+            .find(|l| {
+                l.starts_with("exitlab_exit_net_cycles{") && l.contains(&format!("test=\"{test}\""))
+            })
+            .unwrap_or_else(|| panic!("{test}: {text}"));
+        assert!(series.contains(&format!(",batch=\"{batch}\",")), "{series}");
+    }
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
     assert_eq!(
         python_parse("openmetrics", &text),

@@ -3,8 +3,10 @@
 //! node_exporter's textfile collector. Labels: `run` (the results file as named on the
 //! command line, with `#2`, `#3`... when one is named again: it keeps the series of
 //! several files apart), `test`, `ring`, `apic` (the run's APIC mode knob, `default` when
-//! the run did not set one), `host`, and for A/B runs `side`. Values are rounded to 9
-//! significant digits.
+//! the run did not set one), `host`, `batch` (the test's iterations per sample: a figure
+//! per iteration from batches of 4 back-to-back exits is not one from single exits, so
+//! their series stay apart), and for A/B runs `side`. Values are rounded to 9 significant
+//! digits.
 
 use std::fmt::Write as _;
 
@@ -69,10 +71,11 @@ pub fn render(files: &[(String, Results)]) -> String {
                 .unwrap_or_else(|| "default".into());
             for t in res.tests.iter().filter(|t| t.status.is_ok()) {
                 let mut labels = format!(
-                    "run=\"{run}\",test=\"{}\",ring=\"{}\",apic=\"{}\",host=\"{host}\"",
+                    "run=\"{run}\",test=\"{}\",ring=\"{}\",apic=\"{}\",host=\"{host}\",batch=\"{}\"",
                     escape(&t.name),
                     t.ring,
-                    escape(&apic)
+                    escape(&apic),
+                    t.batch
                 );
                 if let (Some(v), Some(ab)) = (&side, &r.ab) {
                     let _ = write!(labels, ",side=\"{}={}\"", escape(&ab.knob), escape(v));
@@ -176,7 +179,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "exitlab_exit_net_cycles{run=\"r.json\",test=\"cpuid\",ring=\"3\",apic=\"x2apic\",host=\"rack1 \\\"a\\\"\",stat=\"median\"} 1240"
+                "exitlab_exit_net_cycles{run=\"r.json\",test=\"cpuid\",ring=\"3\",apic=\"x2apic\",host=\"rack1 \\\"a\\\"\",batch=\"100\",stat=\"median\"} 1240"
             ),
             "{text}"
         );
