@@ -81,7 +81,8 @@ pub struct BenchArgs {
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
     /// a fresh VM every round), so that host drift affects all tests alike [default: 24;
-    /// 6 with --workload].
+    /// 6 with --workload]. With --ab, given rounds are all the run takes (no default
+    /// precision target).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: Option<u32>,
     /// Known-answer control: the VMM adds this many host TSC cycles to its handling of
@@ -102,11 +103,14 @@ pub struct BenchArgs {
     /// ends; the report says which tests reached it. The VMM overhead experiment is then
     /// off unless --overhead. With --ab, the interval of each test's change B vs A: more
     /// A/B rounds (pairs) until it is within +-PCT, so that a change of about 1.43 x PCT
-    /// is found 80% of the time (`--ab inject-cycles=0,N --precision PCT` shows it).
+    /// is found 80% of the time (`--ab inject-cycles=0,N --precision PCT` shows it). An
+    /// --ab run without --precision, --rounds or --per-loop has a target by default:
+    /// +-1.4%, so that a 2% change is found 80% of the time, within 20 s.
     #[arg(long, value_name = "PCT")]
     precision: Option<f64>,
-    /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60].
-    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60;
+    /// 20 for --ab's default target].
+    #[arg(long, value_name = "SECONDS")]
     budget: Option<f64>,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
@@ -351,10 +355,29 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     Ok((opts, ab))
 }
 
-/// `--precision PCT [--budget SECONDS]`, checked.
+/// `--precision PCT [--budget SECONDS]`, checked; without `--precision`, an `--ab` run's
+/// default target ([`bench::Precision::ab_default`]: more pairs of rounds, of the tests
+/// not there yet, until each test's change could be found at 2 %, or the budget ends),
+/// unless rounds are given (the user's design) or `--per-loop` (which judges by the
+/// loops, as the target does not).
 fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
+    let budget = a
+        .budget
+        .map(|s| crate::common::check_seconds("--budget", s).map(|()| Duration::from_secs_f64(s)))
+        .transpose()?;
     let Some(pct) = a.precision else {
-        return Ok(None);
+        let default = a.ab.is_some() && a.rounds.is_none() && !a.per_loop;
+        if !default {
+            return match budget {
+                Some(_) => Err("--budget bounds --precision's rounds (or those of an --ab run's default target, without --rounds or --per-loop); give --precision PCT".into()),
+                None => Ok(None),
+            };
+        }
+        let d = bench::Precision::ab_default();
+        return Ok(Some(bench::Precision {
+            budget: budget.unwrap_or(d.budget),
+            ..d
+        }));
     };
     if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
         return Err(format!(
@@ -367,16 +390,10 @@ fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
                 .into(),
         );
     }
-    let budget = match a.budget {
-        Some(s) => {
-            crate::common::check_seconds("--budget", s)?;
-            Duration::from_secs_f64(s)
-        }
-        None => bench::DEFAULT_BUDGET,
-    };
     Ok(Some(bench::Precision {
         target_pct: pct,
-        budget,
+        budget: budget.unwrap_or(bench::DEFAULT_BUDGET),
+        by_default: false,
     }))
 }
 
@@ -613,9 +630,9 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         return 0;
     }
     if a.workload.workload.is_some() {
-        if a.precision.is_some() {
+        if a.precision.is_some() || a.budget.is_some() {
             return usage_error(
-                "--precision applies to the exit tests (a plain run or their --ab runs), not to --workload; give --workload more --rounds instead",
+                "--precision and --budget apply to the exit tests (a plain run or their --ab runs), not to --workload; give --workload more --rounds instead",
             );
         }
         if a.per_loop {

@@ -87,7 +87,24 @@ fn precision_and_budget_must_be_sensible() {
             &["bench", "--precision", "1", "--budget", "1e99"],
             "--budget 1e99 must be",
         ),
-        (&["bench", "--budget", "30"], "--precision"),
+        (&["bench", "--budget", "30"], "give --precision PCT"),
+        // --budget bounds an --ab run's default target, which given rounds turn off.
+        (
+            &[
+                "bench",
+                "--ab",
+                "warmup=200,201",
+                "--rounds",
+                "4",
+                "--budget",
+                "30",
+            ],
+            "give --precision PCT",
+        ),
+        (
+            &["bench", "--ab", "warmup=200,201", "--budget", "1e99"],
+            "--budget 1e99 must be",
+        ),
         (
             &[
                 "bench",
@@ -109,7 +126,21 @@ fn precision_and_budget_must_be_sensible() {
                 "--precision",
                 "1",
             ],
-            "--precision applies to the exit tests",
+            "--precision and --budget apply to the exit tests",
+        ),
+        (
+            &[
+                "bench",
+                "--workload",
+                "hackbench",
+                "--kernel",
+                "vmlinux",
+                "--ab",
+                "apic=xapic,x2apic",
+                "--budget",
+                "30",
+            ],
+            "--precision and --budget apply to the exit tests",
         ),
     ] {
         let o = exitlab(args);
@@ -171,7 +202,8 @@ fn a_precision_run_says_which_tests_reached_the_target() {
 }
 
 #[test]
-fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_target() {
+fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_target_and_is_the_default_without_rounds(
+) {
     let dir = tempdir_named("ab-precision");
     let run = |name: &str, target: &str, budget: &str| {
         let extra = [
@@ -233,7 +265,7 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
         "{p}"
     );
     assert!(
-        out.contains("precision: target ±50% (95 % interval of each test's change B vs A), budget 60 s: 2 of 2 tests reached it"),
+        out.contains("precision: target ±50% (95 % interval of each test's change B vs A, so that a change of 71.47% is found 80 % of the time), budget 60 s: 2 of 2 tests reached it"),
         "{out}"
     );
     // A target no run reaches: pairs of rounds are added while the budget lasts (when to
@@ -255,6 +287,65 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
         line.contains("cpuid ±") && line.contains("outl_to_user ±"),
         "{out}"
     );
+    // Without --precision or --rounds an A/B run has the default target (a change of 2 %
+    // found 80 % of the time), here within a 6 s budget: its rounds are recorded alike,
+    // and the report says whose target it was. 10 samples make 10 planned rounds of one
+    // sample each.
+    let path = dir.join("default.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid,outl_to_user",
+        "--samples",
+        "10",
+        "--ring",
+        "3",
+        "--ab",
+        "warmup=200,201",
+        "--budget",
+        "6",
+        "--quiet",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    consistent(&v);
+    let p = &v["precision"];
+    assert_eq!(p["by_default"], true, "{p}");
+    assert_eq!(p["budget_seconds"].as_f64(), Some(6.0), "{p}");
+    assert!(
+        (p["target_pct"].as_f64().unwrap() - 2.0 / 1.429_4).abs() < 1e-3,
+        "{p}"
+    );
+    assert!(p["rounds"].as_u64().unwrap() >= 10, "{p}");
+    assert!(
+        out.contains("precision (--ab's default without --precision or --rounds): target ±1.4% (95 % interval of each test's change B vs A, so that a change of 2% is found 80 % of the time), budget 6 s: "),
+        "{out}"
+    );
+    // Given rounds are the whole design: no target, no precision rounds.
+    let path = dir.join("rounds.json");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--samples",
+        "10",
+        "--ring",
+        "3",
+        "--ab",
+        "warmup=200,201",
+        "--rounds",
+        "3",
+        "--quiet",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(v["precision"].is_null(), "{}", v["precision"]);
+    assert_eq!(v["config"]["rounds"].as_u64(), Some(3));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -155,6 +155,7 @@ pub fn run(
             .collect();
         PrecisionRun {
             target_pct: p.target.target_pct,
+            by_default: p.target.by_default,
             budget_seconds: p.target.budget.as_secs_f64(),
             seconds: started.elapsed().as_secs_f64(),
             rounds: complete as u32,
@@ -523,6 +524,7 @@ mod tests {
         let target = bench::Precision {
             target_pct: 1.0,
             budget: Duration::from_secs(60),
+            by_default: false,
         };
         let widths = vec![
             ("cpuid".to_string(), Some(0.8)),

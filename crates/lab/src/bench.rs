@@ -115,10 +115,33 @@ pub struct Precision {
     pub target_pct: f64,
     /// Wall time for the whole run's rounds, the planned ones included.
     pub budget: Duration,
+    /// Whether this is `--ab`'s default target ([`Precision::ab_default`]), not one
+    /// the user asked for.
+    pub by_default: bool,
 }
 
 /// `--budget`'s default.
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
+
+/// The change an `--ab` run should be able to find in every test (80 % of the time)
+/// when neither `--precision` nor `--rounds` is given, percent.
+pub const AB_DEFAULT_DETECTABLE_PCT: f64 = 2.0;
+
+/// The wall-time budget of `--ab`'s default target, the planned rounds included.
+pub const AB_DEFAULT_BUDGET: Duration = Duration::from_secs(20);
+
+impl Precision {
+    /// `--ab`'s default: after the planned rounds, pairs of rounds of the tests whose
+    /// change's interval is too wide to find a change of [`AB_DEFAULT_DETECTABLE_PCT`]
+    /// 80 % of the time, while [`AB_DEFAULT_BUDGET`] lasts.
+    pub fn ab_default() -> Precision {
+        Precision {
+            target_pct: exitlab_results::verdict::half_width_detecting(AB_DEFAULT_DETECTABLE_PCT),
+            budget: AB_DEFAULT_BUDGET,
+            by_default: true,
+        }
+    }
+}
 
 /// The rounds a run collected, per test in the suite's order.
 struct Collected {
@@ -675,6 +698,7 @@ fn until_precise(
     Ok((
         PrecisionRun {
             target_pct: target.target_pct,
+            by_default: target.by_default,
             budget_seconds: target.budget.as_secs_f64(),
             seconds: spent().as_secs_f64(),
             rounds: tests_out.iter().map(|t| t.rounds).max().unwrap_or(0),
@@ -1507,6 +1531,7 @@ mod tests {
         let target = Precision {
             target_pct: 1.0,
             budget: Duration::from_secs(budget),
+            by_default: false,
         };
         let (out, stopped) = until_precise(
             &tests,

@@ -94,6 +94,17 @@ pub fn fmt_pct_signed(value: f64) -> String {
     }
 }
 
+/// A percentage with at most two decimals and no trailing zeros, e.g. `1.4%`, `0.8%`,
+/// `2%`.
+pub fn fmt_pct_plain(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".to_string();
+    }
+    let s = format!("{value:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}%")
+}
+
 /// A signed number of cycles with thousands separators, e.g. `+1,234` or `-52`.
 pub fn fmt_cycles_signed(value: f64) -> String {
     if value.is_finite() && value >= 0.0 {

@@ -174,6 +174,10 @@ pub struct VarianceComponents {
 pub struct PrecisionRun {
     /// The target: every test's 95 % interval within `±target_pct` percent.
     pub target_pct: f64,
+    /// Whether the target was `bench --ab`'s default (neither `--precision` nor
+    /// `--rounds` given) rather than asked for.
+    #[serde(default)]
+    pub by_default: bool,
     /// The wall-time budget, seconds.
     pub budget_seconds: f64,
     /// Seconds the rounds took.

@@ -281,13 +281,21 @@ pub fn precision_lines(results: &Results) -> Vec<String> {
     };
     let reached = p.tests.iter().filter(|t| t.reached).count();
     let of = if results.ab.is_some() {
-        "95 % interval of each test's change B vs A"
+        format!(
+            "95 % interval of each test's change B vs A, so that a change of {} is found 80 % of the time",
+            crate::format::fmt_pct_plain(crate::verdict::detectable_with(p.target_pct))
+        )
     } else {
-        "95 % interval of the central figure"
+        "95 % interval of the central figure".to_string()
+    };
+    let whose = if p.by_default {
+        " (--ab's default without --precision or --rounds)"
+    } else {
+        ""
     };
     let mut lines = vec![format!(
-        "precision: target ±{}% ({of}), budget {:.0} s: {reached} of {} tests reached it in {:.1} s, {} rounds at most",
-        p.target_pct,
+        "precision{whose}: target ±{} ({of}), budget {:.0} s: {reached} of {} tests reached it in {:.1} s, {} rounds at most",
+        crate::format::fmt_pct_plain(p.target_pct),
         p.budget_seconds,
         p.tests.len(),
         p.seconds,
@@ -482,6 +490,7 @@ mod tests {
         assert!(precision_lines(&r).is_empty());
         r.precision = Some(PrecisionRun {
             target_pct: 1.0,
+            by_default: false,
             budget_seconds: 60.0,
             seconds: 59.5,
             rounds: 30,
@@ -506,5 +515,35 @@ mod tests {
             lines[1],
             "precision not reached when the budget ended: hlt ±1.73% (30 rounds)"
         );
+        assert!(
+            lines[0].starts_with("precision: target ±1% (95 % interval of the central figure)"),
+            "{lines:?}"
+        );
+        // An A/B run's default target says so, and what change it lets the run find.
+        r.ab = Some(crate::results::AbRun {
+            knob: "warmup".into(),
+            a: "200".into(),
+            b: "201".into(),
+            b_tests: r.tests.clone(),
+            order: Vec::new(),
+            per_loop: false,
+        });
+        if let Some(p) = r.precision.as_mut() {
+            p.target_pct = crate::verdict::half_width_detecting(2.0);
+            p.by_default = true;
+            p.budget_seconds = 20.0;
+        }
+        let lines = precision_lines(&r);
+        assert!(
+            lines[0].starts_with(
+                "precision (--ab's default without --precision or --rounds): target ±1.4% (95 % interval of each test's change B vs A, so that a change of 2% is found 80 % of the time), budget 20 s: 1 of 2 tests reached it"
+            ),
+            "{lines:?}"
+        );
+        // Older files have no by_default: the target was asked for.
+        let mut v = serde_json::to_value(r.precision.as_ref().unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("by_default");
+        let old: PrecisionRun = serde_json::from_value(v).unwrap();
+        assert!(!old.by_default);
     }
 }

@@ -50,6 +50,19 @@ pub const MIN_ROUNDS: usize = 5;
 /// with 80 % power.
 const POWER_80_FACTOR: f64 = (1.959_964 + 0.841_621) / 1.959_964;
 
+/// The half-width (percent) of a 95 % interval with which a change of `detectable_pct`
+/// is found 80 % of the time (at threshold 0): the inverse of a change's
+/// `min_detectable_pct`.
+pub fn half_width_detecting(detectable_pct: f64) -> f64 {
+    detectable_pct / POWER_80_FACTOR
+}
+
+/// The change (percent) a 95 % interval of half-width `half_width_pct` finds 80 % of the
+/// time (at threshold 0).
+pub fn detectable_with(half_width_pct: f64) -> f64 {
+    half_width_pct * POWER_80_FACTOR
+}
+
 /// How the rounds of the two sides relate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pairing {
@@ -739,7 +752,7 @@ fn finite(v: &[f64]) -> Vec<f64> {
 /// change and the verdict at `out`'s threshold.
 fn conclude(out: &mut Change, [lo, hi]: [f64; 2]) {
     out.ci95_pct = Some([lo, hi]);
-    out.min_detectable_pct = Some((hi - lo) / 2.0 * POWER_80_FACTOR + out.threshold_pct);
+    out.min_detectable_pct = Some(detectable_with((hi - lo) / 2.0) + out.threshold_pct);
     out.verdict = if lo > out.threshold_pct {
         Verdict::Slower
     } else if hi < -out.threshold_pct {
