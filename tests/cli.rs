@@ -291,26 +291,19 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
     // found 80 % of the time), here within a 6 s budget: its rounds are recorded alike,
     // and the report says whose target it was. 10 samples make 10 planned rounds of one
     // sample each.
-    let path = dir.join("default.json");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid,outl_to_user",
-        "--samples",
-        "10",
-        "--ring",
-        "3",
-        "--ab",
-        "warmup=200,201",
-        "--budget",
-        "6",
-        "--quiet",
-        "--json",
-        path.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    // (An A/B run of `tests`, 10 samples, at ring 3, with `extra`: its output and file.)
+    let ab_run = |name: &str, tests: &str, extra: &[&str]| {
+        let path = dir.join(name);
+        let mut args = vec!["bench", "--tests", tests, "--samples", "10", "--ring", "3"];
+        args.extend(["--ab", "warmup=200,201", "--quiet", "--json"]);
+        args.push(path.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let o = exitlab(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        (stdout(&o), v)
+    };
+    let (out, v) = ab_run("default.json", "cpuid,outl_to_user", &["--budget", "6"]);
     consistent(&v);
     let p = &v["precision"];
     assert_eq!(p["by_default"], true, "{p}");
@@ -325,25 +318,7 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
         "{out}"
     );
     // Given rounds are the whole design: no target, no precision rounds.
-    let path = dir.join("rounds.json");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--samples",
-        "10",
-        "--ring",
-        "3",
-        "--ab",
-        "warmup=200,201",
-        "--rounds",
-        "3",
-        "--quiet",
-        "--json",
-        path.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let (_, v) = ab_run("rounds.json", "cpuid", &["--rounds", "3"]);
     assert!(v["precision"].is_null(), "{}", v["precision"]);
     assert_eq!(v["config"]["rounds"].as_u64(), Some(3));
     let _ = std::fs::remove_dir_all(&dir);
