@@ -1084,6 +1084,18 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
         if warm_only { 0 } else { rounds * 32 },
         "{w} {notes:?}"
     );
+    // One calibration where the waits are made per VM (a round's), used unless the note
+    // says in how many it was not.
+    let in_situ = w["in_situ"].as_u64().unwrap();
+    assert_eq!(in_situ, if warm_only { 0 } else { rounds }, "{w}");
+    let unused = w["in_situ_unused"].as_u64().unwrap();
+    assert!(
+        unused == 0
+            || notes
+                .iter()
+                .any(|n| n.contains(&format!("in {unused} of {in_situ} VMs"))),
+        "{w} {notes:?}"
+    );
     assert!(w["min"].as_u64().unwrap() >= N - 1_000, "{w}");
     assert!(w["spun"].as_u64().unwrap() >= waits * (N - 1_000), "{w}");
     assert_eq!(test("b", "cpuid")["injected"]["waits"], 0);

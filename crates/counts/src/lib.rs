@@ -114,6 +114,15 @@ pub struct InjectedWaits {
     /// older files.
     #[serde(default)]
     pub unwaited: u64,
+    /// Calibrations made where the waits are made (one per vCPU run that had enough
+    /// unmeasured exits). Absent in older files.
+    #[serde(default)]
+    pub in_situ: u64,
+    /// Of those, the ones not used: a wait there added far more than its spin (an exit
+    /// disturbed too often to tell), and the warm loop's calibration stood. Absent in
+    /// older files.
+    #[serde(default)]
+    pub in_situ_unused: u64,
 }
 
 impl InjectedWaits {
@@ -131,17 +140,29 @@ impl InjectedWaits {
 
     /// The waits of `self` and `other` together (two runs of one test, for instance).
     pub fn merged(self, other: InjectedWaits) -> InjectedWaits {
-        let unwaited = self.unwaited + other.unwaited;
-        match (self.waits, other.waits) {
-            (0, _) => InjectedWaits { unwaited, ..other },
-            (_, 0) => InjectedWaits { unwaited, ..self },
+        let calibration = InjectedWaits {
+            unwaited: self.unwaited + other.unwaited,
+            in_situ: self.in_situ + other.in_situ,
+            in_situ_unused: self.in_situ_unused + other.in_situ_unused,
+            ..InjectedWaits::default()
+        };
+        let waits = match (self.waits, other.waits) {
+            (0, _) => other,
+            (_, 0) => self,
             _ => InjectedWaits {
                 waits: self.waits + other.waits,
                 spun: self.spun.saturating_add(other.spun),
                 min: self.min.min(other.min),
                 max: self.max.max(other.max),
-                unwaited,
+                ..InjectedWaits::default()
             },
+        };
+        InjectedWaits {
+            waits: waits.waits,
+            spun: waits.spun,
+            min: waits.min,
+            max: waits.max,
+            ..calibration
         }
     }
 
@@ -167,7 +188,7 @@ mod tests {
             spun: 400,
             min: 100,
             max: 180,
-            unwaited: 0,
+            ..InjectedWaits::default()
         };
         assert_eq!(w, want);
         assert_eq!(w.mean(), Some(400.0 / 3.0));
@@ -183,19 +204,33 @@ mod tests {
                 spun: 490,
                 min: 90,
                 max: 180,
-                unwaited: 0,
+                ..InjectedWaits::default()
             }
         );
-        // Exits left without a wait add up too, also where one side made no wait.
+        // Exits left without a wait and the calibrations add up too, also where one side
+        // made no wait.
         let calibrating = InjectedWaits {
             unwaited: 16,
+            in_situ: 1,
+            in_situ_unused: 1,
             ..InjectedWaits::default()
         };
-        let both = w
-            .merged(calibrating)
-            .merged(InjectedWaits { unwaited: 8, ..w });
-        assert_eq!((both.waits, both.unwaited), (6, 24));
-        assert_eq!(calibrating.merged(calibrating).unwaited, 32);
+        let both = w.merged(calibrating).merged(InjectedWaits {
+            unwaited: 8,
+            in_situ: 1,
+            ..w
+        });
+        assert_eq!(
+            (both.waits, both.unwaited, both.in_situ, both.in_situ_unused),
+            (6, 24, 2, 1)
+        );
+        assert_eq!((both.spun, both.min, both.max), (800, 100, 180));
+        let twice = calibrating.merged(calibrating);
+        assert_eq!(
+            (twice.unwaited, twice.in_situ, twice.in_situ_unused),
+            (32, 2, 2)
+        );
+        assert_eq!(twice.waits, 0);
     }
 
     #[test]

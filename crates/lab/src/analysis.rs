@@ -475,13 +475,19 @@ pub fn spun_phrase(w: &InjectedWaits) -> String {
             fmt_cycles(w.min as f64),
             fmt_cycles(w.max as f64),
             fmt_cycles(w.waits as f64),
-            if w.unwaited > 0 {
-                format!(
-                    "calibrated where they were made, on the warm-up's exits, {} of them left without a wait",
+            match (w.in_situ, w.in_situ_unused) {
+                (0, _) if w.unwaited == 0 => "calibrated in a warm loop only".to_string(),
+                (_, 0) => format!(
+                    "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait",
                     fmt_cycles(w.unwaited as f64)
-                )
-            } else {
-                "calibrated in a warm loop only".to_string()
+                ),
+                (made, unused) => format!(
+                    "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait; in {} of {} VMs a wait there added over {} cycles beyond its spin and the warm loop's calibration stood",
+                    fmt_cycles(w.unwaited as f64),
+                    fmt_cycles(unused as f64),
+                    fmt_cycles(made as f64),
+                    fmt_cycles(exitlab_vmm::vcpu::MAX_EXCESS as f64)
+                ),
             }
         ),
         None => "no wait".to_string(),
@@ -877,12 +883,23 @@ mod tests {
         // Waits calibrated where they were made say on how many exits left without one.
         let calibrated = InjectedWaits {
             unwaited: 64,
+            in_situ: 2,
             ..wait(&[1_010, 1_030])
         };
         let tests = [result("inl_from_user", 1_000, calibrated)];
         let note = injected_note(&tests, 1_000).unwrap();
         assert!(
-            note.contains("2 waits; calibrated where they were made, on the warm-up's exits, 64 of them left without a wait)"),
+            note.contains("2 waits; calibrated where they were made, on the first exits, which the guest does not measure, 64 of them left without a wait)"),
+            "{note}"
+        );
+        // Where that calibration was not used in some VMs, the note says in how many.
+        let partly = InjectedWaits {
+            in_situ_unused: 1,
+            ..calibrated
+        };
+        let note = injected_note(&[result("inl_from_user", 1_000, partly)], 1_000).unwrap();
+        assert!(
+            note.contains("64 of them left without a wait; in 1 of 2 VMs a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)"),
             "{note}"
         );
     }

@@ -220,7 +220,7 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "inject-cycles",
         help: "known-answer control: host cycles the VMM's busy-wait adds per userspace exit: 0 (off) to 100000000",
-        parse: |v| parse_u64("inject-cycles", v, 0, 100_000_000).map(Setting::InjectCycles),
+        parse: |v| parse_u64("inject-cycles", v, 0, exitlab_vmm::vcpu::MAX_INJECT_CYCLES).map(Setting::InjectCycles),
     },
     Knob {
         name: "guest-cycles",

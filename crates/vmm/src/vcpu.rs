@@ -122,6 +122,10 @@ struct Inject {
     done: InjectedWaits,
 }
 
+/// The most [`Vcpu::set_inject`] adds to an exit: 100 million cycles (tens of
+/// milliseconds), as `bench --inject-cycles` takes.
+pub const MAX_INJECT_CYCLES: u64 = 100_000_000;
+
 /// Exits the calibration where the waits are made takes, at most: half without a wait,
 /// half with one.
 const IN_SITU_EXITS: usize = 64;
@@ -156,7 +160,7 @@ const CALIBRATION_SPIN: u64 = 2_000;
 /// /dev/kvm) a trial spin of 2,000 cycles took millions, and shortening the spin by that
 /// would make every wait add far less than asked. Beyond this the wait is left as it is:
 /// it spins what was asked, adds at least that, and counts what it spun.
-const MAX_EXCESS: u64 = 1_000;
+pub const MAX_EXCESS: u64 = 1_000;
 
 impl Inject {
     /// The control for waits that add `cycles` each (0: off). Times
@@ -215,6 +219,8 @@ impl Inject {
     /// Calibrates the control in place (on the thread that will wait), keeping the waits
     /// made so far, and prepares its calibration where the waits are made on the run's
     /// unmeasured exits, when there are enough of them and the warm calibration was used.
+    /// Once that calibration was made ([`Inject::placed`]) a later run keeps it: this
+    /// then does nothing.
     fn calibrate(&mut self) {
         if !self.placed {
             self.adopt(Inject::calibrated(self.cycles));
@@ -260,28 +266,35 @@ impl Inject {
             return;
         };
         let i = c.taken / 2;
+        // A clock read behind KVM_RUN's return (as one on another CPU can be) counts as
+        // no time, as in a wait.
         if c.taken % 2 == 0 {
-            c.bare[i] = sys::rdtscp().wrapping_sub(returned);
+            c.bare[i] = sys::rdtscp().saturating_sub(returned);
             self.done.unwaited += 1;
         } else {
             let before = self.done.spun;
             self.wait();
             c.spun[i] = self.done.spun.saturating_sub(before);
-            c.waited[i] = sys::rdtscp().wrapping_sub(returned);
+            c.waited[i] = sys::rdtscp().saturating_sub(returned);
         }
         c.taken += 1;
         if c.taken == c.exits {
             let n = c.exits / 2;
-            let (spin, outside) = Inject::from_in_situ(
+            match Inject::from_in_situ(
                 self.cycles,
                 self.spin,
                 self.outside,
                 middle(&mut c.bare[..n]),
                 middle(&mut c.waited[..n]),
                 middle(&mut c.spun[..n]),
-            );
-            self.spin = spin;
-            self.outside = outside;
+            ) {
+                Some((spin, outside)) => {
+                    self.spin = spin;
+                    self.outside = outside;
+                }
+                None => self.done.in_situ_unused += 1,
+            }
+            self.done.in_situ += 1;
             self.placed = true;
         } else {
             self.in_situ = Some(c);
@@ -293,8 +306,11 @@ impl Inject {
     /// handled in `bare` cycles without a wait and `waited` with one whose count showed
     /// `spun` (its spin plus `outside`; medians). A wait then added `waited - bare`, of
     /// which `spun - outside` was spin: the spin becomes what adds `cycles`, and a wait
-    /// counts its spin plus the rest. The warm calibration stands where a wait added more
-    /// than [`MAX_EXCESS`] beyond its spin (an exit disturbed too often to tell).
+    /// counts its spin plus the rest. A wait adds at least its spin, so medians that say
+    /// less (exits whose handling varied more than the spin) count as its spin alone:
+    /// the spin is never set beyond `cycles`. `None`, and the warm calibration stands,
+    /// where a wait added more than [`MAX_EXCESS`] beyond its spin (an exit disturbed too
+    /// often to tell).
     fn from_in_situ(
         cycles: u64,
         spin: u64,
@@ -302,16 +318,16 @@ impl Inject {
         bare: u64,
         waited: u64,
         spun: u64,
-    ) -> (u64, u64) {
-        let added = waited.saturating_sub(bare);
-        let spun_alone = spun.saturating_sub(outside);
-        let beyond = added.saturating_sub(spun_alone);
+    ) -> Option<(u64, u64)> {
+        let spun_alone = spun.saturating_sub(outside).max(spin);
+        let added = waited.saturating_sub(bare).max(spun_alone);
+        let beyond = added - spun_alone;
         if beyond > MAX_EXCESS {
-            return (spin, outside);
+            return None;
         }
         // The spin that adds `cycles`: what it spun, moved by what was missing.
-        let new_spin = (spin + cycles).saturating_sub(added);
-        (new_spin, beyond)
+        let new_spin = spin.saturating_add(cycles).saturating_sub(added);
+        Some((new_spin, beyond))
     }
 
     /// One wait, counted as its spin plus its cost outside the spin.
@@ -398,11 +414,13 @@ impl Vcpu {
     /// doorbells, from the next run on (0 turns it off), by a busy-wait calibrated when
     /// the run starts so that, with its call and clock reads, it adds that many on
     /// average: a change of known size for checking that a measurement sees it. Off, the
-    /// loop only tests one value. Where the guest does not measure the first `unmeasured`
-    /// userspace exits of the run (its warm-up), the control also calibrates itself on up
-    /// to 64 of them, every other one left without a wait ([`InjectedWaits::unwaited`]),
-    /// so that a wait adds what was asked where it is made, not only in a warm loop.
+    /// loop tests two local flags per exit. Where the guest does not measure the first
+    /// `unmeasured` userspace exits of the run (its warm-up), the control also calibrates
+    /// itself on up to 64 of them (none when fewer than 16), every other one left without a
+    /// wait ([`InjectedWaits::unwaited`]), so that a wait adds what was asked where it is
+    /// made, not only in a warm loop. `cycles` is capped at [`MAX_INJECT_CYCLES`].
     pub fn set_inject(&mut self, cycles: u64, unmeasured: u64) {
+        let cycles = cycles.min(MAX_INJECT_CYCLES);
         // Calibrated on the vCPU's own thread when it starts to run (`run_with`).
         self.inject = Inject {
             cycles,
@@ -826,77 +844,118 @@ mod tests {
         // and 520 with one that counted 372. So a wait added 470, 138 of it beyond its
         // spin: the spin becomes 282, and a wait counts 282 + 138 = 420, which is also
         // what it adds over the 50.
-        let (spin, outside) = Inject::from_in_situ(420, 332, 40, 50, 520, 372);
+        let (spin, outside) = Inject::from_in_situ(420, 332, 40, 50, 520, 372).unwrap();
         assert_eq!((spin, outside), (282, 138));
         assert_eq!(spin + outside, 420);
         // A wait that added less than asked spins longer.
-        assert_eq!(Inject::from_in_situ(420, 332, 40, 50, 400, 372), (402, 18));
+        assert_eq!(
+            Inject::from_in_situ(420, 332, 40, 50, 400, 372),
+            Some((402, 18))
+        );
         // One that costs more beyond its spin than was asked cannot be shortened below
         // nothing: it adds what it must, and counts it.
-        assert_eq!(Inject::from_in_situ(100, 60, 40, 50, 400, 100), (0, 290));
+        assert_eq!(
+            Inject::from_in_situ(100, 60, 40, 50, 400, 100),
+            Some((0, 290))
+        );
         // Where a wait seemed to add far more than its spin (exits disturbed too often
-        // to tell), the warm calibration stands.
+        // to tell), the warm calibration stands; at the limit it is still used.
         assert_eq!(
             Inject::from_in_situ(420, 332, 40, 50, 50 + 332 + MAX_EXCESS + 1, 372),
-            (332, 40)
+            None
         );
-        // Exits that took longer without a wait than with one: nothing beyond the spin.
-        assert_eq!(Inject::from_in_situ(420, 332, 40, 600, 520, 372), (752, 0));
+        assert_eq!(
+            Inject::from_in_situ(420, 332, 40, 50, 50 + 332 + MAX_EXCESS, 372),
+            Some((0, MAX_EXCESS))
+        );
+        // A wait adds at least its spin: exits that took longer without a wait than with
+        // one count it as its spin alone (332), so the spin becomes 420 and not more, and
+        // nothing is counted beyond it.
+        assert_eq!(
+            Inject::from_in_situ(420, 332, 40, 600, 520, 372),
+            Some((420, 0))
+        );
+        // Nor does a count below the spin asked (impossible, as a wait counts at least
+        // its spin) set the spin beyond what was asked: with every median 0 it stays at
+        // 420 rather than doubling.
+        assert_eq!(Inject::from_in_situ(420, 332, 40, 0, 0, 0), Some((420, 0)));
+        for (bare, waited, spun) in [(0, 0, 0), (9_000, 10, 5), (10, 900, 700)] {
+            let (spin, _) = Inject::from_in_situ(420, 332, 40, bare, waited, spun).unwrap();
+            assert!(spin <= 420, "{bare} {waited} {spun}: {spin}");
+        }
+        // Nothing overflows at the largest control and clock values.
+        assert!(Inject::from_in_situ(u64::MAX, u64::MAX, 0, 0, u64::MAX, u64::MAX).is_some());
     }
 
     #[test]
     fn the_calibration_where_waits_are_made_takes_every_other_unmeasured_exit_without_a_wait() {
+        // A warm calibration as on a kvm_pvm host: a trial of 2,000 added 2,150 between
+        // two reads and its spin counted 2,040, so the spin is 1,850 and 110 is counted
+        // outside it.
+        let warm = || Inject::from_timing(2_000, 2_000, 2_150, 2_040);
+        let control = |unmeasured: u64| {
+            let mut i = Inject {
+                cycles: 2_000,
+                unmeasured,
+                ..Inject::default()
+            };
+            i.adopt(warm());
+            i
+        };
         // Too few unmeasured exits (or none): only the warm calibration.
         for unmeasured in [0, IN_SITU_MIN_EXITS as u64 - 1] {
-            let mut i = Inject {
-                cycles: 2_000,
-                unmeasured,
-                ..Inject::default()
-            };
-            i.calibrate();
-            assert!(!i.calibrating(), "{unmeasured}");
+            assert!(!control(unmeasured).calibrating(), "{unmeasured}");
         }
-        // Enough: at most 64 of them, alternately without and with a wait; then the
-        // control waits on every exit.
+        // Enough: at most 64 of them, alternately without a wait and with one. Here the
+        // exits without a wait are made to look a million cycles long (KVM_RUN returned
+        // that long before), so the medians say a wait added less than its spin: it
+        // counts as its spin alone, the spin is set from it and nothing is counted
+        // outside it. Where the waited ones are made to look ten million cycles long,
+        // the calibration is not used and the warm one stands.
         for (unmeasured, taken) in [(17, 16), (200, IN_SITU_EXITS)] {
-            let mut i = Inject {
-                cycles: 2_000,
-                unmeasured,
-                ..Inject::default()
-            };
-            i.calibrate();
-            if !i.warm {
-                // A host whose clock reads cost far more than a spin (an emulated CPU)
-                // left the warm calibration unused, and then the one where the waits are
-                // made is not tried either.
+            for slow_waits in [false, true] {
+                let mut i = control(unmeasured);
+                for n in 0..taken {
+                    assert!(i.calibrating(), "exit {n} of {taken}");
+                    let waited = n % 2 == 1;
+                    let back = match (waited, slow_waits) {
+                        (false, false) => 1_000_000,
+                        (true, true) => 10_000_000,
+                        _ => 0,
+                    };
+                    i.calibration_exit(sys::rdtscp().saturating_sub(back));
+                    // No wait first, then a wait, by turns.
+                    let n = n as u64;
+                    assert_eq!(
+                        (i.done.unwaited, i.done.waits),
+                        ((n + 2) / 2, (n + 1) / 2),
+                        "exit {n}: {:?}",
+                        i.done
+                    );
+                }
                 assert!(!i.calibrating());
-                continue;
-            }
-            for n in 0..taken {
-                assert!(i.calibrating(), "exit {n} of {taken}");
+                assert_eq!(i.done.in_situ, 1, "{:?}", i.done);
+                if slow_waits {
+                    assert_eq!(i.done.in_situ_unused, 1, "{:?}", i.done);
+                    assert_eq!((i.spin, i.outside), (1_850, 110));
+                } else {
+                    assert_eq!(i.done.in_situ_unused, 0, "{:?}", i.done);
+                    assert_eq!(i.outside, 0, "{i:?}");
+                    // The spin that adds 2,000 when a wait adds its spin alone: what it
+                    // spun (1,850 and its overshoot) moved by what was missing.
+                    assert!(i.spin <= 2_000 && i.spin > 1_500, "{i:?}");
+                }
+                // Taking further exits is over: none is left without a wait.
+                let done = i.done;
                 i.calibration_exit(sys::rdtscp());
+                assert_eq!(i.done, done);
+                // A later run of the vCPU (after an S3 resume) keeps this calibration
+                // and takes none of its exits for another.
+                let (spin, outside) = (i.spin, i.outside);
+                i.calibrate();
+                assert!(!i.calibrating());
+                assert_eq!((i.spin, i.outside), (spin, outside));
             }
-            assert!(!i.calibrating());
-            let half = taken as u64 / 2;
-            assert_eq!(
-                (i.done.unwaited, i.done.waits),
-                (half, half),
-                "{:?}",
-                i.done
-            );
-            // From now on each exit gets a wait, and no more are left without one.
-            i.calibration_exit(sys::rdtscp());
-            i.wait();
-            assert_eq!((i.done.unwaited, i.done.waits), (half, half + 1));
-            // A later run of the vCPU (after an S3 resume) keeps this calibration and
-            // takes none of its exits for another.
-            let (spin, outside) = (i.spin, i.outside);
-            i.calibrate();
-            assert!(!i.calibrating());
-            assert_eq!((i.spin, i.outside), (spin, outside));
-            // Here nothing but the wait runs between KVM_RUN's return and the end of
-            // the handling, so the spin stays close to the warm calibration's.
-            assert!(i.spin <= i.cycles, "{i:?}");
         }
     }
 
