@@ -928,7 +928,7 @@ mod tests {
                     let n = n as u64;
                     assert_eq!(
                         (i.done.unwaited, i.done.waits),
-                        ((n + 2) / 2, (n + 1) / 2),
+                        (n / 2 + 1, n.div_ceil(2)),
                         "exit {n}: {:?}",
                         i.done
                     );
