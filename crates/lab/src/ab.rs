@@ -70,7 +70,6 @@ pub fn run(
         round_began: std::time::Instant::now(),
         last_round: std::time::Duration::ZERO,
         last_tests: 0,
-        looks: std::collections::BTreeMap::new(),
         ended: false,
     });
     let ended = rounds::run(
@@ -92,16 +91,9 @@ pub fn run(
                         progress(Progress::Round(round, total));
                         return Ok(Flow::Continue);
                     }
-                    let running: Vec<(String, usize)> = sides[0]
-                        .tests
-                        .iter()
-                        .filter(|d| !d.baseline)
-                        .map(|d| (d.name.to_string(), pairs_of(&runs, d.name)))
-                        .collect();
+                    let widths = change_half_widths(&runs);
                     let Some(open) = precision_round(
-                        &running,
-                        || change_half_widths(&runs),
-                        &mut p.looks,
+                        &widths,
                         &p.target,
                         started.elapsed(),
                         p.last_round,
@@ -111,8 +103,7 @@ pub fn run(
                         return Ok(Flow::Stop);
                     };
                     for s in &mut sides {
-                        s.tests
-                            .retain(|d| d.baseline || open.iter().any(|o| o == d.name));
+                        s.tests.retain(|d| d.baseline || open.contains(&d.name));
                     }
                     progress(Progress::AbPrecisionRound(round - total, open.len() as u32));
                     return Ok(Flow::Continue);
@@ -194,92 +185,26 @@ pub fn run(
     Ok(out)
 }
 
-/// Whether `--precision` runs another round of an A/B run, and of which of the tests
-/// still `running` (each with its pairs so far): each test's change's interval is looked
-/// at when its pairs reach the count `looks` holds for it (at once the first time), from
-/// `widths` ([`change_half_widths`], drawn only when a test is due), and the test is
-/// dropped when it is within the target, else given its next look ([`next_look`]). A
-/// test without an interval (it failed on a side) is dropped. The round runs when some
-/// test is left and it would end within the budget (`elapsed` so far). Its time is
-/// estimated from the last one (`last_round`, which ran `last_tests` tests): each
+/// Whether `--precision` runs another round of an A/B run, and of which tests: those
+/// whose change's half-width (`widths`, [`change_half_widths`]) is not within the
+/// target, when the round would end within the budget (`elapsed` so far). The round's
+/// time is estimated from the last one (`last_round`, which ran `last_tests` tests): each
 /// side-run also runs the empty loop, so the estimate is the last round's time per test
 /// run, the empty loop counted, times the tests to run and the loop. `None` to stop.
-fn precision_round(
-    running: &[(String, usize)],
-    widths: impl FnOnce() -> Vec<(String, Option<f64>)>,
-    looks: &mut std::collections::BTreeMap<String, usize>,
+fn precision_round<'a>(
+    widths: &'a [(String, Option<f64>)],
     target: &bench::Precision,
     elapsed: std::time::Duration,
     last_round: std::time::Duration,
     last_tests: usize,
-) -> Option<Vec<String>> {
-    let due: Vec<bool> = running
+) -> Option<Vec<&'a str>> {
+    let open: Vec<&str> = widths
         .iter()
-        .map(|(name, pairs)| looks.get(name).is_none_or(|&at| *pairs >= at))
+        .filter(|(_, h)| !variance::reaches(*h, target.target_pct))
+        .map(|(name, _)| name.as_str())
         .collect();
-    let mut open = Vec::new();
-    if due.iter().any(|&d| d) {
-        let widths = widths();
-        for ((name, pairs), due) in running.iter().zip(due) {
-            if !due {
-                open.push(name.clone());
-                continue;
-            }
-            let Some(h) = widths.iter().find(|w| &w.0 == name).map(|w| w.1) else {
-                looks.remove(name);
-                continue;
-            };
-            match next_look(h, *pairs, target.target_pct) {
-                Some(at) => {
-                    looks.insert(name.clone(), at);
-                    open.push(name.clone());
-                }
-                None => {
-                    looks.remove(name);
-                }
-            }
-        }
-    } else {
-        open = running.iter().map(|(name, _)| name.clone()).collect();
-    }
     let next = last_round.mul_f64((open.len() + 1) as f64 / (last_tests + 1) as f64);
     (!open.is_empty() && elapsed + next <= target.budget).then_some(open)
-}
-
-/// How much further than the half-width says a test under `--precision` runs before
-/// its interval is looked at again.
-const LOOK_MARGIN: f64 = 1.1;
-
-/// The pairs at which a test under `--precision` whose change's interval has half-width
-/// `h` over `pairs` pairs is looked at next: as many as reach `target` if the half-width
-/// falls as one over the root of the pairs, [`LOOK_MARGIN`] more, at least one more pair
-/// and at most twice as many; one more without an interval yet; `None` when it is
-/// within the target. Looking after every pair would stop each test at the first pair
-/// whose interval happens to be narrow enough, and intervals narrow by chance are the
-/// ones that miss (docs/statistics.md).
-fn next_look(h: Option<f64>, pairs: usize, target: f64) -> Option<usize> {
-    match h {
-        Some(h) if variance::reaches(Some(h), target) => None,
-        Some(h) => {
-            let need = (pairs as f64 * (h / target).powi(2) * LOOK_MARGIN).ceil();
-            let need = if need.is_finite() {
-                need as usize
-            } else {
-                usize::MAX
-            };
-            Some(need.clamp(pairs + 1, 2 * pairs.max(1)))
-        }
-        None => Some(pairs + 1),
-    }
-}
-
-/// The pairs of rounds of test `name` both sides completed so far.
-fn pairs_of(runs: &[Vec<Results>; 2], name: &str) -> usize {
-    let complete = runs[0].len().min(runs[1].len());
-    runs[0][..complete]
-        .iter()
-        .filter(|r| r.test(name).is_some())
-        .count()
 }
 
 /// The state of `--precision`'s rounds of an A/B run.
@@ -290,8 +215,6 @@ struct Precise {
     /// How long the last round took, and how many tests (the empty loop aside) it ran.
     last_round: std::time::Duration,
     last_tests: usize,
-    /// The pairs at which each test still running is looked at next ([`next_look`]).
-    looks: std::collections::BTreeMap<String, usize>,
     /// Whether the target or the budget ended the rounds (not an interruption).
     ended: bool,
 }
@@ -597,97 +520,33 @@ mod tests {
 
     #[test]
     fn precision_rounds_run_the_tests_short_of_the_target_while_the_budget_lasts() {
-        use std::collections::BTreeMap;
         use std::time::Duration;
         let target = bench::Precision {
             target_pct: 1.0,
             budget: Duration::from_secs(60),
             by_default: false,
         };
-        let widths = || {
-            vec![
-                ("cpuid".to_string(), Some(0.8)),
-                ("inl_from_user".to_string(), Some(1.6)),
-                ("rdmsr_user".to_string(), None),
-                ("hlt".to_string(), Some(1.0)),
-            ]
-        };
-        let running = |pairs: usize| -> Vec<(String, usize)> {
-            ["cpuid", "inl_from_user", "rdmsr_user", "hlt", "vmcall"]
-                .iter()
-                .map(|n| (n.to_string(), pairs))
-                .collect()
-        };
+        let widths = vec![
+            ("cpuid".to_string(), Some(0.8)),
+            ("inl_from_user".to_string(), Some(1.6)),
+            ("rdmsr_user".to_string(), None),
+            ("hlt".to_string(), Some(1.0)),
+        ];
         // The last round ran 9 tests and the empty loop in 10 s: a second per test run.
         // The next runs two tests and the loop, 3 s, so it starts until 57 s.
         let last = Duration::from_secs(10);
-        let round = |looks: &mut BTreeMap<String, usize>, pairs: usize, s: u64| {
-            precision_round(
-                &running(pairs),
-                widths,
-                looks,
-                &target,
-                Duration::from_secs(s),
-                last,
-                9,
-            )
-        };
-        // The first look, after 24 pairs: cpuid and hlt are within the target (a
-        // half-width equal to it is), vmcall has no interval (it failed on a side), and
-        // inl_from_user (1.6 %: 24 x 1.6^2 x 1.1 = 68 pairs, at most 48) and rdmsr_user
-        // (no interval yet: one more pair) run on.
-        let mut looks = BTreeMap::new();
-        let want = Some(vec!["inl_from_user".to_string(), "rdmsr_user".to_string()]);
-        assert_eq!(round(&mut looks, 24, 57), want);
+        let at = |s: u64| precision_round(&widths, &target, Duration::from_secs(s), last, 9);
+        assert_eq!(at(57), Some(vec!["inl_from_user", "rdmsr_user"]));
+        assert_eq!(at(58), None, "the round would end past the budget");
+        // Every test within the target (a half-width equal to it is within): stop.
+        let done = vec![
+            ("cpuid".to_string(), Some(0.8)),
+            ("hlt".to_string(), Some(1.0)),
+        ];
         assert_eq!(
-            looks,
-            BTreeMap::from([("inl_from_user".into(), 48), ("rdmsr_user".into(), 25)])
-        );
-        assert_eq!(round(&mut looks.clone(), 24, 58), None, "past the budget");
-        // Between looks no interval is drawn: the tests run on as they are.
-        let mut between = BTreeMap::from([("inl_from_user".to_string(), 48)]);
-        let running_one = vec![("inl_from_user".to_string(), 30)];
-        let drawn = std::cell::Cell::new(false);
-        let open = precision_round(
-            &running_one,
-            || {
-                drawn.set(true);
-                widths()
-            },
-            &mut between,
-            &target,
-            Duration::ZERO,
-            last,
-            9,
-        );
-        assert_eq!(open, Some(vec!["inl_from_user".to_string()]));
-        assert!(!drawn.get());
-        // Every test within the target: stop.
-        let mut looks = BTreeMap::new();
-        let done = vec![("cpuid".to_string(), 24), ("hlt".to_string(), 24)];
-        assert_eq!(
-            precision_round(&done, widths, &mut looks, &target, Duration::ZERO, last, 9),
+            precision_round(&done, &target, Duration::ZERO, last, 9),
             None
         );
-    }
-
-    #[test]
-    fn a_test_short_of_the_target_is_looked_at_again_after_the_pairs_it_needs() {
-        // Within the target: no further look.
-        assert_eq!(next_look(Some(1.0), 24, 1.0), None);
-        assert_eq!(next_look(Some(0.5), 24, 1.0), None);
-        // 1.2 % over 24 pairs: 24 x 1.44 x 1.1 = 38.0 pairs.
-        assert_eq!(next_look(Some(1.2), 24, 1.0), Some(39));
-        // Just short: at least one more pair.
-        assert_eq!(next_look(Some(1.001), 24, 1.0), Some(27));
-        assert_eq!(next_look(Some(1.0001), 1, 1.0), Some(2));
-        // Far short: at most twice the pairs, then another look.
-        assert_eq!(next_look(Some(5.0), 24, 1.0), Some(48));
-        assert_eq!(next_look(Some(f64::INFINITY), 24, 1.0), Some(48));
-        // No interval yet: look after one more pair.
-        assert_eq!(next_look(None, 3, 1.0), Some(4));
-        assert_eq!(next_look(None, 0, 1.0), Some(1));
-        assert_eq!(next_look(Some(2.0), 0, 1.0), Some(1));
     }
 
     #[test]
