@@ -650,13 +650,12 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     }
 }
 
-fn tempdir_named(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("exitlab-cli-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory of the calling test, removed when it ends.
+fn tempdir_named(tag: &str) -> common::Scratch {
+    common::Scratch::new(&format!("cli-{tag}"))
 }
 
-fn tempdir() -> std::path::PathBuf {
+fn tempdir() -> common::Scratch {
     tempdir_named("json")
 }
 
@@ -966,7 +965,8 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
 /// `bench --tests cpuid,inl_from_user --ab AB --rounds 2` with `args`, the known-answer
 /// controls' A/B run (`tag` names its directory): the results file it wrote.
 fn known_answer_ab(tag: &str, args: &[&str], ab: &str) -> serde_json::Value {
-    let p = tempdir_named(tag).join("ab.json");
+    let dir = tempdir_named(tag);
+    let p = dir.join("ab.json");
     let mut all = vec!["bench", "--tests", "cpuid,inl_from_user", "--ab", ab];
     all.extend_from_slice(args);
     all.extend(["--rounds", "2", "--json", p.to_str().unwrap()]);
@@ -1113,7 +1113,8 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
 #[test]
 fn ab_per_loop_is_recorded_in_the_file_its_reports_say_so_and_wrong_uses_are_refused() {
     common::require_kvm();
-    let p = tempdir_named("per-loop").join("ab.json");
+    let dir = tempdir_named("per-loop");
+    let p = dir.join("ab.json");
     let path = p.to_str().unwrap();
     let o = exitlab(&[
         "bench",
