@@ -172,7 +172,7 @@ pub fn run(
         .map(|round| {
             let during = if u64::from(round) > rounds {
                 format!(
-                    "--precision round {} (after the {rounds} planned)",
+                    "precision round {} (after the {rounds} planned)",
                     u64::from(round) - rounds
                 )
             } else {

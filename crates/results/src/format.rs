@@ -94,13 +94,19 @@ pub fn fmt_pct_signed(value: f64) -> String {
     }
 }
 
-/// A percentage with at most two decimals and no trailing zeros, e.g. `1.4%`, `0.8%`,
-/// `2%`.
+/// A percentage with three significant digits (at least two decimals) and no trailing
+/// zeros, e.g. `1.4%`, `0.8%`, `2%`, `0.004%`, `71.47%`.
 pub fn fmt_pct_plain(value: f64) -> String {
     if !value.is_finite() {
         return "-".to_string();
     }
-    let s = format!("{value:.2}");
+    let magnitude = if value == 0.0 {
+        0.0
+    } else {
+        value.abs().log10().floor()
+    };
+    let decimals = (2.0 - magnitude).clamp(2.0, 12.0) as usize;
+    let s = format!("{value:.decimals$}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     format!("{s}%")
 }
@@ -140,6 +146,19 @@ mod tests {
 
     #[test]
     fn number_formats() {
+        for (v, s) in [
+            (1.399_18, "1.4"),
+            (0.8, "0.8"),
+            (2.0, "2"),
+            (71.468, "71.47"),
+            (0.004, "0.004"),
+            (0.0001, "0.0001"),
+            (0.0, "0"),
+            (150.0, "150"),
+        ] {
+            assert_eq!(fmt_pct_plain(v), format!("{s}%"), "{v}");
+        }
+        assert_eq!(fmt_pct_plain(f64::NAN), "-");
         assert_eq!(fmt_cycles(0.0), "0");
         assert_eq!(fmt_cycles(999.4), "999");
         assert_eq!(fmt_cycles(999.5), "1,000");

@@ -789,6 +789,10 @@ pub fn render_seed(results: &Results) -> Option<String> {
     if ab.per_loop {
         out.push_str("per loop (--per-loop) is not applied here: this table is each round's cycles and their means, as the seeds print them; the A/B table (bench's default table, or report of the file) judges per loop\n");
     }
+    for line in crate::variance::precision_lines(results) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     Some(out)
 }
 

@@ -911,7 +911,12 @@ mod tests {
         // that long before), so the medians say a wait added less than its spin: it
         // counts as its spin alone, the spin is set from it and nothing is counted
         // outside it. Where the waited ones are made to look ten million cycles long,
-        // the calibration is not used and the warm one stands.
+        // the calibration is not used and the warm one stands. Those outcomes rest on
+        // the waits spinning about what they are asked; where a spin of 2,000 cycles
+        // takes far longer (an emulated CPU: the CI's L1 on hosts without /dev/kvm,
+        // whose own warm calibration is refused), only the turns, the count of
+        // calibrations and the bound on the spin are checked.
+        let spins_as_asked = Inject::calibrated(2_000).warm;
         for (unmeasured, taken) in [(17, 16), (200, IN_SITU_EXITS)] {
             for slow_waits in [false, true] {
                 let mut i = control(unmeasured);
@@ -935,10 +940,11 @@ mod tests {
                 }
                 assert!(!i.calibrating());
                 assert_eq!(i.done.in_situ, 1, "{:?}", i.done);
-                if slow_waits {
+                assert!(i.spin <= 2_000, "{i:?}");
+                if spins_as_asked && slow_waits {
                     assert_eq!(i.done.in_situ_unused, 1, "{:?}", i.done);
                     assert_eq!((i.spin, i.outside), (1_850, 110));
-                } else {
+                } else if spins_as_asked {
                     assert_eq!(i.done.in_situ_unused, 0, "{:?}", i.done);
                     assert_eq!(i.outside, 0, "{i:?}");
                     // The spin that adds 2,000 when a wait adds its spin alone: what it
