@@ -88,8 +88,9 @@ pub struct BenchArgs {
     /// Known-answer control: the VMM adds this many host TSC cycles to its handling of
     /// every measured userspace exit, by a busy-wait calibrated with its clock reads, in a
     /// warm loop and on the first exits, which the guest does not measure (every other one
-    /// of the first 64 left without a wait; none with a --warmup under 16) (0: off). `--ab inject-cycles=0,N` shows whether exitlab sees a change of N
-    /// cycles on this host.
+    /// of the first 64 left without a wait; none with a --warmup under 16) (0: off).
+    /// `--ab inject-cycles=0,N` shows whether exitlab sees a change of N cycles on this
+    /// host.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_vmm::vcpu::MAX_INJECT_CYCLES))]
     inject_cycles: u64,
     /// Known-answer control for kernel-handled tests: the lab kernel busy-waits this many

@@ -210,7 +210,6 @@ fn a_precision_run_says_which_tests_reached_the_target() {
         let h = &t["half_width_pct"];
         assert!(h.is_null() || h.as_f64().unwrap() > 0.0001, "{p}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -344,7 +343,6 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
     let (_, v) = ab_run("rounds.json", "cpuid", &["--rounds", "3"]);
     assert!(v["precision"].is_null(), "{}", v["precision"]);
     assert_eq!(v["config"]["rounds"].as_u64(), Some(3));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -140,13 +140,7 @@ impl InjectedWaits {
 
     /// The waits of `self` and `other` together (two runs of one test, for instance).
     pub fn merged(self, other: InjectedWaits) -> InjectedWaits {
-        let calibration = InjectedWaits {
-            unwaited: self.unwaited + other.unwaited,
-            in_situ: self.in_situ + other.in_situ,
-            in_situ_unused: self.in_situ_unused + other.in_situ_unused,
-            ..InjectedWaits::default()
-        };
-        let waits = match (self.waits, other.waits) {
+        let mut out = match (self.waits, other.waits) {
             (0, _) => other,
             (_, 0) => self,
             _ => InjectedWaits {
@@ -157,13 +151,11 @@ impl InjectedWaits {
                 ..InjectedWaits::default()
             },
         };
-        InjectedWaits {
-            waits: waits.waits,
-            spun: waits.spun,
-            min: waits.min,
-            max: waits.max,
-            ..calibration
-        }
+        // The calibration's counts add up whichever side made the waits.
+        out.unwaited = self.unwaited + other.unwaited;
+        out.in_situ = self.in_situ + other.in_situ;
+        out.in_situ_unused = self.in_situ_unused + other.in_situ_unused;
+        out
     }
 
     /// Mean cycles spun per wait (`None` without waits).
