@@ -2,17 +2,13 @@
 //! with exit code 2 and a message naming the valid ones, a knob the host's KVM lacks is
 //! refused with exit code 3 naming the capability, and the knobs reach the results.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::{exitlab, Scratch};
 
 /// bench options for one round of five samples after one warm-up iteration.
 const ONE_SHORT_ROUND: [&str; 6] = ["--samples", "5", "--warmup", "1", "--rounds", "1"];
-
-fn exitlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_exitlab"))
-        .args(args)
-        .output()
-        .expect("the exitlab binary runs")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -21,8 +17,7 @@ fn text(b: &[u8]) -> String {
 /// Runs `exitlab bench ARGS... --json FILE` in a scratch directory of its own (`tag`)
 /// and returns its output and the results file it wrote.
 fn bench_json(tag: &str, args: &[&str]) -> (Output, serde_json::Value) {
-    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new(&format!("irq-cli-{tag}"));
     let json = dir.join("r.json");
     let mut all = vec!["bench"];
     all.extend_from_slice(args);
@@ -30,7 +25,6 @@ fn bench_json(tag: &str, args: &[&str]) -> (Output, serde_json::Value) {
     let o = exitlab(&all);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     (o, v)
 }
 
@@ -74,8 +68,7 @@ fn bad_knob_values_are_usage_errors() {
 #[test]
 fn knobs_are_probed_and_written_into_the_results() {
     let kvm = exitlab_vmm::open_kvm().expect("this test needs a usable /dev/kvm");
-    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("irq-cli-knobs");
     let json = dir.join("r.json");
     let offered = exitlab_vmm::knobs::offered_disable_exits(&kvm);
     let o = exitlab(&[
@@ -114,14 +107,12 @@ fn knobs_are_probed_and_written_into_the_results() {
         .find(|t| t["name"] == "eoi")
         .expect("eoi in the results");
     assert_eq!(eoi["irq"]["apic"], "x2apic");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_irqchip_knob_is_probed_and_written_into_the_results() {
     let kvm = exitlab_vmm::open_kvm().expect("this test needs a usable /dev/kvm");
-    let dir = std::env::temp_dir().join(format!("exitlab-irq-cli3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("irq-cli-irqchip");
     let json = dir.join("r.json");
     let o = exitlab(&[
         "bench",
@@ -155,7 +146,6 @@ fn the_irqchip_knob_is_probed_and_written_into_the_results() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["config"]["irq"]["irqchip"], "split");
     assert_eq!(v["config"]["knobs"]["irqchip"], "split");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

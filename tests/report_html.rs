@@ -4,22 +4,11 @@
 //! Needs Debian's `chromium` (installed by `.ci/run`) and /dev/kvm (the report is made
 //! from real runs).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn exitlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_exitlab"))
-        .args(args)
-        .output()
-        .expect("the exitlab binary runs")
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("exitlab-html-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+mod common;
+use common::{exitlab, Scratch};
 
 /// Runs headless Chromium on `page` with the given extra flags, a fresh profile, and
 /// console messages logged to stderr.
@@ -179,7 +168,7 @@ fn ink(png_path: &Path) -> (f64, usize) {
 
 #[test]
 fn html_report_renders_in_headless_chromium() {
-    let dir = scratch();
+    let dir = Scratch::new("html");
     let plain = dir.join("plain.json");
     let ab = dir.join("ab.json");
     let common = [
@@ -364,5 +353,4 @@ fn html_report_renders_in_headless_chromium() {
     if let Ok(keep) = std::env::var("EXITLAB_KEEP_SCREENSHOT") {
         std::fs::copy(&shot, keep).unwrap();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

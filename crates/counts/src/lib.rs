@@ -123,6 +123,12 @@ pub struct InjectedWaits {
     /// older files.
     #[serde(default)]
     pub in_situ_unused: u64,
+    /// Calibrations where the waits are made that were begun and not finished: the vCPU
+    /// run ended (or the control was set again) within its first unmeasured exits, and
+    /// the warm loop's calibration stood. Not counted in [`InjectedWaits::in_situ`].
+    /// Absent in older files, which counted such a calibration nowhere.
+    #[serde(default)]
+    pub in_situ_cut: u64,
 }
 
 impl InjectedWaits {
@@ -155,6 +161,7 @@ impl InjectedWaits {
         out.unwaited = self.unwaited + other.unwaited;
         out.in_situ = self.in_situ + other.in_situ;
         out.in_situ_unused = self.in_situ_unused + other.in_situ_unused;
+        out.in_situ_cut = self.in_situ_cut + other.in_situ_cut;
         out
     }
 
@@ -205,6 +212,7 @@ mod tests {
             unwaited: 16,
             in_situ: 1,
             in_situ_unused: 1,
+            in_situ_cut: 1,
             ..InjectedWaits::default()
         };
         let both = w.merged(calibrating).merged(InjectedWaits {
@@ -213,14 +221,25 @@ mod tests {
             ..w
         });
         assert_eq!(
-            (both.waits, both.unwaited, both.in_situ, both.in_situ_unused),
-            (6, 24, 2, 1)
+            (
+                both.waits,
+                both.unwaited,
+                both.in_situ,
+                both.in_situ_unused,
+                both.in_situ_cut
+            ),
+            (6, 24, 2, 1, 1)
         );
         assert_eq!((both.spun, both.min, both.max), (800, 100, 180));
         let twice = calibrating.merged(calibrating);
         assert_eq!(
-            (twice.unwaited, twice.in_situ, twice.in_situ_unused),
-            (32, 2, 2)
+            (
+                twice.unwaited,
+                twice.in_situ,
+                twice.in_situ_unused,
+                twice.in_situ_cut
+            ),
+            (32, 2, 2, 2)
         );
         assert_eq!(twice.waits, 0);
     }

@@ -475,23 +475,49 @@ pub fn spun_phrase(w: &InjectedWaits) -> String {
             fmt_cycles(w.min as f64),
             fmt_cycles(w.max as f64),
             fmt_cycles(w.waits as f64),
-            match (w.in_situ, w.in_situ_unused) {
-                (0, _) if w.unwaited == 0 => "calibrated in a warm loop only".to_string(),
-                (_, 0) => format!(
-                    "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait",
-                    fmt_cycles(w.unwaited as f64)
-                ),
-                (made, unused) => format!(
-                    "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait; in {} of {} VMs a wait there added over {} cycles beyond its spin and the warm loop's calibration stood",
-                    fmt_cycles(w.unwaited as f64),
-                    fmt_cycles(unused as f64),
-                    fmt_cycles(made as f64),
-                    fmt_cycles(exitlab_vmm::vcpu::MAX_EXCESS as f64)
-                ),
-            }
+            calibration_phrase(w)
         ),
         None => "no wait".to_string(),
     }
+}
+
+/// Where waits were calibrated: in a warm loop only, or where they were made (on the
+/// first exits, left without a wait by turns), and in how many VMs that calibration was
+/// not used or the run ended before it was done.
+fn calibration_phrase(w: &InjectedWaits) -> String {
+    let count = |n: u64| fmt_cycles(n as f64);
+    if w.unwaited == 0 && w.in_situ == 0 {
+        return "calibrated in a warm loop only".to_string();
+    }
+    // Every calibration begun was cut short. (A file written before the calibrations were
+    // counted has neither count, and says where they were made, as it did then.)
+    let mut s = if w.in_situ == 0 && w.in_situ_cut > 0 {
+        format!(
+            "calibrated in a warm loop: the calibration where they were made, on the first exits, which the guest does not measure ({} of them left without a wait), was begun",
+            count(w.unwaited)
+        )
+    } else {
+        format!(
+            "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait",
+            count(w.unwaited)
+        )
+    };
+    if w.in_situ_unused > 0 {
+        s.push_str(&format!(
+            "; in {} of {} VMs a wait there added over {} cycles beyond its spin and the warm loop's calibration stood",
+            count(w.in_situ_unused),
+            count(w.in_situ),
+            count(exitlab_vmm::vcpu::MAX_EXCESS)
+        ));
+    }
+    if w.in_situ_cut > 0 {
+        s.push_str(&format!(
+            "; in {} VM{} the run ended before that calibration was done, and the warm loop's stood",
+            count(w.in_situ_cut),
+            if w.in_situ_cut == 1 { "" } else { "s" }
+        ));
+    }
+    s
 }
 
 /// The note of a run with `inject-cycles` on: what the waits added by the VMM's count
@@ -900,6 +926,28 @@ mod tests {
         let note = injected_note(&[result("inl_from_user", 1_000, partly)], 1_000).unwrap();
         assert!(
             note.contains("64 of them left without a wait; in 1 of 2 VMs a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)"),
+            "{note}"
+        );
+        // Where a run ended before its calibration was done, the note says in how many
+        // VMs, and where none was done, that the waits kept the warm loop's.
+        let cut = InjectedWaits {
+            in_situ_cut: 1,
+            ..partly
+        };
+        let note = injected_note(&[result("inl_from_user", 1_000, cut)], 1_000).unwrap();
+        assert!(
+            note.contains("the warm loop's calibration stood; in 1 VM the run ended before that calibration was done, and the warm loop's stood)"),
+            "{note}"
+        );
+        let only_cut = InjectedWaits {
+            unwaited: 5,
+            in_situ: 0,
+            in_situ_cut: 3,
+            ..wait(&[1_010, 1_030])
+        };
+        let note = injected_note(&[result("inl_from_user", 1_000, only_cut)], 1_000).unwrap();
+        assert!(
+            note.contains("2 waits; calibrated in a warm loop: the calibration where they were made, on the first exits, which the guest does not measure (5 of them left without a wait), was begun; in 3 VMs the run ended before that calibration was done, and the warm loop's stood)"),
             "{note}"
         );
     }

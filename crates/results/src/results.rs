@@ -1648,7 +1648,7 @@ pub(crate) mod tests {
         // A file written before exits were left without a wait to calibrate (and before
         // the calibrations were counted) still loads.
         let mut old = v;
-        for field in ["unwaited", "in_situ", "in_situ_unused"] {
+        for field in ["unwaited", "in_situ", "in_situ_unused", "in_situ_cut"] {
             assert!(old["injected"].get(field).is_some(), "{field}");
             old["injected"].as_object_mut().unwrap().remove(field);
         }

@@ -230,6 +230,11 @@ impl Inject {
     /// Takes the warm calibration `c` (of this control's cycles) and prepares the one
     /// where the waits are made ([`Inject::calibrate`]).
     fn adopt(&mut self, c: Inject) {
+        // A calibration begun by an earlier run and not finished stays unfinished: its
+        // waits kept the warm calibration, and the count says so.
+        if self.in_situ.take().is_some() {
+            self.done.in_situ_cut += 1;
+        }
         self.spin = c.spin;
         self.outside = c.outside;
         self.warm = c.warm;
@@ -330,6 +335,17 @@ impl Inject {
         Some((new_spin, beyond))
     }
 
+    /// The waits made so far, with a calibration where they are made that is still under
+    /// way counted as cut short ([`InjectedWaits::in_situ_cut`]): asked now, the run
+    /// ended within it.
+    fn counted(&self) -> InjectedWaits {
+        let mut done = self.done;
+        if self.calibrating() {
+            done.in_situ_cut += 1;
+        }
+        done
+    }
+
     /// One wait, counted as its spin plus its cost outside the spin.
     #[cold]
     #[inline(never)]
@@ -426,15 +442,17 @@ impl Vcpu {
             cycles,
             spin: cycles,
             unmeasured,
-            done: self.inject.done,
+            done: self.injected_waits(),
             ..Inject::default()
         };
     }
 
     /// Busy-waits made by [`Vcpu::set_inject`] so far (one per userspace exit
-    /// handled while it was on) and the cycles they actually spun.
+    /// handled while it was on) and the cycles they actually spun; a calibration where
+    /// the waits are made that is still under way counts as cut short
+    /// ([`InjectedWaits::in_situ_cut`]): the run ended within it.
     pub fn injected_waits(&self) -> InjectedWaits {
-        self.inject.done
+        self.inject.counted()
     }
 
     /// The vCPU index.
@@ -963,6 +981,39 @@ mod tests {
                 assert_eq!((i.spin, i.outside), (spin, outside));
             }
         }
+    }
+
+    #[test]
+    fn a_calibration_where_waits_are_made_that_the_run_ends_within_is_counted_as_cut_short() {
+        // The warm calibration as on a kvm_pvm host (spin 1,850, 110 outside), then
+        // `exits` of the calibration where the waits are made.
+        let warm = || Inject::from_timing(2_000, 2_000, 2_150, 2_040);
+        let after = |unmeasured: u64, exits: usize| {
+            let mut i = Inject {
+                cycles: 2_000,
+                unmeasured,
+                ..Inject::default()
+            };
+            i.adopt(warm());
+            for _ in 0..exits {
+                i.calibration_exit(sys::rdtscp());
+            }
+            i
+        };
+        // The run ends after 10 of 64: what it reports counts the calibration as cut
+        // short, not as made, and its waits as the warm calibration's.
+        let mut i = after(200, 10);
+        let ended = i.counted();
+        let counts = |w: InjectedWaits| (w.in_situ, w.in_situ_cut, w.unwaited, w.waits);
+        assert_eq!(counts(ended), (0, 1, 5, 5));
+        assert_eq!((i.spin, i.outside), (1_850, 110));
+        // A later run of the vCPU does not resume it (its exits are measured ones), and
+        // the count stays: once, not once per report.
+        i.adopt(warm());
+        assert!(!i.calibrating());
+        assert_eq!((i.counted(), i.done), (ended, ended));
+        // A calibration that ran to its end is made, never cut short.
+        assert_eq!(counts(after(16, 16).counted()), (1, 0, 8, 8));
     }
 
     #[test]
