@@ -123,9 +123,9 @@ pub struct InjectedWaits {
     /// older files.
     #[serde(default)]
     pub in_situ_unused: u64,
-    /// Calibrations where the waits are made that were begun and not finished: the vCPU
-    /// run ended (or the control was set again) within its first unmeasured exits, and
-    /// the warm loop's calibration stood. Not counted in [`InjectedWaits::in_situ`].
+    /// Calibrations where the waits are made that were begun (took an exit) and not
+    /// finished: the vCPU run ended (or the control was set again) within its first
+    /// unmeasured exits, and the warm loop's calibration stood. Not counted in [`InjectedWaits::in_situ`].
     /// Absent in older files, which counted such a calibration nowhere.
     #[serde(default)]
     pub in_situ_cut: u64,

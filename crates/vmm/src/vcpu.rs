@@ -232,7 +232,7 @@ impl Inject {
     fn adopt(&mut self, c: Inject) {
         // A calibration begun by an earlier run and not finished stays unfinished: its
         // waits kept the warm calibration, and the count says so.
-        if self.in_situ.take().is_some() {
+        if self.in_situ.take().is_some_and(|c| c.taken > 0) {
             self.done.in_situ_cut += 1;
         }
         self.spin = c.spin;
@@ -335,12 +335,13 @@ impl Inject {
         Some((new_spin, beyond))
     }
 
-    /// The waits made so far, with a calibration where they are made that is still under
-    /// way counted as cut short ([`InjectedWaits::in_situ_cut`]): asked now, the run
-    /// ended within it.
+    /// The waits made so far, with a calibration where they are made that is under way
+    /// counted as cut short ([`InjectedWaits::in_situ_cut`]): asked now, the run ended
+    /// within it. One that took no exit (a run without userspace exits, such as a test
+    /// KVM handles in the kernel) was never begun, and is not counted.
     fn counted(&self) -> InjectedWaits {
         let mut done = self.done;
-        if self.calibrating() {
+        if self.in_situ.as_ref().is_some_and(|c| c.taken > 0) {
             done.in_situ_cut += 1;
         }
         done
@@ -1012,8 +1013,14 @@ mod tests {
         i.adopt(warm());
         assert!(!i.calibrating());
         assert_eq!((i.counted(), i.done), (ended, ended));
-        // A calibration that ran to its end is made, never cut short.
+        // A calibration that ran to its end is made, never cut short; one that took no
+        // exit (a run with no userspace exit) was not begun, and is neither.
         assert_eq!(counts(after(16, 16).counted()), (1, 0, 8, 8));
+        let mut idle = after(200, 0);
+        assert!(idle.calibrating());
+        assert_eq!(counts(idle.counted()), (0, 0, 0, 0));
+        idle.adopt(warm());
+        assert_eq!(idle.done, InjectedWaits::default());
     }
 
     #[test]
