@@ -486,16 +486,18 @@ impl Display {
             Progress::ExtraRound(r, n) => {
                 let _ = write!(
                     stderr,
-                    "{}  extra round {r} ({n} tests replacing outlier rounds) ",
-                    if *in_rounds { "\n" } else { "" }
+                    "{}  extra round {r} ({n} test{} replacing outlier rounds) ",
+                    if *in_rounds { "\n" } else { "" },
+                    if n == 1 { "" } else { "s" }
                 );
                 *in_rounds = true;
             }
             Progress::PrecisionRound(r, n) | Progress::AbPrecisionRound(r, n) => {
                 let _ = write!(
                     stderr,
-                    "{}  precision round {r} ({n} tests not yet within the target) ",
-                    if *in_rounds { "\n" } else { "" }
+                    "{}  precision round {r} ({n} test{} not yet within the target) ",
+                    if *in_rounds { "\n" } else { "" },
+                    if n == 1 { "" } else { "s" }
                 );
                 *in_rounds = true;
             }
