@@ -477,34 +477,41 @@ pub fn spun_phrase(w: &InjectedWaits) -> String {
             fmt_cycles(w.waits as f64),
             calibration_phrase(w)
         ),
+        // Exits left without a wait and none with one: every calibration where the waits
+        // are made ended with its run after its first exit.
+        None if w.unwaited > 0 => format!(
+            "no wait ({} exit{} left without one by a calibration where the waits are made, which the run ended within)",
+            fmt_cycles(w.unwaited as f64),
+            if w.unwaited == 1 { "" } else { "s" }
+        ),
         None => "no wait".to_string(),
     }
 }
 
 /// Where waits were calibrated: in a warm loop only, or where they were made (on the
 /// first exits, left without a wait by turns), and in how many VMs that calibration was
-/// not used or the run ended before it was done.
+/// done and not used, or begun and not done.
 fn calibration_phrase(w: &InjectedWaits) -> String {
     let count = |n: u64| fmt_cycles(n as f64);
     if w.unwaited == 0 && w.in_situ == 0 {
         return "calibrated in a warm loop only".to_string();
     }
-    // Every calibration begun was cut short. (A file written before the calibrations were
-    // counted has neither count, and says where they were made, as it did then.)
-    let mut s = if w.in_situ == 0 && w.in_situ_cut > 0 {
-        format!(
-            "calibrated in a warm loop: the calibration where they were made, on the first exits, which the guest does not measure ({} of them left without a wait), was begun",
-            count(w.unwaited)
-        )
+    let where_made = format!(
+        "on the first exits, which the guest does not measure, {} of them left without a wait",
+        count(w.unwaited)
+    );
+    // A file written before the calibrations were counted has neither count, and says
+    // where the waits were calibrated as it did then.
+    let counted = w.in_situ > 0 || w.in_situ_cut > 0;
+    let used = w.in_situ.saturating_sub(w.in_situ_unused);
+    let mut s = if counted && used == 0 {
+        format!("calibrated in a warm loop, the calibration where they were made ({where_made}) used in no VM")
     } else {
-        format!(
-            "calibrated where they were made, on the first exits, which the guest does not measure, {} of them left without a wait",
-            count(w.unwaited)
-        )
+        format!("calibrated where they were made, {where_made}")
     };
     if w.in_situ_unused > 0 {
         s.push_str(&format!(
-            "; in {} of {} VMs a wait there added over {} cycles beyond its spin and the warm loop's calibration stood",
+            "; in {} of the {} VMs where that calibration was done a wait there added over {} cycles beyond its spin and the warm loop's calibration stood",
             count(w.in_situ_unused),
             count(w.in_situ),
             count(exitlab_vmm::vcpu::MAX_EXCESS)
@@ -925,7 +932,7 @@ mod tests {
         };
         let note = injected_note(&[result("inl_from_user", 1_000, partly)], 1_000).unwrap();
         assert!(
-            note.contains("64 of them left without a wait; in 1 of 2 VMs a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)"),
+            note.contains("64 of them left without a wait; in 1 of the 2 VMs where that calibration was done a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)"),
             "{note}"
         );
         // Where a run ended before its calibration was done, the note says in how many
@@ -947,7 +954,29 @@ mod tests {
         };
         let note = injected_note(&[result("inl_from_user", 1_000, only_cut)], 1_000).unwrap();
         assert!(
-            note.contains("2 waits; calibrated in a warm loop: the calibration where they were made, on the first exits, which the guest does not measure (5 of them left without a wait), was begun; in 3 VMs the run ended before that calibration was done, and the warm loop's stood)"),
+            note.contains("2 waits; calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 5 of them left without a wait) used in no VM; in 3 VMs the run ended before that calibration was done, and the warm loop's stood)"),
+            "{note}"
+        );
+        // Nor where every calibration done went unused.
+        let all_unused = InjectedWaits {
+            in_situ_unused: 2,
+            ..calibrated
+        };
+        let note = injected_note(&[result("inl_from_user", 1_000, all_unused)], 1_000).unwrap();
+        assert!(
+            note.contains("calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 64 of them left without a wait) used in no VM; in 2 of the 2 VMs where that calibration was done"),
+            "{note}"
+        );
+        // A run that ended within its calibration after its first exit made no wait:
+        // the note says why.
+        let first_only = InjectedWaits {
+            unwaited: 1,
+            in_situ_cut: 1,
+            ..InjectedWaits::default()
+        };
+        let note = injected_note(&[result("inl_from_user", 1_000, first_only)], 1_000).unwrap();
+        assert!(
+            note.contains("measured no wait (1 exit left without one by a calibration where the waits are made, which the run ended within)"),
             "{note}"
         );
     }
