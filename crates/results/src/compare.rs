@@ -308,9 +308,26 @@ pub(crate) fn median_state_loop(t: &TestResult) -> Option<f64> {
 /// the run was taken with `--per-loop` ([`AbRun::per_loop`](crate::results::AbRun)):
 /// each pair's change is then that of its two figures divided by their own empty loops,
 /// which takes out a change of the host's speed between the two rounds of a pair; the
-/// sides' figures stay their central figures, in cycles. `None` for a file that is not
-/// an A/B run.
+/// sides' figures stay their central figures, in cycles. In a run to a precision target
+/// ([`Results::precision`]) each of its tests' intervals is at least the target's
+/// half-width wide. `None` for a file that is not an A/B run.
 pub fn compare_ab_run(run: &Results, threshold_pct: f64) -> Option<Comparison> {
+    let mut cmp = compare_ab_sides(run, threshold_pct)?;
+    // A run to a precision target (`--precision`, or `--ab`'s default) claims no interval
+    // narrower than its target for the tests it stopped (see
+    // [`verdict::floor_half_width`]).
+    if let Some(p) = &run.precision {
+        for t in &mut cmp.tests {
+            if p.tests.iter().any(|pt| pt.name == t.name) {
+                verdict::floor_half_width(&mut t.change, p.target_pct);
+            }
+        }
+    }
+    Some(cmp)
+}
+
+/// [`compare_ab_run`] before a precision target's floor.
+fn compare_ab_sides(run: &Results, threshold_pct: f64) -> Option<Comparison> {
     let (a, b) = crate::central::ab_sides(run)?;
     if !run.ab.as_ref()?.per_loop {
         return Some(compare_ab(&a, &b, threshold_pct));
@@ -1900,6 +1917,68 @@ mod tests {
             per_loop: false,
         });
         r
+    }
+
+    #[test]
+    fn a_run_to_a_precision_target_reports_no_interval_narrower_than_the_target() {
+        // Side B's cpuid 2 % slower in every pair (the two rounds of a pair at one host
+        // speed): an interval of a few hundredths of a percent, slower at threshold 0.
+        let r = sample_results();
+        let mut b_tests = r.tests.clone();
+        set_three(&mut b_tests, 1.02, |l| rounds_at_speeds(l, &WANDER));
+        let mut a_tests = r.tests.clone();
+        set_three(&mut a_tests, 1.0, |l| rounds_at_speeds(l, &WANDER));
+        let mut run = ab_run(
+            Results {
+                tests: a_tests,
+                ..r
+            },
+            b_tests,
+            ["warmup", "200", "201"],
+        );
+        let plain = compare_ab_run(&run, 0.0).unwrap();
+        let c = change_of(&plain, "cpuid");
+        let [lo, hi] = c.ci95_pct.unwrap();
+        assert!(hi - lo < 0.5 && c.verdict == Verdict::Slower, "{c:?}");
+        // The same pairs in a run to a target of ±2.5 % (cpuid among its tests, the
+        // empty loop not): cpuid's interval is widened to a half-width of 2.5 % about
+        // its +2 % (its shape kept), which reaches no change.
+        let target = |names: &[&str]| crate::results::PrecisionRun {
+            target_pct: 2.5,
+            by_default: true,
+            budget_seconds: 20.0,
+            seconds: 5.0,
+            rounds: 6,
+            tests: names
+                .iter()
+                .map(|n| crate::results::PrecisionTest {
+                    name: n.to_string(),
+                    rounds: 6,
+                    half_width_pct: Some(0.1),
+                    reached: true,
+                })
+                .collect(),
+        };
+        run.precision = Some(target(&["cpuid"]));
+        let floored = compare_ab_run(&run, 0.0).unwrap();
+        let c = change_of(&floored, "cpuid");
+        let [lo, hi] = c.ci95_pct.unwrap();
+        let pct = c.pct.unwrap();
+        assert!(
+            ((hi - lo) / 2.0 - 2.5).abs() < 1e-9 && lo < pct && pct < hi,
+            "{c:?}"
+        );
+        assert!(lo < 0.0, "{c:?}");
+        assert_eq!(c.verdict, Verdict::NoDetectableChange);
+        assert!((c.min_detectable_pct.unwrap() - verdict::detectable_with(2.5)).abs() < 1e-9);
+        // A test the target did not cover keeps its own interval, and every report of
+        // the file shows the floored one.
+        for t in plain.tests.iter().filter(|t| t.name != "cpuid") {
+            assert_eq!(change_of(&floored, &t.name), t.change, "{}", t.name);
+        }
+        let text = crate::report::render_ab(&run).unwrap();
+        let row = text.lines().find(|l| l.starts_with("cpuid ")).unwrap();
+        assert!(row.contains("no detectable change"), "{row}");
     }
 
     #[test]

@@ -308,6 +308,12 @@ pub fn precision_lines(results: &Results) -> Vec<String> {
             None => format!("{} (no interval: too few rounds, {})", t.name, t.rounds),
         })
         .collect();
+    if results.ab.is_some() {
+        lines.push(format!(
+            "precision: each of these tests' change is shown with an interval of half-width ±{} at least, widened to it where narrower (one within the target when its test stopped is often narrow by chance)",
+            crate::format::fmt_pct_plain(p.target_pct)
+        ));
+    }
     if !missed.is_empty() {
         let when = if results.incomplete.is_some() {
             "the run was interrupted"
@@ -538,6 +544,11 @@ mod tests {
             lines[0].starts_with(
                 "precision (--ab's default without --precision or --rounds): target ±1.4% (95 % interval of each test's change B vs A, so that a change of 2% is found 80 % of the time), budget 20 s: 1 of 2 tests reached it"
             ),
+            "{lines:?}"
+        );
+        // And that no interval it shows is narrower than the target.
+        assert!(
+            lines.contains(&"precision: each of these tests' change is shown with an interval of half-width ±1.4% at least, widened to it where narrower (one within the target when its test stopped is often narrow by chance)".to_string()),
             "{lines:?}"
         );
         // Older files have no by_default: the target was asked for.
