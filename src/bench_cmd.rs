@@ -104,9 +104,11 @@ pub struct BenchArgs {
     /// ends; the report says which tests reached it. The VMM overhead experiment is then
     /// off unless --overhead. With --ab, the interval of each test's change B vs A: more
     /// A/B rounds (pairs) until it is within +-PCT, so that a change of about 1.43 x PCT
-    /// is found 80% of the time (`--ab inject-cycles=0,N --precision PCT` shows it). An
-    /// --ab run without --precision, --rounds or --per-loop has a target by default:
-    /// +-1.4%, so that a 2% change is found 80% of the time, within 20 s.
+    /// is found 80% of the time (`--ab inject-cycles=0,N --precision PCT` shows it); a
+    /// narrower interval is shown widened to +-PCT (an interval within the target when
+    /// its test stopped is often narrow by chance). An --ab run without --precision,
+    /// --rounds or --per-loop has a target by default: +-1.4%, so that a 2% change is
+    /// found 80% of the time, within 20 s.
     #[arg(long, value_name = "PCT")]
     precision: Option<f64>,
     /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60;

@@ -195,7 +195,9 @@ pub struct PrecisionTest {
     pub name: String,
     /// Rounds it ran.
     pub rounds: u32,
-    /// Its interval's half-width, percent; `None` with too few rounds for one.
+    /// Its interval's half-width, percent, as the stopping rule saw it (raw: an A/B
+    /// run's reports show a change's interval at least the target wide); `None` with too
+    /// few rounds for one.
     pub half_width_pct: Option<f64>,
     /// Whether the half-width is within the target.
     pub reached: bool,

@@ -310,7 +310,7 @@ pub fn precision_lines(results: &Results) -> Vec<String> {
         .collect();
     if results.ab.is_some() {
         lines.push(format!(
-            "precision: each of these tests' change is shown with an interval of half-width ±{} at least, widened to it where narrower (one within the target when its test stopped is often narrow by chance)",
+            "precision: an interval of a change narrower than ±{0} is shown widened to ±{0} about the change (a test stops as soon as its interval is within the target, so an interval that narrow is often narrow by chance)",
             crate::format::fmt_pct_plain(p.target_pct)
         ));
     }
@@ -548,7 +548,7 @@ mod tests {
         );
         // And that no interval it shows is narrower than the target.
         assert!(
-            lines.contains(&"precision: each of these tests' change is shown with an interval of half-width ±1.4% at least, widened to it where narrower (one within the target when its test stopped is often narrow by chance)".to_string()),
+            lines.contains(&"precision: an interval of a change narrower than ±1.4% is shown widened to ±1.4% about the change (a test stops as soon as its interval is within the target, so an interval that narrow is often narrow by chance)".to_string()),
             "{lines:?}"
         );
         // Older files have no by_default: the target was asked for.
