@@ -925,48 +925,37 @@ mod tests {
             note.contains("2 waits; calibrated where they were made, on the first exits, which the guest does not measure, 64 of them left without a wait)"),
             "{note}"
         );
+        // The note of a run whose one userspace-handled test made waits `w` contains `want`.
+        let says = |w: InjectedWaits, want: &str| {
+            let note = injected_note(&[result("inl_from_user", 1_000, w)], 1_000).unwrap();
+            assert!(note.contains(want), "{note}");
+        };
         // Where that calibration was not used in some VMs, the note says in how many.
         let partly = InjectedWaits {
             in_situ_unused: 1,
             ..calibrated
         };
-        let note = injected_note(&[result("inl_from_user", 1_000, partly)], 1_000).unwrap();
-        assert!(
-            note.contains("64 of them left without a wait; in 1 of the 2 VMs where that calibration was done a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)"),
-            "{note}"
-        );
+        says(partly, "64 of them left without a wait; in 1 of the 2 VMs where that calibration was done a wait there added over 1,000 cycles beyond its spin and the warm loop's calibration stood)");
         // Where a run ended before its calibration was done, the note says in how many
         // VMs, and where none was done, that the waits kept the warm loop's.
         let cut = InjectedWaits {
             in_situ_cut: 1,
             ..partly
         };
-        let note = injected_note(&[result("inl_from_user", 1_000, cut)], 1_000).unwrap();
-        assert!(
-            note.contains("the warm loop's calibration stood; in 1 VM the run ended before that calibration was done, and the warm loop's stood)"),
-            "{note}"
-        );
+        says(cut, "the warm loop's calibration stood; in 1 VM the run ended before that calibration was done, and the warm loop's stood)");
         let only_cut = InjectedWaits {
             unwaited: 5,
             in_situ: 0,
             in_situ_cut: 3,
             ..wait(&[1_010, 1_030])
         };
-        let note = injected_note(&[result("inl_from_user", 1_000, only_cut)], 1_000).unwrap();
-        assert!(
-            note.contains("2 waits; calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 5 of them left without a wait) used in no VM; in 3 VMs the run ended before that calibration was done, and the warm loop's stood)"),
-            "{note}"
-        );
+        says(only_cut, "2 waits; calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 5 of them left without a wait) used in no VM; in 3 VMs the run ended before that calibration was done, and the warm loop's stood)");
         // Nor where every calibration done went unused.
         let all_unused = InjectedWaits {
             in_situ_unused: 2,
             ..calibrated
         };
-        let note = injected_note(&[result("inl_from_user", 1_000, all_unused)], 1_000).unwrap();
-        assert!(
-            note.contains("calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 64 of them left without a wait) used in no VM; in 2 of the 2 VMs where that calibration was done"),
-            "{note}"
-        );
+        says(all_unused, "calibrated in a warm loop, the calibration where they were made (on the first exits, which the guest does not measure, 64 of them left without a wait) used in no VM; in 2 of the 2 VMs where that calibration was done");
         // A run that ended within its calibration after its first exit made no wait:
         // the note says why.
         let first_only = InjectedWaits {
@@ -974,11 +963,7 @@ mod tests {
             in_situ_cut: 1,
             ..InjectedWaits::default()
         };
-        let note = injected_note(&[result("inl_from_user", 1_000, first_only)], 1_000).unwrap();
-        assert!(
-            note.contains("measured no wait (1 exit left without one by a calibration where the waits are made, which the run ended within)"),
-            "{note}"
-        );
+        says(first_only, "measured no wait (1 exit left without one by a calibration where the waits are made, which the run ended within)");
     }
 
     #[test]

@@ -1332,14 +1332,20 @@ mod tests {
         }
     }
 
+    /// [`blank`] with a change of `pct` and the interval `bounds`, concluded.
+    fn with_interval(pct: f64, bounds: [f64; 2]) -> Change {
+        let mut c = Change {
+            pct: Some(pct),
+            ..blank()
+        };
+        conclude(&mut c, bounds);
+        c
+    }
+
     #[test]
     fn a_floor_widens_a_narrow_interval_around_its_change_and_concludes_again() {
         // A +1 % change whose interval is ±0.5 %: slower at threshold 0.
-        let mut c = Change {
-            pct: Some(1.0),
-            ..blank()
-        };
-        conclude(&mut c, [0.5, 1.5]);
+        let mut c = with_interval(1.0, [0.5, 1.5]);
         assert_eq!(c.verdict, Verdict::Slower);
         // At least ±1.4 % around +1 %: the interval now reaches 0.
         floor_half_width(&mut c, 1.4);
@@ -1352,11 +1358,7 @@ mod tests {
         assert!((c.min_detectable_pct.unwrap() - detectable_with(1.4)).abs() < 1e-12);
         // An interval lopsided about its change keeps its shape: both bounds move away
         // from the change by the same factor (1.4 / 1.35 here).
-        let mut c = Change {
-            pct: Some(3.0),
-            ..blank()
-        };
-        conclude(&mut c, [0.5, 3.2]);
+        let mut c = with_interval(3.0, [0.5, 3.2]);
         floor_half_width(&mut c, 1.4);
         let [lo, hi] = c.ci95_pct.unwrap();
         let k = 1.4 / 1.35;
@@ -1364,11 +1366,7 @@ mod tests {
         assert!(((hi - lo) / 2.0 - 1.4).abs() < 1e-12);
         assert_eq!(c.verdict, Verdict::Slower);
         // An interval of no width (every pair alike) becomes ±1.4 % about the change.
-        let mut c = Change {
-            pct: Some(2.0),
-            ..blank()
-        };
-        conclude(&mut c, [2.0, 2.0]);
+        let mut c = with_interval(2.0, [2.0, 2.0]);
         floor_half_width(&mut c, 1.4);
         let [lo, hi] = c.ci95_pct.unwrap();
         assert!(
@@ -1376,11 +1374,7 @@ mod tests {
             "{lo} {hi}"
         );
         // A change outside its interval: scaled about the interval's middle.
-        let mut outside = Change {
-            pct: Some(1.2),
-            ..blank()
-        };
-        conclude(&mut outside, [0.2, 1.0]);
+        let mut outside = with_interval(1.2, [0.2, 1.0]);
         floor_half_width(&mut outside, 1.4);
         let [lo, hi] = outside.ci95_pct.unwrap();
         assert!(
@@ -1389,19 +1383,11 @@ mod tests {
         );
         // Wider than the floor, without a conclusion (even with an interval), or with
         // values that are not finite: nothing changes.
-        let mut wide = Change {
-            pct: Some(1.0),
-            ..blank()
-        };
-        conclude(&mut wide, [-1.0, 3.0]);
+        let mut wide = with_interval(1.0, [-1.0, 3.0]);
         let before = wide.clone();
         floor_half_width(&mut wide, 1.4);
         assert_eq!(wide, before);
-        let mut narrow = Change {
-            pct: Some(1.0),
-            ..blank()
-        };
-        conclude(&mut narrow, [0.5, 1.5]);
+        let mut narrow = with_interval(1.0, [0.5, 1.5]);
         for floor in [f64::NAN, f64::INFINITY] {
             let mut c = narrow.clone();
             floor_half_width(&mut c, floor);
