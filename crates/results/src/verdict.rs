@@ -755,10 +755,9 @@ fn finite(v: &[f64]) -> Vec<f64> {
 /// intervals are typically wider is mostly narrow by chance: reported as it is, it
 /// missed the true change in 10-27 % of the comparisons of userspace-handled tests that
 /// stopped at the planned rounds, rather than 5 % (`docs/statistics.md`, "Where the
-/// shortfall is"). The target is the
-/// precision the run was designed to reach, and no narrower interval is claimed: both
-/// bounds move away from the change by the same factor (the interval keeps its shape),
-/// so that its half-width is the target's. A lopsided interval keeps its short side
+/// shortfall is"). The target is the precision the run was designed to reach, and no
+/// narrower interval is claimed: both bounds move away from the change by the same
+/// factor (the interval keeps its shape), so that its half-width is the target's. A lopsided interval keeps its short side
 /// short: a bound near the change stays near it. Moving each bound out to the target
 /// instead covered no more of the stored runs' truths and pushed a test that reached the
 /// target past the 2 % it was designed to see (`docs/statistics.md`). Where the change
@@ -1387,7 +1386,7 @@ mod tests {
         let before = wide.clone();
         floor_half_width(&mut wide, 1.4);
         assert_eq!(wide, before);
-        let mut narrow = with_interval(1.0, [0.5, 1.5]);
+        let narrow = with_interval(1.0, [0.5, 1.5]);
         for floor in [f64::NAN, f64::INFINITY] {
             let mut c = narrow.clone();
             floor_half_width(&mut c, floor);
