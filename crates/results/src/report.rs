@@ -253,7 +253,11 @@ fn detail_lines(results: &Results) -> Vec<String> {
     lines.extend(kvm_counter_lines(results));
     lines.extend(round_spread_line(results));
     lines.extend(crate::central::outliers_line(&results.tests));
-    lines.extend(crate::variance::precision_lines(results));
+    // An A/B run's precision lines go with its A/B table ([`render_ab`]), which every
+    // report of the file prints after this one.
+    if results.ab.is_none() {
+        lines.extend(crate::variance::precision_lines(results));
+    }
     if tests
         .iter()
         .any(|t| t.median_ns.is_some() && !t.median_ns_is_net)
