@@ -1979,6 +1979,12 @@ mod tests {
         let text = crate::report::render_ab(&run).unwrap();
         let row = text.lines().find(|l| l.starts_with("cpuid ")).unwrap();
         assert!(row.contains("no detectable change"), "{row}");
+        // The page says so too.
+        let page = crate::html::render(&[("ab.json".to_string(), run.clone())]);
+        assert!(
+            page.contains("narrower than ±2.5% is shown widened to ±2.5%"),
+            "no precision line in the page"
+        );
     }
 
     #[test]

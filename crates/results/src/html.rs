@@ -86,6 +86,11 @@ pub fn render(files: &[(String, Results)]) -> String {
                 format!("{}={}", ab.knob, ab.b),
             ];
             comparison_table(&mut page, &cmp, &labels);
+            // A run to a precision target: what it reached, and that no interval shown is
+            // narrower than the target.
+            for line in crate::variance::precision_lines(r) {
+                let _ = writeln!(page, "<p>{}</p>", esc(&line));
+            }
         }
     }
     if files.len() >= 2 && files.iter().all(|(_, r)| r.ab.is_none()) {
