@@ -139,6 +139,27 @@ pub struct Change {
 }
 
 impl Change {
+    /// A change of `rounds` (before, after) rounds whose central figures are `medians`,
+    /// at `threshold_pct`, not yet judged: no interval and no rounds set aside, and "no
+    /// detectable change" until a refusal or [`conclude`] sets the verdict.
+    fn unjudged(rounds: [usize; 2], medians: [f64; 2], threshold_pct: f64) -> Change {
+        Change {
+            rounds_before: rounds[0],
+            rounds_after: rounds[1],
+            median_before: medians[0],
+            median_after: medians[1],
+            outliers_before: 0,
+            outliers_after: 0,
+            other_state_before: 0,
+            other_state_after: 0,
+            pct: None,
+            ci95_pct: None,
+            min_detectable_pct: None,
+            threshold_pct,
+            verdict: Verdict::NoDetectableChange,
+        }
+    }
+
     /// Whether the figure got slower beyond the threshold with 95 % confidence.
     pub fn is_regression(&self) -> bool {
         self.verdict == Verdict::Slower
@@ -285,19 +306,13 @@ pub fn change_with(
     let (kept_before, kept_after) = (method.kept(&before), method.kept(&after));
     let outliers = |k: &[bool]| k.iter().filter(|k| !**k).count();
     let mut out = Change {
-        rounds_before: before.len(),
-        rounds_after: after.len(),
-        median_before: method.estimate(&before),
-        median_after: method.estimate(&after),
         outliers_before: outliers(&kept_before),
         outliers_after: outliers(&kept_after),
-        other_state_before: 0,
-        other_state_after: 0,
-        pct: None,
-        ci95_pct: None,
-        min_detectable_pct: None,
-        threshold_pct,
-        verdict: Verdict::NoDetectableChange,
+        ..Change::unjudged(
+            [before.len(), after.len()],
+            [method.estimate(&before), method.estimate(&after)],
+            threshold_pct,
+        )
     };
     if let Some(reason) = refusal(&before, &after, pairing) {
         out.verdict = Verdict::NoConclusion(reason);
@@ -682,21 +697,11 @@ pub fn runs_change(before: &[f64], after: &[f64], within_sd: f64, threshold_pct:
             (ln(v).iter().sum::<f64>() / v.len() as f64).exp()
         }
     };
-    let mut out = Change {
-        rounds_before: nb,
-        rounds_after: na,
-        median_before: geometric_mean(&before),
-        median_after: geometric_mean(&after),
-        outliers_before: 0,
-        outliers_after: 0,
-        other_state_before: 0,
-        other_state_after: 0,
-        pct: None,
-        ci95_pct: None,
-        min_detectable_pct: None,
+    let mut out = Change::unjudged(
+        [nb, na],
+        [geometric_mean(&before), geometric_mean(&after)],
         threshold_pct,
-        verdict: Verdict::NoDetectableChange,
-    };
+    );
     if nb.min(na) < MIN_RUNS_A_SIDE {
         out.verdict = Verdict::NoConclusion(format!(
             "{nb} run(s) before and {na} after; at least {MIN_RUNS_A_SIDE} on each side are needed to see how far runs differ (3 or more for an interval of use)"
@@ -1314,21 +1319,7 @@ mod tests {
 
     /// A change of ten rounds a side at threshold 0, with no interval yet.
     fn blank() -> Change {
-        Change {
-            rounds_before: 10,
-            rounds_after: 10,
-            median_before: 100.0,
-            median_after: 101.0,
-            outliers_before: 0,
-            outliers_after: 0,
-            other_state_before: 0,
-            other_state_after: 0,
-            pct: None,
-            ci95_pct: None,
-            min_detectable_pct: None,
-            threshold_pct: 0.0,
-            verdict: Verdict::NoDetectableChange,
-        }
+        Change::unjudged([10, 10], [100.0, 101.0], 0.0)
     }
 
     /// [`blank`] with a change of `pct` and the interval `bounds`, concluded.
