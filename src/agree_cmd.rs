@@ -79,10 +79,8 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
     let mut progress = |p: Progress<'_>| {
         let _ = match p {
             Progress::Round(r, n) => write!(err, "\n  round {r}/{n} "),
-            Progress::ExtraRound(r, _)
-            | Progress::PrecisionRound(r, _)
-            | Progress::AbPrecisionRound(r, _) => {
-                write!(err, "\n  extra round {r} ")
+            Progress::PrecisionRound(r, _) | Progress::AbPrecisionRound(r, _) => {
+                write!(err, "\n  planned round {r} ")
             }
             Progress::Start(_) => Ok(()),
             Progress::Done(_, s) => write!(err, "{}", if s.reason().is_none() { "." } else { "F" }),

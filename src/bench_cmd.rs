@@ -17,18 +17,16 @@ use exitlab_lab::knobs::{self, AbSpec};
 use exitlab_lab::runner::{RunParams, BATCH_PER_TEST};
 use exitlab_lab::smp::{self, IrqKnobs};
 use exitlab_results::results::{Results, TestStatus};
-use exitlab_results::{host_report, report};
+use exitlab_results::stats::model;
+use exitlab_results::{compare, host_report, report};
 
 use crate::status::{
     usage_error, EXIT_INTERRUPTED, EXIT_NO_KVM, EXIT_TEST_FAILED, EXIT_TIMEOUT, EXIT_VMM_FAILED,
 };
 
-/// Rounds of a bench run by default, with [`DEFAULT_SAMPLES`] samples spread over them
-/// (50 a round): the variance components say a round's figure varies between rounds far
-/// more than its samples explain, so rounds, not samples, narrow the interval; since a
-/// round's VM is closed with others between rounds, a round costs half what it did, and
-/// 24 rounds take about what 12 took (`docs/statistics.md`).
-const DEFAULT_ROUNDS: u32 = 24;
+/// Rounds of a bench run by default ([`model::DEFAULT_ROUNDS`]), with
+/// [`DEFAULT_SAMPLES`] samples spread over them (50 a round).
+const DEFAULT_ROUNDS: u32 = model::DEFAULT_ROUNDS;
 /// Samples per test of a bench run by default.
 const DEFAULT_SAMPLES: u64 = 1200;
 /// Rounds of a `--workload` run by default (each round boots Linux).
@@ -81,8 +79,8 @@ pub struct BenchArgs {
     no_overhead: bool,
     /// Spread each test's samples over this many rounds of the whole suite (each test in
     /// a fresh VM every round), so that host drift affects all tests alike [default: 24;
-    /// 6 with --workload]. With --ab, given rounds are all the run takes (no default
-    /// precision target).
+    /// 6 with --workload]. With --ab, the pairs of rounds the run takes (instead of its
+    /// default planned design).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     rounds: Option<u32>,
     /// Known-answer control: the VMM adds this many host TSC cycles to its handling of
@@ -99,22 +97,23 @@ pub struct BenchArgs {
     /// work is its calibration. `--ab guest-cycles=0,N` shows whether exitlab sees it.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=exitlab_abi::MAX_WORK_CYCLES))]
     guest_cycles: u64,
-    /// After the planned rounds, run more rounds (of the tests not there yet) until every
-    /// test's 95% interval of its central figure is within +-PCT percent, or --budget
-    /// ends; the report says which tests reached it. The VMM overhead experiment is then
-    /// off unless --overhead. With --ab, the interval of each test's change B vs A: more
-    /// A/B rounds (pairs) until it is within +-PCT, so that a change of about 1.43 x PCT
-    /// is found 80% of the time (`--ab inject-cycles=0,N --precision PCT` shows it); a
-    /// narrower interval is shown widened to +-PCT (an interval within the target when
-    /// its test stopped is often narrow by chance). An --ab run without --precision,
-    /// --rounds or --per-loop has a target by default: +-1.4%, so that a 2% change is
-    /// found 80% of the time, within 20 s.
-    #[arg(long, value_name = "PCT")]
+    /// A planned design (docs/model.md): a pilot of 10 rounds (pairs with --ab), then each
+    /// test gets the rounds its pilot's spread needs for a 95% interval within +-PCT
+    /// percent (at least 20), within --budget, and the run takes exactly those. bench
+    /// --ab without --rounds or --precision plans for +-1.2% within 25 s, which finds a
+    /// 2.5% change 80% of the time.
+    #[arg(long, value_name = "PCT", conflicts_with = "rounds")]
     precision: Option<f64>,
-    /// Wall-time budget of --precision, seconds, the planned rounds included [default: 60;
-    /// 20 for --ab's default target].
+    /// Wall-time budget of a planned design, seconds, the pilot included [default: 60;
+    /// 25 for --ab's default design].
     #[arg(long, value_name = "SECONDS")]
     budget: Option<f64>,
+    /// Run the suite N times, one results file per run into the directory --json DIR
+    /// (run-01.json, ...), and print each test's figure per run and over the runs: the
+    /// input of `exitlab compare DIR_A DIR_B` (runs as units; 3 or more a side). The VMM
+    /// overhead experiment is off unless --overhead.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "ab")]
+    runs: Option<u32>,
     /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
     /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
     /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
@@ -122,14 +121,14 @@ pub struct BenchArgs {
     /// guest-cycles.
     #[arg(long, value_name = "KNOB=A,B")]
     ab: Option<String>,
-    /// With --ab: take each pair's change from its two rounds' figures each divided by its
-    /// own empty loop, which takes out a change of the host's speed between them. For hosts
-    /// whose empty loop itself runs host code (paravirtual KVM, ~20,000 cycles a pass);
-    /// on one whose loop is a few native cycles it only adds the loop's jitter. Not for the
-    /// knobs ring, batch and pin, which change the loop or the speed it measures. Recorded
-    /// in the results file, so bench's table, `report` and the HTML page judge alike.
+    /// With --ab: the tests the gate judges, comma-separated [default: every test but the
+    /// empty loop]. The gate (exit 4) fires when a slower test survives Holm's correction
+    /// over them (docs/model.md).
+    #[arg(long, value_delimiter = ',', requires = "ab")]
+    gate: Vec<String>,
+    /// With --ab: exit 0 rather than 12 when a test the gate judges has no verdict.
     #[arg(long, requires = "ab")]
-    per_loop: bool,
+    accept_no_verdict: bool,
     /// Output format: `table`, or with --ab also `seed` (run by run, with averages and
     /// %Reduction, as patch cover letters show them).
     #[arg(long, default_value = "table", value_parser = ["table", "seed"])]
@@ -320,7 +319,10 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     for &cpu in &a.pin {
         crate::input::check_pin(cpu)?;
     }
-    a.json.check()?;
+    match a.runs {
+        Some(_) => check_runs_dir(&a.json)?,
+        None => a.json.check()?,
+    }
     let precision = precision(a)?;
     let mut opts = BenchOptions {
         tests,
@@ -337,7 +339,8 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
             guest_cycles: a.guest_cycles,
         },
         raw: a.raw,
-        overhead: a.overhead || (a.tests.is_empty() && !a.no_overhead && precision.is_none()),
+        overhead: a.overhead
+            || (a.tests.is_empty() && !a.no_overhead && precision.is_none() && a.runs.is_none()),
         floor: std::env::current_exe()
             .ok()
             .map(exitlab_lab::floor::FloorSetup::new),
@@ -358,21 +361,48 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     Ok((opts, ab))
 }
 
+/// `--runs N` writes its runs into the directory `--json DIR`: it must be given, not
+/// standard output, and hold no results file yet (it is created if missing).
+fn check_runs_dir(json: &crate::common::JsonArg) -> Result<(), String> {
+    let dir =
+        match &json.json {
+            Some(p) if !json.to_stdout() => p,
+            _ => return Err(
+                "--runs N writes one results file per run: give --json DIR, a directory for them"
+                    .into(),
+            ),
+        };
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "--runs: --json {} is a file; give a directory for the runs' results files",
+            dir.display()
+        ));
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        if entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+        {
+            return Err(format!(
+                "--runs: {} already holds results files; give an empty or new directory (compare reads every *.json in it as one build's runs)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `--precision PCT [--budget SECONDS]`, checked; without `--precision`, an `--ab` run's
-/// default target ([`bench::Precision::ab_default`]: more pairs of rounds, of the tests
-/// not there yet, until each test's change could be found at 2 %, or the budget ends),
-/// unless rounds are given (the user's design) or `--per-loop` (which judges by the
-/// loops, as the target does not).
+/// default planned design ([`bench::Precision::ab_default`]) unless rounds are given.
 fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
     let budget = a
         .budget
         .map(|s| crate::common::check_seconds("--budget", s).map(|()| Duration::from_secs_f64(s)))
         .transpose()?;
     let Some(pct) = a.precision else {
-        let default = a.ab.is_some() && a.rounds.is_none() && !a.per_loop;
-        if !default {
+        if !(a.ab.is_some() && a.rounds.is_none()) {
             return match budget {
-                Some(_) => Err("--budget bounds --precision's rounds (or those of an --ab run's default target, without --rounds or --per-loop); give --precision PCT".into()),
+                Some(_) => Err("--budget bounds a planned design: give --precision PCT (or --ab without --rounds)".into()),
                 None => Ok(None),
             };
         }
@@ -386,12 +416,6 @@ fn precision(a: &BenchArgs) -> Result<Option<bench::Precision>, String> {
         return Err(format!(
             "--precision {pct} must be a percentage in (0, 100]: the half-width of the 95% interval each test should reach"
         ));
-    }
-    if a.ab.is_some() && a.per_loop {
-        return Err(
-            "--precision with --ab judges each test's change in cycles; it cannot be combined with --per-loop"
-                .into(),
-        );
     }
     Ok(Some(bench::Precision {
         target_pct: pct,
@@ -451,16 +475,12 @@ impl Display {
             Display::Quiet => {}
             Display::Bar(bar) => match p {
                 Progress::Round(r, n) => bar.set_prefix(format!("round {r}/{n}")),
-                Progress::ExtraRound(r, n) => {
-                    bar.set_prefix(format!("extra round {r}"));
-                    bar.inc_length(u64::from(n));
-                }
                 Progress::PrecisionRound(r, n) => {
-                    bar.set_prefix(format!("precision round {r}"));
+                    bar.set_prefix(format!("planned round {r}"));
                     bar.inc_length(u64::from(n));
                 }
                 Progress::AbPrecisionRound(r, n) => {
-                    bar.set_prefix(format!("precision round {r}"));
+                    bar.set_prefix(format!("planned pair {r}"));
                     bar.inc_length(2 * (u64::from(n) + 1));
                 }
                 Progress::Start(name) => bar.set_message(name.to_string()),
@@ -485,19 +505,10 @@ impl Display {
                 );
                 *in_rounds = true;
             }
-            Progress::ExtraRound(r, n) => {
-                let _ = write!(
-                    stderr,
-                    "{}  extra round {r} ({n} test{} replacing outlier rounds) ",
-                    if *in_rounds { "\n" } else { "" },
-                    if n == 1 { "" } else { "s" }
-                );
-                *in_rounds = true;
-            }
             Progress::PrecisionRound(r, n) | Progress::AbPrecisionRound(r, n) => {
                 let _ = write!(
                     stderr,
-                    "{}  precision round {r} ({n} test{} not yet within the target) ",
+                    "{}  planned round {r} ({n} test{} planned beyond the pilot) ",
                     if *in_rounds { "\n" } else { "" },
                     if n == 1 { "" } else { "s" }
                 );
@@ -552,6 +563,61 @@ fn progress_steps(opts: &BenchOptions, ab: Option<&AbSpec>) -> u64 {
     }
 }
 
+/// `--runs N`: the suite `n` times, each run's results written into the directory
+/// `json` as `run-01.json`, ..., then each test's figure per run and over the runs. The
+/// exit status is the worst run's (interrupted, --timeout, a failed test).
+fn run_many(
+    opts: &BenchOptions,
+    n: u32,
+    json: &crate::common::JsonArg,
+    host: serde_json::Value,
+    notes: Vec<String>,
+    display: &mut Display,
+    limit: &crate::common::TimeoutWatch,
+) -> i32 {
+    let Some(dir) = json.json.as_deref() else {
+        return usage_error("--runs N needs --json DIR");
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("exitlab: cannot create {}: {e}", dir.display());
+        return crate::status::EXIT_CANT_WRITE;
+    }
+    let mut all: Vec<(String, Results)> = Vec::new();
+    let mut code = 0;
+    for k in 1..=n {
+        let res = match run(opts, None, host.clone(), notes.clone(), display) {
+            Ok(r) => r,
+            Err(c) => return c,
+        };
+        let path = dir.join(format!("run-{k:02}.json"));
+        if let Err(e) = exitlab_results::results::write_atomic(&path, &res) {
+            eprintln!("exitlab: {e}");
+            return crate::status::EXIT_CANT_WRITE;
+        }
+        if crate::verbosity::level() >= 0 {
+            eprintln!(
+                "run {k} of {n}: {:.1} s, results in {}",
+                res.wall_seconds,
+                path.display()
+            );
+        }
+        let incomplete = res.incomplete.clone();
+        code = code.max(exit_code(&res, &crate::report_cmd::GateArgs::default()));
+        all.push((path.display().to_string(), res));
+        if let Some(why) = incomplete {
+            print!("{}", report::render_runs(&all));
+            println!("incomplete: run {k} of {n}: {why}");
+            return if limit.expired() {
+                EXIT_TIMEOUT
+            } else {
+                EXIT_INTERRUPTED
+            };
+        }
+    }
+    print!("{}", report::render_runs(&all));
+    code
+}
+
 /// Runs the suite or the A/B experiment.
 fn run(
     opts: &BenchOptions,
@@ -589,7 +655,7 @@ fn run(
 }
 
 /// Prints the results: the A/B table (or the seeds' table), else the suite's table.
-fn print_results(res: &Results, format: &str) {
+fn print_results(res: &Results, format: &str, gate: &crate::report_cmd::GateArgs) {
     let ab_text = match format {
         "seed" => report::render_seed(res),
         _ => report::render_ab(res),
@@ -598,9 +664,9 @@ fn print_results(res: &Results, format: &str) {
         Some(text) => print!("{text}"),
         None => print!("{}", report::render_table(res)),
     }
-    if crate::verbosity::level() > 0 {
-        if let Some(v) = exitlab_results::variance::render_components(res) {
-            print!("\n{v}");
+    if let Some(cmp) = compare::compare_ab_run(res, model::THRESHOLD_PCT) {
+        for line in crate::report_cmd::gate_status(&cmp, gate).0 {
+            println!("{line}");
         }
     }
     if let Some(why) = &res.incomplete {
@@ -608,8 +674,9 @@ fn print_results(res: &Results, format: &str) {
     }
 }
 
-/// The exit code: interrupted, a failed test or exit check, or success.
-fn exit_code(res: &Results) -> i32 {
+/// The exit code: interrupted, a failed test or exit check, the A/B gate (4 when it
+/// fires, 12 without a verdict it needs), or success.
+fn exit_code(res: &Results, gate: &crate::report_cmd::GateArgs) -> i32 {
     let all_tests = res
         .tests
         .iter()
@@ -624,6 +691,8 @@ fn exit_code(res: &Results) -> i32 {
         EXIT_INTERRUPTED
     } else if failed {
         EXIT_TEST_FAILED
+    } else if let Some(cmp) = compare::compare_ab_run(res, model::THRESHOLD_PCT) {
+        crate::report_cmd::gate_status(&cmp, gate).1
     } else {
         0
     }
@@ -638,11 +707,6 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         if a.precision.is_some() || a.budget.is_some() {
             return usage_error(
                 "--precision and --budget apply to the exit tests (a plain run or their --ab runs), not to --workload; give --workload more --rounds instead",
-            );
-        }
-        if a.per_loop {
-            return usage_error(
-                "--per-loop applies to the exit tests' --ab runs, not to --workload",
             );
         }
         let shared = crate::workload_cmd::Shared {
@@ -660,14 +724,6 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
-    if let (true, Some(spec)) = (a.per_loop, &ab) {
-        if matches!(spec.knob.name, "ring" | "batch" | "pin") {
-            return usage_error(format!(
-                "--per-loop cannot judge --ab {}: the knob changes the empty loop itself (ring, batch) or the host speed it measures (pin); run the A/B without --per-loop",
-                spec.knob.name
-            ));
-        }
-    }
     let (host, mut notes, phases_off) = host_context();
     opts.phases_off = phases_off;
     if let Ok(kvm) = exitlab_vmm::open_kvm() {
@@ -696,7 +752,10 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     opts.cancel = Some(stop);
     // -q/--quiet is global (every subcommand takes it).
     let quiet = crate::verbosity::level() < 0;
-    let mut display = Display::new(quiet, progress_steps(&opts, ab.as_ref()));
+    let mut display = Display::new(
+        quiet,
+        progress_steps(&opts, ab.as_ref()) * u64::from(a.runs.unwrap_or(1)),
+    );
     if !quiet {
         eprintln!(
             "exitlab bench: {} test(s), ring {}, {} samples x {} iteration(s), {} round(s){}{}",
@@ -716,15 +775,17 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
                 .unwrap_or_default()
         );
     }
+    if let Some(n) = a.runs {
+        let code = run_many(&opts, n, &a.json, host, notes, &mut display, &limit);
+        display.finish();
+        return code;
+    }
     let res = run(&opts, ab.as_ref(), host, notes, &mut display);
     display.finish();
     let mut res = match res {
         Ok(r) => r,
         Err(code) => return code,
     };
-    if let Some(ab) = &mut res.ab {
-        ab.per_loop = a.per_loop;
-    }
     let timed_out = limit.expired() && res.incomplete.is_some();
     if timed_out {
         res.incomplete = res
@@ -732,8 +793,12 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             .take()
             .map(|why| format!("--timeout {} s expired: {why}", a.timeout));
     }
+    let gate = crate::report_cmd::GateArgs {
+        only: a.gate.clone(),
+        accept_no_verdict: a.accept_no_verdict,
+    };
     if !a.json.to_stdout() {
-        print_results(&res, &a.format);
+        print_results(&res, &a.format, &gate);
     } else if let Some(why) = &res.incomplete {
         eprintln!("incomplete: {why}");
     }
@@ -752,6 +817,6 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     if timed_out {
         EXIT_TIMEOUT
     } else {
-        exit_code(&res)
+        exit_code(&res, &gate)
     }
 }

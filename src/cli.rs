@@ -61,43 +61,43 @@ enum Command {
     /// `exitlab run --qemu-args -- QEMU-OPTIONS...` (or the binary named `exitlab-qemu`)
     /// takes a QEMU-style command line instead.
     Run(RunArgs),
-    /// Compare two results files (before, after), or two directories of results files
-    /// (several runs of each build): per test, the change of the net figures with a 95%
-    /// interval, and a verdict; exits 4 when some test is slower beyond the threshold
-    /// with confidence.
+    /// Compare two directories of runs (`bench --runs N --json DIR`, one per build or
+    /// kernel), or two results files as a screen: per test, the change with its 95%
+    /// interval and a verdict (docs/model.md). Directories gate: exit 4 when a test is
+    /// slower.
     #[command(after_help = "\
-Verdicts: `slower` / `faster` when the whole 95% interval of the change lies beyond
-±threshold, `no detectable change` otherwise, `no conclusion` (with the reason) when a
-side has fewer rounds or runs than needed or the empty loops show two host states.
-Differences of host (CPU model, microcode, kernel, KVM module parameters), exitlab
-revision and configuration are printed as warnings.
+Verdicts (one threshold δ, docs/model.md): slower/faster when the change is beyond ±δ and
+its 95% interval excludes no change; equivalent when the interval lies within ±δ;
+inconclusive otherwise; no verdict when the data cannot support one (fewer than 3 runs a
+side, a test missing or failed on a side, another --batch).
 
-Two files: the interval comes from resampling each run's rounds. A directory (every
-*.json in it) on either side: each run gives its central figure per test, and the
-interval is Student's t over the runs (their spread pooled over both sides), which takes
-in host states that last a whole run; at least 2 runs a side, 3 or more for an
-interval of use.
+Two directories (every *.json in each): the runs are the units. The gate (exit 4) fires
+when a slower test's p-value survives Holm's correction over the tests it judges
+(--gate names them; default: all but the empty loop).
 
-Exit status: 0 when no test is slower beyond the threshold with confidence; 4 when some
-test is (the tests are named on the last line); 2 when a file cannot be read or an
-argument is refused.")]
+Two files: a screen. One run a side cannot show how runs differ, so its interval is
+within one run and it cannot gate: exit 12 (no verdict) unless --accept-no-verdict.
+
+Exit status: 0 the gate passes; 4 a test is slower (named on the last lines); 12 no
+verdict (a test the gate judges has none, or two single files); 2 a file cannot be
+read or an argument is refused.")]
     Compare {
-        /// Results file of the baseline run, or a directory of results files of
-        /// several baseline runs.
+        /// A directory of results files of the baseline runs (or one results file: a
+        /// screen).
         before: PathBuf,
-        /// Results file of the run to compare with it, or a directory of them.
+        /// A directory of results files of the runs to compare with them (or one file).
         after: PathBuf,
-        /// Smallest change, in percent, that counts as slower or faster (the whole 95%
-        /// interval must lie beyond it). Default: 2 for two files, 1 when a side is a
-        /// directory of runs, whose interval holds the spread between runs.
+        /// δ in percent: slower/faster beyond it, equivalent within it [default: 2].
         #[arg(long)]
         threshold: Option<f64>,
-        /// Divide each round's figure by the empty loop the guest timed before its samples,
-        /// scaled to the median loop of the rounds the before run's figure rests on: takes
-        /// the host's speed out within one host state, on hosts whose empty loop itself runs
-        /// host code (paravirtual KVM). Two host states are still not compared.
+        /// The tests the gate judges, comma-separated [default: every test but the empty
+        /// loop].
+        #[arg(long, value_delimiter = ',')]
+        gate: Vec<String>,
+        /// Exit 0 rather than 12 when some test the gate judges has no verdict, or when
+        /// comparing two single files.
         #[arg(long)]
-        per_loop: bool,
+        accept_no_verdict: bool,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
     /// (tracefs; needs root).
@@ -246,8 +246,17 @@ fn parse_and_run() -> i32 {
             before,
             after,
             threshold,
-            per_loop,
-        } => crate::report_cmd::compare_cmd(&before, &after, threshold, per_loop),
+            gate,
+            accept_no_verdict,
+        } => crate::report_cmd::compare_cmd(
+            &before,
+            &after,
+            threshold,
+            &crate::report_cmd::GateArgs {
+                only: gate,
+                accept_no_verdict,
+            },
+        ),
         Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),
         Command::Report(a) => crate::report_cmd::report_cmd(a),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use exitlab_results::results::Results;
 use exitlab_results::{compare, html, openmetrics, report, results};
 
-use crate::status::{usage_error, EXIT_CANT_WRITE, EXIT_REGRESSION};
+use crate::status::{usage_error, EXIT_CANT_WRITE, EXIT_NO_VERDICT, EXIT_REGRESSION};
 
 /// Largest results file `report` and `compare` read.
 pub const MAX_RESULTS_BYTES: u64 = 256 << 20;
@@ -155,18 +155,67 @@ fn load_side(p: &Path, label: &str) -> Result<Vec<(String, Results)>, String> {
     Ok(out)
 }
 
-/// The runs of one side as [`exitlab_results::runs::compare_runs`] takes them.
-fn runs_of(side: &[(String, Results)]) -> Vec<exitlab_results::runs::Run<'_>> {
+/// The runs of one side as [`compare::compare_runs`] takes them.
+fn runs_of(side: &[(String, Results)]) -> Vec<compare::Run<'_>> {
     side.iter()
-        .map(|(name, results)| exitlab_results::runs::Run { name, results })
+        .map(|(name, results)| compare::Run { name, results })
         .collect()
 }
 
-/// `exitlab compare BEFORE AFTER [--threshold PCT] [--per-loop]`: [`EXIT_REGRESSION`] when
-/// some test is slower beyond the threshold with confidence, 0 otherwise. Each side is a
-/// results file or a directory of them; with a directory or more than one run on a side
-/// the runs are compared by their figures ([`exitlab_results::runs::compare_runs`]).
-pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop: bool) -> i32 {
+/// What a gate judges and whether a missing verdict fails it (`compare`, `bench --ab`).
+#[derive(Debug, Clone, Default)]
+pub struct GateArgs {
+    /// `--gate`: the tests the gate judges (empty: every test but the empty loop).
+    pub only: Vec<String>,
+    /// `--accept-no-verdict`.
+    pub accept_no_verdict: bool,
+}
+
+/// The gate's lines for `--gate` and the exit status of a comparison: 4 when the gate
+/// fires, 12 (no verdict) when a test it judges has none or the design cannot gate
+/// (unless accepted), 0 otherwise.
+pub fn gate_status(cmp: &compare::Comparison, args: &GateArgs) -> (Vec<String>, i32) {
+    let only = (!args.only.is_empty()).then_some(args.only.as_slice());
+    let mut lines = Vec::new();
+    if !cmp.design.gates() {
+        let code = if args.accept_no_verdict {
+            0
+        } else {
+            EXIT_NO_VERDICT
+        };
+        if code != 0 {
+            lines
+                .push("exit 12: two single files cannot gate (--accept-no-verdict: exit 0)".into());
+        }
+        return (lines, code);
+    }
+    let g = cmp.gate(only);
+    if only.is_some() {
+        lines.push(format!("--gate {}:", args.only.join(",")));
+        lines.extend(compare::gate_lines(cmp, &g));
+    }
+    let code = if g.fires() {
+        EXIT_REGRESSION
+    } else if (!g.no_verdict.is_empty() || g.judged.is_empty()) && !args.accept_no_verdict {
+        if g.judged.is_empty() && g.no_verdict.is_empty() {
+            lines.push("exit 12: the gate judged no test".into());
+        } else {
+            lines.push(
+                "exit 12: a test the gate judges has no verdict (--accept-no-verdict: exit 0)"
+                    .into(),
+            );
+        }
+        EXIT_NO_VERDICT
+    } else {
+        0
+    };
+    (lines, code)
+}
+
+/// `exitlab compare BEFORE AFTER [--threshold PCT] [--gate TESTS] [--accept-no-verdict]`:
+/// two directories of runs are compared with runs as units and gate; two single files
+/// are a screen ([`compare::compare`]). See [`gate_status`] for the exit status.
+pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, gate: &GateArgs) -> i32 {
     if let Some(t) = threshold.filter(|t| !(t.is_finite() && (0.0..=1000.0).contains(t))) {
         return usage_error(format!(
             "--threshold {t}: expected a percentage from 0 to 1000"
@@ -180,28 +229,19 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop
         Ok(r) => r,
         Err(e) => return usage_error(sanitize(&e)),
     };
-    // A directory is a set of runs, however many it holds (a CI whose runs partly failed
-    // to write must not fall back to judging one run).
-    let several = b.len() > 1 || a.len() > 1 || before.is_dir() || after.is_dir();
-    if several && per_loop {
-        return usage_error(format!(
-            "--per-loop compares two single runs; here {} run(s) before and {} after are compared by their runs' figures, whose spread already holds the host's speed between runs",
-            b.len(),
-            a.len()
-        ));
-    }
-    let threshold = threshold.unwrap_or(if several {
-        exitlab_results::runs::DEFAULT_RUNS_THRESHOLD_PCT
-    } else {
-        compare::DEFAULT_THRESHOLD_PCT
-    });
-    let cmp = if several {
-        exitlab_results::runs::compare_runs(&runs_of(&b), &runs_of(&a), threshold)
-    } else if per_loop {
-        match compare::compare_per_loop(&b[0].1, &a[0].1, threshold) {
-            Ok(cmp) => cmp,
-            Err(e) => return usage_error(sanitize(&e)),
+    for (name, r) in b.iter().chain(&a) {
+        if r.ab.is_some() {
+            return usage_error(sanitize(&format!(
+                "{name} is an A/B run (bench --ab): its two sides are compared by `exitlab report {name}`; compare takes plain runs"
+            )));
         }
+    }
+    let threshold = threshold.unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
+    // A directory is a set of runs, however many it holds (a CI whose runs partly failed
+    // to write must not fall back to a screen of one run).
+    let several = b.len() > 1 || a.len() > 1 || before.is_dir() || after.is_dir();
+    let cmp = if several {
+        compare::compare_runs(&runs_of(&b), &runs_of(&a), threshold)
     } else {
         compare::compare(&b[0].1, &a[0].1, threshold)
     };
@@ -209,11 +249,11 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, per_loop
         "{}",
         sanitize(&compare::render_comparison(&cmp, ["before", "after"]))
     );
-    if cmp.regressions().is_empty() {
-        0
-    } else {
-        EXIT_REGRESSION
+    let (lines, code) = gate_status(&cmp, gate);
+    for line in lines {
+        println!("{}", sanitize(&line));
     }
+    code
 }
 
 #[derive(clap::Args, Debug)]
@@ -269,12 +309,6 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
                 } else {
                     report::render_table(r)
                 });
-                if crate::verbosity::level() > 0 {
-                    if let Some(v) = exitlab_results::variance::render_components(r) {
-                        s.push('\n');
-                        s.push_str(&v);
-                    }
-                }
                 if let Some(ab) = report::render_ab(r) {
                     s.push('\n');
                     s.push_str(&ab);

@@ -12,9 +12,13 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_USAGE: i32 = 2;
 /// `bench`: a test failed or an exit-count check did not hold.
 pub const EXIT_TEST_FAILED: i32 = 4;
-/// `compare`: some test got slower beyond the threshold with confidence. The same code
-/// as a failed bench test: a check on the measurements did not hold.
+/// `compare`, `bench --ab`: the gate fired (a test is slower). The same code as a failed
+/// bench test: a check on the measurements did not hold.
 pub const EXIT_REGRESSION: i32 = EXIT_TEST_FAILED;
+/// `compare`, `bench --ab`: no verdict can gate: a test the gate judges has none (too
+/// few runs or pairs, a side missing or failed, another batch), or one run a side (a
+/// screen). A gate fails closed; `--accept-no-verdict` turns this into [`EXIT_OK`].
+pub const EXIT_NO_VERDICT: i32 = 12;
 /// KVM cannot be used on this host (no /dev/kvm, no permission, unsupported API).
 pub const EXIT_NO_KVM: i32 = 6;
 /// The host refused to set up the VM (a KVM ioctl or an OS call failed, e.g. no memory).
@@ -62,10 +66,11 @@ pub fn debug_exit_note(v: u32) -> String {
 pub const EXIT_CODES: &[(&str, &str)] = &[
     ("0", "success (run: the guest reset or powered off the machine)"),
     ("2", "bad input: options, image, initrd or results file refused; nothing ran"),
-    ("4", "bench: a test failed or an exit-count check did not hold; compare: a test is slower beyond --threshold with confidence"),
+    ("4", "bench: a test failed or an exit-count check did not hold; compare, bench --ab: a test is slower (the gate fired)"),
     ("6", "KVM unavailable (no /dev/kvm, no permission); see `exitlab host`"),
     ("8", "the host refused to set up the VM (KVM or OS call failed)"),
     ("10", "an output file, or standard output, could not be written"),
+    ("12", "compare, bench --ab: no verdict can gate (too few runs or pairs, a side missing, two single files); --accept-no-verdict: 0"),
     ("70", "internal error in exitlab (a bug)"),
     ("120", "run: a vCPU triple-faulted"),
     ("122", "run: KVM could not run the guest (emulation failure, failed entry, unknown exit)"),

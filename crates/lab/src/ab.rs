@@ -15,13 +15,12 @@ use crate::bench::{self, BenchOptions, Progress};
 use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
-use exitlab_results::central;
 use exitlab_results::format::{fmt_cycles, fmt_cycles_signed};
-use exitlab_results::results::{AbRun, ExitCheck, Handling, Results, TestResult, TestStatus};
-use exitlab_results::results::{PrecisionRun, PrecisionTest};
-use exitlab_results::stats::summarize;
-use exitlab_results::variance;
-use exitlab_results::verdict::{self, Pairing};
+use exitlab_results::results::{
+    AbRun, ExitCheck, Handling, Plan, PlanTest, Results, TestResult, TestStatus,
+};
+use exitlab_results::stats::describe::summarize;
+use exitlab_results::stats::{interval, model, plan, units};
 use exitlab_vmm::vcpu::InjectedWaits;
 
 /// Why an A/B run produced no results.
@@ -36,7 +35,10 @@ pub enum AbError {
 }
 
 /// Runs the A/B experiment: `rounds` rounds of both sides of `spec`, based on `base`
-/// (its `rounds` is ignored; its samples are spread over the rounds).
+/// (its `rounds` is ignored; its samples are spread over `rounds`). With
+/// `base.precision` the design is planned: a pilot of [`model::PILOT_UNITS`] pairs (at
+/// most `rounds`), then as many pairs of each test as the plan gives it
+/// ([`plan::plan`], from the pilot's pairs), exactly.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     kvm: &Arc<Kvm>,
@@ -62,50 +64,46 @@ pub fn run(
     };
     let mut sides = [side_opts(&spec.a), side_opts(&spec.b)];
     let mut runs: [Vec<Results>; 2] = [Vec::new(), Vec::new()];
-    let total = rounds as u32;
-    // --precision: after the planned rounds, rounds of the tests whose change's interval
-    // is wider than the target, while the budget lasts.
-    let mut precise = base.precision.map(|target| Precise {
-        target,
-        round_began: std::time::Instant::now(),
-        last_round: std::time::Duration::ZERO,
-        last_tests: 0,
-        ended: false,
-    });
+    let pilot = match base.precision {
+        Some(_) => plan::pilot_size(rounds as usize) as u32,
+        None => rounds as u32,
+    };
+    // The plan, made once after the pilot: each test's pairs in all.
+    let mut planned: Option<Vec<plan::Planned>> = None;
     let ended = rounds::run(
-        if precise.is_some() { u32::MAX } else { total },
+        if base.precision.is_some() {
+            u32::MAX
+        } else {
+            pilot
+        },
         2,
         Order::Alternate,
         base.cancel.as_deref(),
         |step| -> Result<Flow, AbError> {
             let (round, side) = match step {
+                Step::Round(round) if round <= pilot => {
+                    progress(Progress::Round(round, pilot));
+                    return Ok(Flow::Continue);
+                }
                 Step::Round(round) => {
-                    let Some(p) = precise.as_mut() else {
-                        progress(Progress::Round(round, total));
-                        return Ok(Flow::Continue);
-                    };
-                    p.last_round = p.round_began.elapsed();
-                    p.round_began = std::time::Instant::now();
-                    p.last_tests = sides[0].tests.iter().filter(|d| !d.baseline).count();
-                    if round <= total {
-                        progress(Progress::Round(round, total));
-                        return Ok(Flow::Continue);
-                    }
-                    let widths = change_half_widths(&runs);
-                    let Some(open) = precision_round(
-                        &widths,
-                        &p.target,
-                        started.elapsed(),
-                        p.last_round,
-                        p.last_tests,
-                    ) else {
-                        p.ended = true;
+                    let Some(target) = base.precision else {
                         return Ok(Flow::Stop);
                     };
+                    let p = planned.get_or_insert_with(|| {
+                        plan_pairs(&runs, target, started.elapsed(), pilot as usize)
+                    });
+                    let open: Vec<&str> = p
+                        .iter()
+                        .filter(|t| t.units >= round as usize)
+                        .map(|t| t.name.as_str())
+                        .collect();
+                    if open.is_empty() {
+                        return Ok(Flow::Stop);
+                    }
                     for s in &mut sides {
                         s.tests.retain(|d| d.baseline || open.contains(&d.name));
                     }
-                    progress(Progress::AbPrecisionRound(round - total, open.len() as u32));
+                    progress(Progress::AbPrecisionRound(round - pilot, open.len() as u32));
                     return Ok(Flow::Continue);
                 }
                 Step::Side { round, side } => (u64::from(round - 1), side),
@@ -113,7 +111,7 @@ pub fn run(
             let share =
                 base.params.samples / rounds + u64::from(round < base.params.samples % rounds);
             let mut o = sides[side].clone();
-            o.params.samples = share;
+            o.params.samples = share.max(1);
             // Each side is a one-round run of its own; only the A/B rounds are shown.
             let mut inner = |p: Progress<'_>| {
                 if !matches!(p, Progress::Round(..)) {
@@ -138,125 +136,117 @@ pub fn run(
             Ok(Flow::Continue)
         },
     )?;
-    let reached_by_precision = precise.as_ref().is_some_and(|p| p.ended);
-    let precision = precise.map(|p| {
-        let complete = runs[0].len().min(runs[1].len());
-        let tests = change_half_widths(&runs)
-            .into_iter()
-            .map(|(name, h)| PrecisionTest {
-                rounds: runs[0][..complete]
-                    .iter()
-                    .filter(|r| r.test(&name).is_some())
-                    .count() as u32,
-                reached: variance::reaches(h, p.target.target_pct),
-                half_width_pct: h,
-                name,
-            })
-            .collect();
-        PrecisionRun {
-            target_pct: p.target.target_pct,
-            by_default: p.target.by_default,
-            budget_seconds: p.target.budget.as_secs_f64(),
-            seconds: started.elapsed().as_secs_f64(),
-            rounds: complete as u32,
-            tests,
-        }
-    });
+    let complete = runs[0].len().min(runs[1].len()) as u32;
     let mut out = assemble(base, spec, &sides, runs, notes)?;
     out.wall_seconds = started.elapsed().as_secs_f64();
-    out.precision = precision;
-    let complete = out.config.rounds;
-    out.incomplete = ended
-        .round()
-        .filter(|_| !reached_by_precision)
-        .map(|round| {
-            let during = if u64::from(round) > rounds {
-                format!(
-                    "precision round {} (after the {rounds} planned)",
-                    u64::from(round) - rounds
-                )
-            } else {
-                format!("round {round} of {rounds}")
-            };
-            format!(
-                "interrupted during {during}: kept the {complete} round(s) both sides completed"
-            )
-        });
+    out.plan = base.precision.map(|target| {
+        plan_record(
+            &out,
+            planned.as_deref().unwrap_or(&[]),
+            target,
+            pilot,
+            started.elapsed(),
+        )
+    });
+    let stopped_by_plan = matches!(ended, rounds::Ended::Stopped { .. });
+    out.incomplete = ended.round().filter(|_| !stopped_by_plan).map(|round| {
+        let during = if round > pilot {
+            format!("round {round} (planned after the pilot of {pilot})")
+        } else {
+            format!("round {round} of {pilot}")
+        };
+        format!("interrupted during {during}: kept the {complete} round(s) both sides completed")
+    });
     Ok(out)
 }
 
-/// Whether `--precision` runs another round of an A/B run, and of which tests: those
-/// whose change's half-width (`widths`, [`change_half_widths`]) is not within the
-/// target, when the round would end within the budget (`elapsed` so far). The round's
-/// time is estimated from the last one (`last_round`, which ran `last_tests` tests): each
-/// side-run also runs the empty loop, so the estimate is the last round's time per test
-/// run, the empty loop counted, times the tests to run and the loop. `None` to stop.
-fn precision_round<'a>(
-    widths: &'a [(String, Option<f64>)],
-    target: &bench::Precision,
-    elapsed: std::time::Duration,
-    last_round: std::time::Duration,
-    last_tests: usize,
-) -> Option<Vec<&'a str>> {
-    let open: Vec<&str> = widths
-        .iter()
-        .filter(|(_, h)| !variance::reaches(*h, target.target_pct))
-        .map(|(name, _)| name.as_str())
-        .collect();
-    let next = last_round.mul_f64((open.len() + 1) as f64 / (last_tests + 1) as f64);
-    (!open.is_empty() && elapsed + next <= target.budget).then_some(open)
-}
-
-/// The state of `--precision`'s rounds of an A/B run.
-struct Precise {
+/// The plan of a planned A/B design from its pilot (`runs`: each side's one-round runs):
+/// each test's pilot pairs ([`units::pairs`] of the sides' rounds so far), what a pair
+/// of it cost (both sides' rounds), and what the empty loop costs each round.
+fn plan_pairs(
+    runs: &[Vec<Results>; 2],
     target: bench::Precision,
-    /// When the round now running began.
-    round_began: std::time::Instant,
-    /// How long the last round took, and how many tests (the empty loop aside) it ran.
-    last_round: std::time::Duration,
-    last_tests: usize,
-    /// Whether the target or the budget ended the rounds (not an interruption).
-    ended: bool,
-}
-
-/// The half-width (percent) of each test's 95 % interval of the change B vs A, from
-/// the rounds both sides completed so far, drawn as the verdict draws it (the pairs of
-/// the sides' joint host state, [`central::paired_figures`], and [`verdict::change`]);
-/// `None` for a test without one yet (too few pairs). The empty loop and tests that did
-/// not complete on a side are not targets and not listed. In the suite's order.
-fn change_half_widths(runs: &[Vec<Results>; 2]) -> Vec<(String, Option<f64>)> {
+    elapsed: std::time::Duration,
+    pilot: usize,
+) -> Vec<plan::Planned> {
     let complete = runs[0].len().min(runs[1].len());
+    let side = |s: usize, name: &str| -> Option<TestResult> {
+        let same: Vec<&TestResult> = runs[s][..complete]
+            .iter()
+            .filter_map(|r| r.test(name))
+            .collect();
+        let mut t = (*same.first()?).clone();
+        t.rounds = same.iter().flat_map(|t| t.rounds.iter().cloned()).collect();
+        t.status = same
+            .iter()
+            .find(|t| !t.status.is_ok())
+            .map_or(t.status.clone(), |t| t.status.clone());
+        Some(t)
+    };
+    let cost = |t: &TestResult| -> f64 {
+        let secs: Vec<f64> = t.rounds.iter().filter_map(|r| r.seconds).collect();
+        secs.iter().sum::<f64>() / secs.len().max(1) as f64
+    };
     let Some(first) = runs[0].first() else {
         return Vec::new();
     };
-    let runs_of = |s: usize, name: &str| -> Vec<&TestResult> {
-        runs[s][..complete]
-            .iter()
-            .filter_map(|r| r.test(name))
-            .collect()
-    };
-    let failed = |name: &str| (0..2).any(|s| runs_of(s, name).iter().any(|t| !t.status.is_ok()));
-    // One side's rounds of a test so far, as one result.
-    let side = |s: usize, name: &str| -> Option<TestResult> {
-        let same = runs_of(s, name);
-        let mut t = (*same.first()?).clone();
-        t.raw_samples = None;
-        t.rounds = same.iter().flat_map(|t| t.rounds.iter().cloned()).collect();
-        Some(t)
-    };
-    first
-        .tests
+    let mut loop_seconds = 0.0;
+    let mut pilots = Vec::new();
+    for t in &first.tests {
+        let (Some(a), Some(b)) = (side(0, &t.name), side(1, &t.name)) else {
+            continue;
+        };
+        if t.baseline {
+            loop_seconds = cost(&a) + cost(&b);
+            continue;
+        }
+        let estimate = units::pairs(&a, &b).and_then(|(fa, fb, _)| interval::pairs(&fa, &fb).ok());
+        pilots.push(plan::Pilot {
+            name: t.name.clone(),
+            estimate,
+            unit_seconds: cost(&a) + cost(&b),
+        });
+    }
+    let left = target.budget.saturating_sub(elapsed).as_secs_f64();
+    plan::plan(&pilots, pilot, target.target_pct, loop_seconds, left)
+}
+
+/// The record of a planned A/B design: the plan, and each test's pairs and final
+/// half-width as the comparison of the file gives them.
+fn plan_record(
+    out: &Results,
+    planned: &[plan::Planned],
+    target: bench::Precision,
+    pilot: u32,
+    elapsed: std::time::Duration,
+) -> Plan {
+    let cmp = exitlab_results::compare::compare_ab_run(out, model::THRESHOLD_PCT);
+    let tests = planned
         .iter()
-        .filter(|t| !t.baseline && !failed(&t.name))
-        .map(|t| {
-            let h = side(0, &t.name).zip(side(1, &t.name)).and_then(|(a, b)| {
-                let (fa, fb, _, _) = central::paired_figures(&a, &b)?;
-                let [lo, hi] = verdict::change(&fa, &fb, Pairing::Paired, 0.0).ci95_pct?;
-                Some((hi - lo) / 2.0)
-            });
-            (t.name.clone(), h)
+        .map(|p| {
+            let change = cmp
+                .as_ref()
+                .and_then(|c| c.tests.iter().find(|t| t.name == p.name))
+                .map(|t| &t.change);
+            PlanTest {
+                name: p.name.clone(),
+                planned: p.units as u32,
+                needed: p.needed as u32,
+                units: change.map_or(0, |c| c.units[0] as u32),
+                half_width_pct: change
+                    .and_then(|c| c.ci95_pct)
+                    .map(|[lo, hi]| (hi - lo) / 2.0),
+            }
         })
-        .collect()
+        .collect();
+    Plan {
+        target_pct: target.target_pct,
+        by_default: target.by_default,
+        budget_seconds: target.budget.as_secs_f64(),
+        pilot_units: pilot,
+        seconds: elapsed.as_secs_f64(),
+        tests,
+    }
 }
 
 /// One results file of the sides' one-round runs (`sides`: each side's options as they
@@ -277,10 +267,7 @@ fn assemble(
         return Err(AbError::NothingCompleted);
     };
     let mut out = first.clone();
-    // Each side's figure and CDF rest on the pairs of rounds of the host state both
-    // sides chose together.
     let (mut a_tests, mut b_tests) = (merge_side(&a_runs, base.raw), merge_side(&b_runs, base.raw));
-    central::pair_states(&mut a_tests, &mut b_tests);
     let khz = first.config.tsc_khz;
     finish_side(&mut a_tests, &a_runs, khz);
     finish_side(&mut b_tests, &b_runs, khz);
@@ -291,32 +278,16 @@ fn assemble(
     out.config.knobs = knobs::values(&sides[0]);
     out.config.knobs.remove(spec.knob.name);
     out.notes = notes;
-    // Each side's run of each round has its own host-noise note (its own counts and
-    // limit); the file gets one, with the counts added up.
-    let mut noisy_runs = 0;
     for r in a_runs.iter().chain(&b_runs) {
         for n in &r.notes {
-            if n.starts_with(HOST_NOISE_NOTE) {
-                noisy_runs += 1;
-            } else if n.starts_with(analysis::GUEST_WORK_NOTE)
-                || n.starts_with(analysis::INJECTED_NOTE)
-            {
-                // Each side-run's own calibration or waits: the file gets one over all
-                // rounds and both sides.
-            } else if n.starts_with(bench::HOST_STATE_NOTE) {
-                // A side-run is one round: its slow rounds are tests of that round, and
-                // the sides' rounds are paired, so a state both shared cancels.
-            } else if !out.notes.contains(n) {
+            // Each side-run's own calibration or waits: the file gets one over all rounds
+            // and both sides.
+            let own =
+                n.starts_with(analysis::GUEST_WORK_NOTE) || n.starts_with(analysis::INJECTED_NOTE);
+            if !own && !out.notes.contains(n) {
                 out.notes.push(n.clone());
             }
         }
-    }
-    if noisy_runs > 0 {
-        out.notes.push(noise_summary(
-            a_runs.iter().chain(&b_runs),
-            noisy_runs,
-            a_runs.len() + b_runs.len(),
-        ));
     }
     out.notes
         .extend(guest_work_ab_note(&out.tests, &b_tests, spec));
@@ -337,7 +308,6 @@ fn assemble(
         b: spec.b.clone(),
         b_tests,
         order,
-        per_loop: false,
     });
     Ok(out)
 }
@@ -420,23 +390,6 @@ fn injected_ab_note(tests: [&[TestResult]; 2], nominal: [u64; 2]) -> Option<Stri
     ))
 }
 
-/// How the notes of bench's runs start when the host-noise detector left samples out
-/// (`bench::noise_note`).
-const HOST_NOISE_NOTE: &str = "host noise: ";
-
-/// One host-noise note for all the runs of an A/B experiment: the samples left out over
-/// both sides and every round, and in how many of the runs.
-fn noise_summary<'a>(runs: impl Iterator<Item = &'a Results>, noisy: usize, all: usize) -> String {
-    let (dropped, total) = crate::bench::samples_left_out(runs.flat_map(|r| &r.tests));
-    format!(
-        "{HOST_NOISE_NOTE}{} of {} samples left out of the figures over both sides \
-         (in {noisy} of the {all} runs, one per side and round): their empty loop ran slower \
-         than its run's typical round allows (exit checks count them)",
-        fmt_cycles(dropped as f64),
-        fmt_cycles(total as f64)
-    )
-}
-
 /// Merges one side's one-round runs into one result per test: the rounds' figures in
 /// order, cycles summarized over all samples, exits and injected waits added, the first failed exit check
 /// kept ([`finish_side`] adds what rests on the kept rounds).
@@ -485,21 +438,15 @@ fn merge_side(runs: &[Results], keep_raw: bool) -> Vec<TestResult> {
         .collect()
 }
 
-/// What rests on the rounds each test of one side's merged `tests` keeps (its own
-/// choice of host state, or the sides' joint one where it carries that): the net
-/// distribution as the average of those rounds' percentiles (Vincent averaging; each
-/// of the side's `runs` holds one round), and the central figure stored at `tsc_khz`.
+/// What rests on every round of one side's merged `tests`: the net distribution as the
+/// average of the rounds' percentiles (Vincent averaging; each of the side's `runs` holds
+/// one round), and the figure stored at `tsc_khz`.
 fn finish_side(tests: &mut [TestResult], runs: &[Results], tsc_khz: u64) {
     for t in tests {
-        let kept = central::figure_of(t)
-            .map(|f| central::test_kept_mask(t, f))
-            .unwrap_or_default();
         let pcts: Vec<&Vec<f64>> = runs
             .iter()
             .filter_map(|r| r.test(&t.name))
-            .enumerate()
-            .filter(|(i, _)| kept.get(*i).copied().unwrap_or(true))
-            .filter_map(|(_, t)| t.net_percentiles.as_ref())
+            .filter_map(|t| t.net_percentiles.as_ref())
             .collect();
         if let Some(p0) = pcts.first() {
             t.net_percentiles = Some(
@@ -508,7 +455,7 @@ fn finish_side(tests: &mut [TestResult], runs: &[Results], tsc_khz: u64) {
                     .collect(),
             );
         }
-        central::store(t, tsc_khz);
+        units::store(t, tsc_khz);
     }
 }
 
@@ -517,37 +464,6 @@ mod tests {
     use super::*;
     use crate::catalogue;
     use crate::runner::{Measurement, RunParams};
-
-    #[test]
-    fn precision_rounds_run_the_tests_short_of_the_target_while_the_budget_lasts() {
-        use std::time::Duration;
-        let target = bench::Precision {
-            target_pct: 1.0,
-            budget: Duration::from_secs(60),
-            by_default: false,
-        };
-        let widths = vec![
-            ("cpuid".to_string(), Some(0.8)),
-            ("inl_from_user".to_string(), Some(1.6)),
-            ("rdmsr_user".to_string(), None),
-            ("hlt".to_string(), Some(1.0)),
-        ];
-        // The last round ran 9 tests and the empty loop in 10 s: a second per test run.
-        // The next runs two tests and the loop, 3 s, so it starts until 57 s.
-        let last = Duration::from_secs(10);
-        let at = |s: u64| precision_round(&widths, &target, Duration::from_secs(s), last, 9);
-        assert_eq!(at(57), Some(vec!["inl_from_user", "rdmsr_user"]));
-        assert_eq!(at(58), None, "the round would end past the budget");
-        // Every test within the target (a half-width equal to it is within): stop.
-        let done = vec![
-            ("cpuid".to_string(), Some(0.8)),
-            ("hlt".to_string(), Some(1.0)),
-        ];
-        assert_eq!(
-            precision_round(&done, &target, Duration::ZERO, last, 9),
-            None
-        );
-    }
 
     #[test]
     fn the_injected_note_gives_the_mean_change_from_the_waits_actually_spun() {

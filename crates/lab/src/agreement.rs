@@ -46,7 +46,7 @@ use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::{RunError, RunParams};
 use exitlab_results::format::{fmt_cycles, layout, Align};
 use exitlab_results::results::{Results, TestStatus};
-use exitlab_results::stats::{summarize, Summary};
+use exitlab_results::stats::describe::{summarize, Summary};
 
 /// Largest relative difference that counts as agreement.
 pub const TOLERANCE: f64 = 0.10;

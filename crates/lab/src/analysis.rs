@@ -9,15 +9,13 @@ use std::collections::BTreeMap;
 use exitlab_abi::{Sample, SAMPLES_PER_BATCH};
 
 use crate::catalogue::{TestDef, UserExit, Where};
-use exitlab_results::central;
 use exitlab_results::format::fmt_cycles;
 use exitlab_results::results::{
     CounterCheck, CounterVerdict, ExitCheck, Handling, KvmCounters, Phases, RoundSpread,
     TestResult, TestStatus,
 };
 use exitlab_results::samples::{
-    host_values, paired_net, per_iteration, phase_values_by_round, quiet_samples, round_spread,
-    summary_of, Round,
+    host_values, paired_net, per_iteration, phase_values_by_round, round_spread, summary_of, Round,
 };
 
 use crate::runner::{Measurement, Outcome};
@@ -29,9 +27,6 @@ pub struct Baseline {
     /// KVM exits per iteration of `loop_overhead` (what the loop alone costs in
     /// in-kernel exits on this host; 0 on hardware).
     pub loop_kvm_exits_per_iter: Option<f64>,
-    /// The host-noise detector's limit: a sample whose paired empty loop took longer
-    /// (cycles) was taken while the host was busy and is left out of the figures.
-    pub quiet_loop_limit: Option<f64>,
 }
 
 fn expected_handling(w: Where) -> Handling {
@@ -273,19 +268,14 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         r.status = TestStatus::Failed { reason: e };
         return r;
     }
-    // The figures come from the samples taken while the host was quiet; the exit check
-    // counts every sample.
-    let (samples, rounds) = match base.quiet_loop_limit {
-        Some(limit) => quiet_samples(&m.samples, &m.rounds, limit),
-        None => (m.samples.clone(), m.rounds.clone()),
-    };
+    // Every sample counts: a busy host is a sign reported beside the figures
+    // (`docs/model.md`), never a filter.
+    let (samples, rounds) = (&m.samples, &m.rounds);
     r.round_spread = Some(RoundSpread {
         rounds: m.rounds.len() as u32,
-        dropped_samples: (m.samples.len() - samples.len()) as u64,
-        spread: round_spread(&samples, &rounds, m.params.batch),
-        outlier_rounds: 0,
+        spread: round_spread(samples, rounds, m.params.batch),
     });
-    let values = per_iteration(&samples, m.params.batch).unwrap_or_default();
+    let values = per_iteration(samples, m.params.batch).unwrap_or_default();
     r.cycles = summary_of(&values);
     r.exits = m
         .counts
@@ -300,8 +290,8 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         check_disabled_exits(m, c);
     }
     r.handled = Some(observed_handling(m, base));
-    net_figures(&mut r, m, &samples, tsc_khz);
-    userspace_figures(&mut r, m, &samples, &rounds);
+    net_figures(&mut r, m, samples, tsc_khz);
+    userspace_figures(&mut r, m, samples, rounds);
     if raw {
         r.raw_samples = Some(
             m.samples
@@ -340,8 +330,6 @@ fn unfinished_result(m: &Measurement) -> TestResult {
         raw_samples: None,
         rounds: Vec::new(),
         net_percentiles: None,
-        variance: None,
-        paired_other_state: None,
         injected: (m.params.inject_cycles != 0).then_some(m.injected),
         irq: Some(exitlab_results::irq::IrqResult {
             apic: m.apic,
@@ -389,11 +377,8 @@ fn net_figures(r: &mut TestResult, m: &Measurement, samples: &[Sample], tsc_khz:
 
 /// What the guest work (`guest-cycles`, a known-answer control) costs in one run: the
 /// empty loop's rounds with the work, each sample net of its paired empty loop without
-/// it, measured in the same run as the tests it is added to. It rests on the rounds the
-/// central figure rule keeps ([`central::test_kept_mask`] of the net figure: the rounds
-/// of the test's other host state and the outliers set aside), as the figures of the
-/// tests it calibrates do: a round in the slow state or far out would move the
-/// calibration those figures are checked against.
+/// it, measured in the same run as the tests it is added to, over every round that has
+/// it, as the figures of the tests it calibrates are.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuestWorkCalibration {
     /// Median over the rounds of each round's median (cycles per iteration).
@@ -404,24 +389,16 @@ pub struct GuestWorkCalibration {
     pub hi: f64,
     /// Rounds it rests on.
     pub rounds: usize,
-    /// Rounds set aside (another host state, outliers).
-    pub set_aside: usize,
 }
 
 /// The calibration of the guest work in a run's results, from the baseline's per-round
 /// net medians (only a run with the work gives the baseline one); `None` without.
 pub fn guest_work_calibration(tests: &[TestResult]) -> Option<GuestWorkCalibration> {
     let t = tests.iter().find(|t| t.baseline && t.status.is_ok())?;
-    let with_work = t
-        .rounds
-        .iter()
-        .filter(|r| r.net_median.is_some_and(f64::is_finite))
-        .count();
     let mut v: Vec<f64> = t
         .rounds
         .iter()
-        .zip(central::test_kept_mask(t, central::Figure::Net))
-        .filter_map(|(r, k)| k.then_some(r.net_median).flatten())
+        .filter_map(|r| r.net_median.filter(|x| x.is_finite()))
         .collect();
     v.sort_by(f64::total_cmp);
     let median = summary_of(&v)?.median;
@@ -430,7 +407,6 @@ pub fn guest_work_calibration(tests: &[TestResult]) -> Option<GuestWorkCalibrati
         lo: v[0],
         hi: v[v.len() - 1],
         rounds: v.len(),
-        set_aside: with_work - v.len(),
     })
 }
 
@@ -441,15 +417,11 @@ pub const GUEST_WORK_NOTE: &str = "guest work (known-answer control): ";
 pub fn guest_work_note(tests: &[TestResult], guest_cycles: u64) -> Option<String> {
     let c = guest_work_calibration(tests)?;
     Some(format!(
-        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {} cycles per iteration over {} rounds (round medians {}..{}{}): the change those tests should show; userspace-handled tests do not get it",
+        "{GUEST_WORK_NOTE}guest-cycles {guest_cycles} after the measured instruction of every kernel-handled test; the work alone (loop_overhead with it, net of its paired empty loop) costs a median {} cycles per iteration over {} rounds (round medians {}..{}): the change those tests should show; userspace-handled tests do not get it",
         fmt_cycles(c.median),
         c.rounds,
         fmt_cycles(c.lo),
         fmt_cycles(c.hi),
-        match c.set_aside {
-            0 => String::new(),
-            n => format!("; {n} more set aside, of another host state or outliers, as for every figure"),
-        }
     ))
 }
 
@@ -649,7 +621,7 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_and_ci_of_a_known_set() {
+    fn percentiles_of_a_known_set() {
         // 1..=101 cycles per iteration: median 51, p10 11, p90 91 (type 7).
         let def = catalogue::find("cpuid").unwrap();
         let mut m = Measurement::new(def, params(101, 1, 0));
@@ -658,12 +630,6 @@ mod tests {
         m.doorbells = 1;
         let c = analyse(&m, &Baseline::default(), 0, false).cycles.unwrap();
         assert_eq!((c.p10, c.median, c.p90), (11.0, 51.0, 91.0));
-        assert!(c.median_ci95[0] <= 51.0 && 51.0 <= c.median_ci95[1]);
-        assert!(
-            c.median_ci95[1] - c.median_ci95[0] < 40.0,
-            "{:?}",
-            c.median_ci95
-        );
     }
 
     #[test]
@@ -841,39 +807,6 @@ mod tests {
     }
 
     #[test]
-    fn noisy_samples_are_left_out_of_the_figures_but_not_the_exit_check() {
-        // Two rounds of 40: the second ran on a busy host (loop 30 % slower, every
-        // sample 30 % slower too).
-        let mut m = Measurement::merge(vec![
-            user_round(40, 0, 600, 90, 500),
-            user_round(40, 0, 600, 90, 500),
-        ])
-        .unwrap();
-        for s in &mut m.samples[40..] {
-            s.g_loop = 390;
-            s.g_end = s.g_start + 1_551;
-        }
-        let base = Baseline {
-            quiet_loop_limit: Some(300.0 * 1.03),
-            ..Baseline::default()
-        };
-        let r = analyse(&m, &base, 1_000_000, false);
-        assert_eq!(r.cycles.as_ref().unwrap().median, 1_190.0);
-        assert_eq!(r.cycles.as_ref().unwrap().n, 40);
-        let s = r.round_spread.unwrap();
-        assert_eq!((s.rounds, s.dropped_samples), (2, 40));
-        assert!(s.spread.is_nan(), "one round left with samples");
-        assert!(
-            r.exit_check.unwrap().passed,
-            "the exit check counts every sample"
-        );
-        // Without the detector both rounds count, and their medians differ by 30 %.
-        let all = analyse(&m, &Baseline::default(), 1_000_000, false);
-        let spread = all.round_spread.unwrap().spread;
-        assert!((spread - 0.303).abs() < 0.001, "{spread}");
-    }
-
-    #[test]
     fn injected_waits_are_recorded_per_test_with_the_knob_on_and_noted_together() {
         let wait = |spun: &[u64]| {
             let mut w = InjectedWaits::default();
@@ -988,34 +921,22 @@ mod tests {
         let tests = [base.clone(), cpuid.clone()];
         assert_eq!(guest_work_calibration(&tests), None);
         assert_eq!(guest_work_note(&tests, 0), None);
+        // Every round counts, the one far out included: the median of the six.
         base.rounds = [1_331.0, 1_329.0, 1_330.0, 1_900.0, 1_328.0, 1_332.0]
             .map(|v| round(Some(v)))
             .to_vec();
-        // The rounds the central figure rule keeps: the one far out is set aside, and so
-        // are the two of the slower host state (their empty loop 1.5x).
-        let mut slow = base.clone();
-        slow.rounds
-            .extend([1_990.0, 1_995.0].map(|v| round(Some(v))));
-        for (i, r) in slow.rounds.iter_mut().enumerate() {
-            r.loop_median = Some(if i >= 6 { 16_500.0 } else { 11_000.0 });
-        }
-        let c = guest_work_calibration(&[slow, cpuid.clone()]).unwrap();
-        assert_eq!(
-            (c.median, c.lo, c.hi, c.rounds, c.set_aside),
-            (1_330.0, 1_328.0, 1_332.0, 5, 3)
-        );
         let tests = [base, cpuid];
         let c = guest_work_calibration(&tests).unwrap();
         assert_eq!(
-            (c.median, c.lo, c.hi, c.rounds, c.set_aside),
-            (1_330.0, 1_328.0, 1_332.0, 5, 1)
+            (c.median, c.lo, c.hi, c.rounds),
+            (1_330.5, 1_328.0, 1_900.0, 6)
         );
         let note = guest_work_note(&tests, 1_300).unwrap();
         assert!(note.starts_with(GUEST_WORK_NOTE), "{note}");
         assert!(
             note.contains("guest-cycles 1300")
-                && note.contains("median 1,330 cycles")
-                && note.contains("over 5 rounds (round medians 1,328..1,332; 1 more set aside"),
+                && note.contains("median 1,331 cycles")
+                && note.contains("over 6 rounds (round medians 1,328..1,900)"),
             "{note}"
         );
     }

@@ -27,9 +27,8 @@ use exitlab_trace::{Capture, Session, SessionConfig};
 
 use crate::rounds::{self, Ended, Flow, Order, Step};
 
-use exitlab_results::central::Estimator;
 use exitlab_results::results::{FloorComparison, FloorSide, FloorView};
-use exitlab_results::stats::summarize;
+use exitlab_results::stats::describe::{median, summarize};
 use exitlab_results::trace_report::{user_exits, Target};
 
 /// The port the harness's exits mode reads by default; nothing on exitlab's PC platform
@@ -143,11 +142,9 @@ impl Side {
         }
         let values: Vec<f64> = times.into_iter().map(|c| c as f64).collect();
         self.exits += n;
-        // The round's median alone: a full summary would bootstrap its interval too
-        // (1,000 resamples of 10,000 exits a run).
-        let mut finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        if !finite.is_empty() {
-            self.round_medians.push(Estimator::Median.of(&mut finite));
+        let m = median(&values);
+        if m.is_finite() {
+            self.round_medians.push(m);
         }
         self.values.extend(values);
         Ok(cap.lost)

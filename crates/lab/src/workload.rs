@@ -27,7 +27,7 @@ use exitlab_vmm::vcpu::ExitCounts;
 use exitlab_vmm::Kvm;
 use serde::Serialize;
 
-use exitlab_results::verdict::{self, Pairing};
+use exitlab_results::stats::{describe::median, interval, verdict};
 
 /// The workloads `--workload` knows.
 pub const WORKLOADS: &[&str] = &["hackbench"];
@@ -439,14 +439,19 @@ pub fn run(
                 .map(|r| r.seconds.unwrap_or(f64::NAN))
                 .collect()
         };
-        out.change = Some(verdict::change(
-            &side('A'),
-            &side('B'),
-            Pairing::Paired,
-            opts.threshold_pct,
-        ));
+        out.change = Some(pair_change(&side('A'), &side('B'), opts.threshold_pct));
     }
     Ok(out)
+}
+
+/// B vs A of the workload's times, round by round (the pairs of boots).
+fn pair_change(a: &[f64], b: &[f64], threshold_pct: f64) -> verdict::Change {
+    verdict::judge(
+        [median(a), median(b)],
+        interval::pairs(a, b),
+        interval::Unit::Pair,
+        threshold_pct,
+    )
 }
 
 /// Whether every boot ran the workload to the end with no failed process.
@@ -522,7 +527,7 @@ pub fn render(r: &WorkloadResults) -> String {
                 } else {
                     format!("side {side}")
                 },
-                exitlab_results::stats::percentile(&sorted, 50.0),
+                exitlab_results::stats::describe::percentile(&sorted, 50.0),
                 t.len()
             );
         }
@@ -659,7 +664,7 @@ mod tests {
             mem_mib: 256,
             setup: base(),
             ab: Some(parse_ab("apic=xapic,x2apic", &base()).unwrap()),
-            change: Some(verdict::change(&a, &b, Pairing::Paired, 2.0)),
+            change: Some(pair_change(&a, &b, 2.0)),
             runs,
             incomplete: None,
         };

@@ -1,12 +1,12 @@
 //! The figures a test's result carries for comparisons and plots: one per round (fresh
-//! VM), which is the unit [`crate::verdict`] resamples, and the percentiles of the paired
+//! VM), which is the unit comparisons resample ([`crate::stats`]), and the percentiles of the paired
 //! net cycles, which is what the report's CDFs draw.
 
 use exitlab_abi::Sample;
 
 use crate::results::RoundFigure;
 use crate::samples::{paired_net, per_iteration};
-use crate::stats::percentile;
+use crate::stats::describe::percentile;
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_unstable_by(f64::total_cmp);
@@ -24,8 +24,6 @@ pub fn round_figure(samples: &[Sample], batch: u64, net: bool) -> Option<RoundFi
     let net = net
         .then(|| sorted(paired_net(samples, batch)))
         .filter(|n| !n.is_empty());
-    // The scatter of the values the round's figure is the median of.
-    let robust_sd = crate::variance::robust_sd(net.as_deref().unwrap_or(&raw));
     let loops = sorted(
         samples
             .iter()
@@ -36,7 +34,6 @@ pub fn round_figure(samples: &[Sample], batch: u64, net: bool) -> Option<RoundFi
         samples: samples.len() as u64,
         median: percentile(&raw, 50.0),
         net_median: net.map(|n| percentile(&n, 50.0)),
-        robust_sd: Some(robust_sd),
         loop_median: Some(percentile(&loops, 50.0)),
         ..Default::default()
     })
@@ -72,8 +69,6 @@ mod tests {
         assert_eq!((f.samples, f.median, f.net_median), (3, 100.0, Some(90.0)));
         // Loops 50, 10, 20 over a batch of 2: 25, 5, 10 per iteration, median 10.
         assert_eq!(f.loop_median, Some(10.0));
-        // Net 45, 90, 125: deviations from 90 are 45, 0, 35, their median 35.
-        assert_eq!(f.robust_sd, Some(1.4826 * 35.0));
         assert_eq!(round_figure(&s, 2, false).unwrap().net_median, None);
     }
 

@@ -14,7 +14,7 @@ use crate::compare::{self, fmt_ci_pct, fmt_mdc, Comparison};
 use crate::format::{fmt_cycles, fmt_ns, fmt_unix_utc, host_str};
 use crate::report::samples_cell;
 use crate::results::{Results, TestResult};
-use crate::verdict::Verdict;
+use crate::stats::verdict::Verdict;
 
 /// One line in the plots and one block of tables: a file, or a side of an A/B run.
 struct Series {
@@ -42,7 +42,7 @@ fn esc(s: &str) -> String {
 fn series_of(files: &[(String, Results)]) -> Vec<Series> {
     let mut out = Vec::new();
     for (name, r) in files {
-        match (crate::central::ab_sides(r), &r.ab) {
+        match (crate::stats::units::ab_sides(r), &r.ab) {
             (Some((a, b)), Some(ab)) => {
                 out.push(Series {
                     label: format!("{}={} (A)", ab.knob, ab.a),
@@ -72,7 +72,10 @@ pub fn render(files: &[(String, Results)]) -> String {
         host_and_config(&mut page, name, r);
     }
     for (_, r) in files {
-        if let (Some(cmp), Some(ab)) = (compare::compare_ab_run(r, 0.0), &r.ab) {
+        if let (Some(cmp), Some(ab)) = (
+            compare::compare_ab_run(r, compare::DEFAULT_THRESHOLD_PCT),
+            &r.ab,
+        ) {
             let _ = writeln!(
                 page,
                 "<h2>A/B: {} = {} vs {}</h2><p>{} rounds interleaved (A B, then B A, ...), each side in fresh VMs; rounds paired.</p>",
@@ -86,9 +89,8 @@ pub fn render(files: &[(String, Results)]) -> String {
                 format!("{}={}", ab.knob, ab.b),
             ];
             comparison_table(&mut page, &cmp, &labels);
-            // A run to a precision target: what it reached, and that no interval shown is
-            // narrower than the target.
-            for line in crate::variance::precision_lines(r) {
+            // A planned design: its target, pilot, and the tests short of the target.
+            for line in crate::report::plan_lines(r) {
                 let _ = writeln!(page, "<p>{}</p>", esc(&line));
             }
         }
@@ -245,7 +247,7 @@ fn cell(v: f64) -> String {
 fn summary_table(page: &mut String, s: &Series) {
     let _ = writeln!(
         page,
-        "<h2>Summary: {}</h2><table class=\"summary\"><tr><th>test</th><th>observed</th><th>median</th><th>95% CI of median</th><th>p10</th><th>p90</th><th>p99</th><th>net median</th><th>median ns</th><th>rounds</th><th>samples</th></tr>",
+        "<h2>Summary: {}</h2><table class=\"summary\"><tr><th>test</th><th>observed</th><th>median</th><th>net median</th><th>95% CI (rounds)</th><th>p10</th><th>p90</th><th>p99</th><th>median ns</th><th>rounds</th><th>samples</th></tr>",
         esc(&s.label)
     );
     let mut starred = false;
@@ -262,27 +264,24 @@ fn summary_table(page: &mut String, s: &Series) {
         } else {
             t.status.word().to_string()
         };
-        let (median, ci, p10, p90, p99) = match &t.cycles {
-            Some(c) => (
-                cell(c.median),
-                format!("{}..{}", cell(c.median_ci95[0]), cell(c.median_ci95[1])),
-                cell(c.p10),
-                cell(c.p90),
-                cell(c.p99),
-            ),
+        let ci = crate::stats::units::central(t)
+            .and_then(|c| c.interval())
+            .map_or("-".into(), |[lo, hi]| format!("{}..{}", cell(lo), cell(hi)));
+        let (median, p10, p90, p99) = match &t.cycles {
+            Some(c) => (cell(c.median), cell(c.p10), cell(c.p90), cell(c.p99)),
             None => Default::default(),
         };
         let _ = writeln!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{median}</td><td>{ci}</td><td>{p10}</td><td>{p90}</td><td>{p99}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{median}</td><td>{}</td><td>{ci}</td><td>{p10}</td><td>{p90}</td><td>{p99}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&t.name),
             esc(&handled),
-            crate::central::figure_cycles(t).map_or("-".into(), |(c, net)| if net {
+            crate::stats::units::figure_cycles(t).map_or("-".into(), |(c, net)| if net {
                 cell(c)
             } else {
                 format!("{} (raw)", cell(c))
             }),
-            crate::central::figure_ns(t).map_or("-".into(), |n| fmt_ns(n.0)),
+            crate::stats::units::figure_ns(t).map_or("-".into(), |n| fmt_ns(n.0)),
             t.rounds.len(),
             samples_cell(t)
         );
@@ -301,9 +300,10 @@ fn summary_table(page: &mut String, s: &Series) {
 fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
     let _ = writeln!(
         page,
-        "<table class=\"verdicts\"><tr><th>test</th><th>{}</th><th>{}</th><th>change</th><th>95% CI</th><th>min detectable</th><th>rounds</th><th>verdict</th></tr>",
+        "<table class=\"verdicts\"><tr><th>test</th><th>{}</th><th>{}</th><th>change</th><th>95% CI</th><th>min detectable</th><th>{}</th><th>verdict</th></tr>",
         esc(&labels[0]),
-        esc(&labels[1])
+        esc(&labels[1]),
+        cmp.tests.first().map_or("rounds", |t| t.change.unit.name(2))
     );
     for t in &cmp.tests {
         let c = &t.change;
@@ -313,40 +313,31 @@ fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
             _ => "",
         };
         let verdict = match &c.verdict {
-            Verdict::NoConclusion(why) => format!(
-                "no conclusion: {}",
-                compare::no_conclusion_reason(
-                    why,
-                    c,
-                    cmp.pairing,
-                    [labels[0].as_str(), labels[1].as_str()]
-                )
-            ),
+            Verdict::NoVerdict(why) => format!("no verdict: {why}"),
             v => v.as_str().to_string(),
         };
         let _ = writeln!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td class=\"{class}\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
             esc(&t.name),
-            cell(c.median_before),
-            cell(c.median_after),
+            cell(c.figures[0]),
+            cell(c.figures[1]),
             c.pct.map_or("-".into(), |p| format!("{p:+.1}%")),
             esc(&fmt_ci_pct(c.ci95_pct)),
             esc(&fmt_mdc(c.min_detectable_pct)),
-            c.rounds_before,
-            c.rounds_after,
+            c.units[0].min(c.units[1]),
             esc(&verdict)
         );
     }
-    let _ = writeln!(
-        page,
-        "</table><p>Cycles per iteration: {}; change with a 95% bootstrap interval over rounds; slower/faster when the whole interval lies beyond ±{:.1}%.{}</p>",
-        crate::central::DESCRIPTION,
-        cmp.threshold_pct,
-        cmp.per_loop
-            .as_ref()
-            .map_or_else(String::new, |l| format!(" {}.", esc(l)))
-    );
+    let _ = writeln!(page, "</table><p>{}</p>", esc(&compare::figure_line(cmp)));
+    for line in cmp.signs.iter().map(|s| format!("sign: {s}")).chain(
+        cmp.design
+            .gates()
+            .then(|| compare::gate_lines(cmp, &cmp.gate(None)))
+            .unwrap_or_default(),
+    ) {
+        let _ = writeln!(page, "<p>{}</p>", esc(&line));
+    }
 }
 
 /// Test names in first-seen order over all series.
@@ -674,7 +665,6 @@ mod tests {
             b: "3".into(),
             b_tests: b,
             order: Vec::new(),
-            per_loop: false,
         });
         let page = render(&[("ab.json".into(), r)]);
         assert!(page.contains("A/B: ring = 0 vs 3"));

@@ -5,7 +5,6 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod central;
 pub mod compare;
 pub mod figures;
 pub mod format;
@@ -16,11 +15,7 @@ pub mod openmetrics;
 pub mod packed;
 pub mod report;
 pub mod results;
-pub mod runs;
 pub mod samples;
 pub mod stats;
 pub mod testing;
 pub mod trace_report;
-pub mod trials;
-pub mod variance;
-pub mod verdict;

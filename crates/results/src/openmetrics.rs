@@ -53,7 +53,7 @@ pub fn render(files: &[(String, Results)]) -> String {
             n => escape(&format!("{file}#{}", n + 1)),
         };
         let mut sides: Vec<(Option<String>, Results)> = Vec::new();
-        match crate::central::ab_sides(r) {
+        match crate::stats::units::ab_sides(r) {
             Some((a, b)) => {
                 let ab = r.ab.as_ref().map(|ab| (ab.a.clone(), ab.b.clone()));
                 let (va, vb) = ab.unwrap_or_default();
@@ -107,8 +107,6 @@ pub fn render(files: &[(String, Results)]) -> String {
                 ("p90", c.p90),
                 ("p99", c.p99),
                 ("mean", c.mean),
-                ("median_ci95_low", c.median_ci95[0]),
-                ("median_ci95_high", c.median_ci95[1]),
             ])
         },
     );
@@ -116,9 +114,15 @@ pub fn render(files: &[(String, Results)]) -> String {
         &mut out,
         "exitlab_exit_net_cycles",
         "cycles",
-        "The central figure: the median over rounds (fresh VMs) of each round's median of the sample minus the empty loop measured just before it, outlier rounds set aside",
+        "The test's figure: the median over rounds (fresh VMs) of each round's median of the sample minus the empty loop timed just before it, with its 95% interval over rounds (docs/model.md)",
         &series,
-        |t| Some(vec![("median", crate::central::net_figure(t)?)]),
+        |t| {
+            let mut v = vec![("median", crate::stats::units::net_figure(t)?)];
+            if let Some([lo, hi]) = crate::report::net_interval(t) {
+                v.extend([("ci95_low", lo), ("ci95_high", hi)]);
+            }
+            Some(v)
+        },
     );
     family(
         &mut out,
@@ -127,7 +131,7 @@ pub fn render(files: &[(String, Results)]) -> String {
         "The net median converted with the TSC frequency",
         &series,
         |t| {
-            crate::central::figure_ns(t)
+            crate::stats::units::figure_ns(t)
                 .filter(|f| f.1)
                 .map(|f| vec![("median", f.0 * 1e-9)])
         },
@@ -230,7 +234,6 @@ mod tests {
             b: "3".into(),
             b_tests: r.tests.clone(),
             order: Vec::new(),
-            per_loop: false,
         });
         let text = render(&[("r.json".into(), r)]);
         assert!(text.contains("side=\"ring=0\""), "{text}");

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_str, layout, Align};
 use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
-use crate::stats::Summary;
+use crate::stats::describe::Summary;
 
 /// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
@@ -23,9 +23,9 @@ fn handled_cell(t: &TestResult) -> String {
 }
 
 /// The central figure in cycles, "(raw)" where it is not net
-/// ([`crate::central::figure_cycles`]).
+/// ([`crate::stats::units::figure_cycles`]).
 fn figure_cell(t: &TestResult) -> String {
-    match crate::central::figure_cycles(t) {
+    match crate::stats::units::figure_cycles(t) {
         Some((c, true)) => fmt_cycles(c),
         Some((c, false)) => format!("{} (raw)", fmt_cycles(c)),
         None => "-".to_string(),
@@ -33,7 +33,7 @@ fn figure_cell(t: &TestResult) -> String {
 }
 
 fn median_ns_cell(t: &TestResult) -> String {
-    match crate::central::figure_ns(t) {
+    match crate::stats::units::figure_ns(t) {
         Some((ns, true)) => fmt_ns(ns),
         Some((ns, false)) => format!("{} (raw)", fmt_ns(ns)),
         None => "-".to_string(),
@@ -126,7 +126,7 @@ fn round_spread_line(results: &Results) -> Option<String> {
     }
     spreads.sort_by(|a, b| a.0.total_cmp(&b.0));
     let sorted: Vec<f64> = spreads.iter().map(|s| s.0).collect();
-    let mid = crate::stats::percentile(&sorted, 50.0);
+    let mid = crate::stats::describe::percentile(&sorted, 50.0);
     let (worst, name) = spreads[spreads.len() - 1];
     Some(format!(
         "spread of the rounds' medians (max/min - 1, {} tests): median {:.1}%, worst {:.1}% ({name})",
@@ -224,6 +224,111 @@ pub fn reason_details(results: &Results) -> String {
     out
 }
 
+/// What the net median is, in one line, and where the model is written.
+pub const FIGURE_LINE: &str = "cycles per iteration; net median: median over rounds (fresh VMs) of each round's median of (sample - the empty loop timed just before it); model: docs/model.md";
+
+/// The 95 % interval over rounds of a test's net figure (`None` for a raw figure or
+/// too few rounds).
+pub(crate) fn net_interval(t: &TestResult) -> Option<[f64; 2]> {
+    crate::stats::units::central(t)
+        .filter(|c| c.figure == crate::stats::units::Figure::Net)?
+        .interval()
+}
+
+/// The signs of trouble in one run, one line per kind, naming the tests: outlier rounds,
+/// rounds at another host speed, rounds in two groups ([`crate::stats::diagnostics`]).
+/// They are reported only: every figure rests on all its rounds.
+pub fn signs_lines(tests: &[TestResult]) -> Vec<String> {
+    use crate::stats::diagnostics;
+    let (mut outliers, mut speed, mut groups) = (Vec::new(), Vec::new(), Vec::new());
+    for t in tests {
+        let Some(c) = crate::stats::units::central(t) else {
+            continue;
+        };
+        let n = c.rounds.len();
+        let count = |v: Vec<bool>| v.iter().filter(|x| **x).count();
+        let o = count(diagnostics::outliers(&c.rounds));
+        if o > 0 {
+            outliers.push(format!("{} {o} of {n}", t.name));
+        }
+        let s = count(diagnostics::host_speed_rounds(
+            &crate::stats::units::round_loops(t),
+        ));
+        if s > 0 {
+            speed.push(format!("{} {s} of {n}", t.name));
+        }
+        if let Some(g) = diagnostics::groups(&c.rounds) {
+            groups.push(format!(
+                "{} ({} and {}, {:.1}x apart)",
+                t.name, g.low, g.high, g.ratio
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    if !outliers.is_empty() {
+        out.push(format!(
+            "sign: outlier rounds (over {} robust SDs from the test's median round; kept): {}",
+            crate::stats::model::OUTLIER_K,
+            outliers.join(", ")
+        ));
+    }
+    if !speed.is_empty() {
+        out.push(format!(
+            "sign: host speed: rounds whose empty loop ran over {}x the test's median (kept): {}",
+            crate::stats::model::HOST_SPEED_FACTOR,
+            speed.join(", ")
+        ));
+    }
+    if !groups.is_empty() {
+        out.push(format!(
+            "sign: rounds in two groups far apart: {}",
+            groups.join(", ")
+        ));
+    }
+    out
+}
+
+/// The lines on a planned design (`bench --precision`, `bench --ab`'s default): the
+/// target, the pilot, and the tests whose target needed more units than the budget gave.
+pub fn plan_lines(results: &Results) -> Vec<String> {
+    let Some(p) = &results.plan else {
+        return Vec::new();
+    };
+    let what = if results.ab.is_some() {
+        "each change's"
+    } else {
+        "each figure's"
+    };
+    let whose = if p.by_default {
+        " (bench --ab's default)"
+    } else {
+        ""
+    };
+    let mut lines = vec![format!(
+        "plan{whose}: {what} 95% interval within ±{}: a pilot of {} units, then a fixed number per test within {:.0} s; took {:.1} s",
+        crate::format::fmt_pct_plain(p.target_pct),
+        p.pilot_units,
+        p.budget_seconds,
+        p.seconds
+    )];
+    let short: Vec<String> = p
+        .tests
+        .iter()
+        .filter(|t| t.planned < t.needed || t.units < t.planned)
+        .map(|t| match t.half_width_pct {
+            Some(h) => format!("{} ±{h:.1}% ({} of {} units)", t.name, t.units, t.needed),
+            None => format!("{} (no interval, {} units)", t.name, t.units),
+        })
+        .collect();
+    if !short.is_empty() {
+        lines.push(format!(
+            "plan: short of the target (budget or interruption): {}",
+            short.join(", ")
+        ));
+    }
+    lines
+}
+
 /// The samples a test kept figures from: its sample count, or "-" when it has no
 /// figures (it did not complete, or was skipped).
 pub(crate) fn samples_cell(t: &TestResult) -> String {
@@ -252,11 +357,11 @@ fn detail_lines(results: &Results) -> Vec<String> {
     lines.extend(handling_lines(tests));
     lines.extend(kvm_counter_lines(results));
     lines.extend(round_spread_line(results));
-    lines.extend(crate::central::outliers_line(&results.tests));
-    // An A/B run's precision lines go with its A/B table ([`render_ab`]), which every
-    // report of the file prints after this one.
+    lines.extend(signs_lines(&results.tests));
+    // An A/B run's plan lines go with its A/B table ([`render_ab`]), which every report
+    // of the file prints after this one.
     if results.ab.is_none() {
-        lines.extend(crate::variance::precision_lines(results));
+        lines.extend(plan_lines(results));
     }
     if tests
         .iter()
@@ -622,11 +727,7 @@ pub fn render_table(results: &Results) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    let _ = writeln!(
-        out,
-        "cycles per iteration; \"net median\": {}\n",
-        crate::central::DESCRIPTION
-    );
+    let _ = writeln!(out, "{FIGURE_LINE}\n");
     let rows: Vec<Vec<String>> = results
         .tests
         .iter()
@@ -683,11 +784,7 @@ pub fn render_markdown(results: &Results) -> String {
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
-    let _ = writeln!(
-        out,
-        "\nCycles per iteration; *net median*: {}.",
-        crate::central::DESCRIPTION
-    );
+    let _ = writeln!(out, "\n{FIGURE_LINE}");
     let details = detail_lines(results);
     if !details.is_empty() {
         out.push_str("\n```\n");
@@ -700,12 +797,72 @@ pub fn render_markdown(results: &Results) -> String {
     out
 }
 
+/// Several runs of one build (`bench --runs N`): per test, each run's figure, their
+/// geometric mean and its 95 % interval with runs as units ([`crate::stats::interval::runs_figure`]),
+/// and the spread of the runs (max / min − 1). `runs`: each run's name and results.
+pub fn render_runs(runs: &[(String, Results)]) -> String {
+    use crate::stats::{interval, units};
+    let Some((_, first)) = runs.first() else {
+        return String::from("(no runs)\n");
+    };
+    let mut headers: Vec<String> = vec!["test".into()];
+    headers.extend((1..=runs.len()).map(|i| format!("run {i}")));
+    headers.extend(["geo. mean".into(), "95% CI (runs)".into(), "spread".into()]);
+    let rows: Vec<Vec<String>> = first
+        .tests
+        .iter()
+        .map(|t0| {
+            let figures: Vec<Option<units::Central>> = runs
+                .iter()
+                .map(|(_, r)| r.test(&t0.name).and_then(units::central))
+                .collect();
+            let mut row = vec![t0.name.clone()];
+            row.extend(
+                figures
+                    .iter()
+                    .map(|c| c.as_ref().map_or("-".into(), |c| fmt_cycles(c.value))),
+            );
+            let rounds: Vec<Vec<f64>> =
+                figures.iter().flatten().map(|c| c.rounds.clone()).collect();
+            let values: Vec<f64> = figures.iter().flatten().map(|c| c.value).collect();
+            match interval::runs_figure(&rounds) {
+                Ok(e) => {
+                    let [lo, hi] = e.value_bounds();
+                    row.push(fmt_cycles(e.value()));
+                    row.push(format!("{}..{}", fmt_cycles(lo), fmt_cycles(hi)));
+                }
+                Err(_) => row.extend(["-".to_string(), "-".to_string()]),
+            }
+            let (lo, hi) = values
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                    (a.min(*v), b.max(*v))
+                });
+            row.push(if values.len() > 1 && lo > 0.0 {
+                format!("{:.1}%", (hi / lo - 1.0) * 100.0)
+            } else {
+                "-".into()
+            });
+            row
+        })
+        .collect();
+    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut aligns = vec![Align::Right; hdr.len()];
+    aligns[0] = Align::Left;
+    let mut out = format!(
+        "{} runs; each run's figure: net median cycles per iteration; over the runs: geometric mean, 95% interval with runs as units (docs/model.md)\n",
+        runs.len()
+    );
+    out.push_str(&layout(&hdr, &aligns, &rows));
+    out
+}
+
 /// The A/B table of an A/B run: per test the medians of both sides, the change with
 /// its 95 % interval, the minimum detectable change and the verdict (rounds paired).
 /// `None` for a results file that is not an A/B run.
 pub fn render_ab(results: &Results) -> Option<String> {
     let ab = results.ab.as_ref()?;
-    let cmp = crate::compare::compare_ab_run(results, 0.0)?;
+    let cmp = crate::compare::compare_ab_run(results, crate::stats::model::THRESHOLD_PCT)?;
     let labels = [
         format!("{}={}", ab.knob, ab.a),
         format!("{}={}", ab.knob, ab.b),
@@ -718,7 +875,7 @@ pub fn render_ab(results: &Results) -> Option<String> {
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
     ));
-    for line in crate::variance::precision_lines(results) {
+    for line in plan_lines(results) {
         out.push_str(&line);
         out.push('\n');
     }
@@ -790,10 +947,7 @@ pub fn render_seed(results: &Results) -> Option<String> {
     let mut aligns = vec![Align::Right; hdr.len()];
     aligns[0] = Align::Left;
     out.push_str(&layout(&hdr, &aligns, &rows));
-    if ab.per_loop {
-        out.push_str("per loop (--per-loop) is not applied here: this table is each round's cycles and their means, as the seeds print them; the A/B table (bench's default table, or report of the file) judges per loop\n");
-    }
-    for line in crate::variance::precision_lines(results) {
+    for line in plan_lines(results) {
         out.push_str(&line);
         out.push('\n');
     }
@@ -822,14 +976,14 @@ fn csv_field(v: &str) -> String {
 /// per test, plain numbers (no separators), empty cells where there is no figure.
 pub fn render_csv(files: &[(String, Results)]) -> String {
     let mut out = String::from(
-        "file,side,test,ring,batch,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,median_ci95_low,median_ci95_high,net_median,median_ns,incomplete\n",
+        "file,side,test,ring,batch,status,handled,samples,rounds,median,p10,p90,p99,mean,stddev,net_median,net_ci95_low,net_ci95_high,median_ns,incomplete\n",
     );
     let num = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
             .map_or(String::new(), plain_number)
     };
     for (name, r) in files {
-        let sides: Vec<(String, Results)> = match (crate::central::ab_sides(r), &r.ab) {
+        let sides: Vec<(String, Results)> = match (crate::stats::units::ab_sides(r), &r.ab) {
             (Some((a, b)), Some(ab)) => vec![
                 (format!("{}={}", ab.knob, ab.a), a),
                 (format!("{}={}", ab.knob, ab.b), b),
@@ -858,10 +1012,10 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(c.map(|c| c.p99)),
                     num(c.map(|c| c.mean)),
                     num(c.map(|c| c.stddev)),
-                    num(c.map(|c| c.median_ci95[0])),
-                    num(c.map(|c| c.median_ci95[1])),
-                    num(crate::central::net_figure(t)),
-                    num(crate::central::figure_ns(t).map(|f| f.0)),
+                    num(crate::stats::units::net_figure(t)),
+                    num(net_interval(t).map(|i| i[0])),
+                    num(net_interval(t).map(|i| i[1])),
+                    num(crate::stats::units::figure_ns(t).map(|f| f.0)),
                     // Why the file's run was cut short (the same on each of its rows):
                     // its rows then cover only the rounds that completed.
                     csv_field(r.incomplete.as_deref().unwrap_or("")),
@@ -1314,7 +1468,7 @@ mod tests {
     fn phases_with_zero_total() {
         let mut results = sample_results();
         let mut t = ok_test("zero", 0.0);
-        let mut z = crate::stats::summarize(&[0.0]).unwrap();
+        let mut z = crate::stats::describe::summarize(&[0.0]).unwrap();
         z.median = 0.0;
         t.phases = Some(crate::results::Phases {
             exit_leg: z.clone(),
@@ -1380,15 +1534,11 @@ mod tests {
         });
         results.tests[1].round_spread = Some(RoundSpread {
             rounds: 8,
-            dropped_samples: 10,
             spread: 0.012,
-            outlier_rounds: 0,
         });
         results.tests[2].round_spread = Some(RoundSpread {
             rounds: 8,
-            dropped_samples: 0,
             spread: 0.034,
-            outlier_rounds: 0,
         });
         let text = render_table(&results);
         assert!(text.contains("mixed (user 6000, kernel 4100)*"), "{text}");

@@ -15,15 +15,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
-use crate::stats::Summary;
+use crate::stats::describe::Summary;
 
 /// Version of the results file format. Bumped on any incompatible change.
 ///
 /// Version 2 added per-round figures ([`TestResult::rounds`]), the net CDF, provenance
-/// (git revision, command line), knobs, the incomplete marker and A/B runs. Version 1
-/// files are still read (they lack those fields, so `compare` draws no conclusion from
-/// them and says why).
-pub const SCHEMA_VERSION: u32 = 2;
+/// (git revision, command line), knobs, the incomplete marker and A/B runs. Version 3
+/// (the one statistical model, `docs/model.md`) dropped what set data aside or claimed
+/// an interval over samples: a summary's `median_ci95`, a test's variance components, a
+/// round spread's dropped samples and outlier rounds, and `precision` (now [`Plan`]).
+/// Older files are still read: the fields they have that this version lacks are
+/// ignored, and a version 1 file, without per-round figures, gives no verdict and says
+/// why.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Oldest schema version this program reads.
 pub const OLDEST_READABLE_SCHEMA: u32 = 1;
@@ -74,10 +78,10 @@ pub struct Results {
     /// A's are [`Results::tests`], with [`Results::config`] the common configuration).
     #[serde(default)]
     pub ab: Option<AbRun>,
-    /// With `bench --precision`: the target, the budget, and per test whether its
-    /// interval reached the target. Absent otherwise and in older files.
+    /// With a planned design (`bench --precision`, or `bench --ab`'s default): the
+    /// target, the budget, the pilot and each test's units. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub precision: Option<PrecisionRun>,
+    pub plan: Option<Plan>,
 }
 
 /// The program revision and command line that produced a results file.
@@ -123,12 +127,6 @@ pub struct AbRun {
     pub b_tests: Vec<TestResult>,
     /// Order of the sides in each round, e.g. `["a", "b"]` then `["b", "a"]`.
     pub order: Vec<[String; 2]>,
-    /// `bench --ab --per-loop`: the change is taken from each pair's figures divided by
-    /// their own empty loops ([`crate::compare::compare_ab_run`]), by bench's table,
-    /// `report` and the HTML page (`--format seed` prints each round's cycles and says so).
-    /// Absent (false) in files written without it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub per_loop: bool,
 }
 
 impl Results {
@@ -143,64 +141,39 @@ impl Results {
     }
 }
 
-/// The variance components of one test's figure (see `variance.rs` for the estimators
-/// and the optimal-allocation formula), with the costs of each level.
+/// The planned design of a run (`bench --precision`, or `bench --ab`'s default): a pilot
+/// of `pilot_units` units, then a fixed number of units per test chosen from it
+/// (`crate::stats::plan`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VarianceComponents {
-    /// Rounds the estimates rest on (the rounds the central figure keeps).
-    pub rounds: u32,
-    /// Samples per round (harmonic mean over those rounds).
-    pub samples_per_round: f64,
-    /// The central figure, cycles per iteration (the base of the percentages).
-    pub figure: f64,
-    /// `S1²`: variance between the samples of one round, cycles² (robust, pooled).
-    pub within_variance: f64,
-    /// `T2²`: variance between rounds beyond what their samples explain, cycles²
-    /// (clamped at 0).
-    pub between_variance: f64,
-    /// Seconds a round costs besides its samples: VM creation, boot, warm-up, teardown
-    /// (mean over the rounds); `None` in files without per-round timings.
-    pub round_seconds: Option<f64>,
-    /// Seconds per sample (the rounds' sampling time over their samples).
-    pub sample_seconds: Option<f64>,
-    /// K&J's optimal samples per round for these variances and costs; `None` without
-    /// costs, or when no between-round variance is left (then more samples per round
-    /// always pay: one long round would do, were rounds not needed for the interval).
-    pub optimal_samples_per_round: Option<f64>,
-}
-
-/// The outcome of `bench --precision`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PrecisionRun {
-    /// The target: every test's 95 % interval within `±target_pct` percent.
+pub struct Plan {
+    /// The target: each test's 95 % interval within `±target_pct` percent.
     pub target_pct: f64,
-    /// Whether the target was `bench --ab`'s default (neither `--precision` nor
-    /// `--rounds` given) rather than asked for.
+    /// Whether the target was `bench --ab`'s default rather than asked for.
     #[serde(default)]
     pub by_default: bool,
     /// The wall-time budget, seconds.
     pub budget_seconds: f64,
-    /// Seconds the rounds took.
+    /// Units (rounds, or pairs) of the pilot.
+    pub pilot_units: u32,
+    /// Seconds the run's rounds took, the pilot's included.
     pub seconds: f64,
-    /// Rounds of the suite run (the longest any test ran).
-    pub rounds: u32,
     /// Per test (the empty loop excluded), in the suite's order.
-    pub tests: Vec<PrecisionTest>,
+    pub tests: Vec<PlanTest>,
 }
 
-/// One test's outcome under `bench --precision`.
+/// One test's part of a planned design.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PrecisionTest {
+pub struct PlanTest {
     /// The test.
     pub name: String,
-    /// Rounds it ran.
-    pub rounds: u32,
-    /// Its interval's half-width, percent, as the stopping rule saw it (raw: an A/B
-    /// run's reports show a change's interval at least the target wide); `None` with too
-    /// few rounds for one.
+    /// The units the plan gave it, the pilot's included.
+    pub planned: u32,
+    /// The units its target needed, by its pilot's spread.
+    pub needed: u32,
+    /// The units it ran (fewer than planned only when the run was interrupted).
+    pub units: u32,
+    /// The half-width of its final interval, percent; `None` without one.
     pub half_width_pct: Option<f64>,
-    /// Whether the half-width is within the target.
-    pub reached: bool,
 }
 
 /// One round of one test: the figures of one fresh VM.
@@ -216,12 +189,6 @@ pub struct RoundFigure {
     /// test has no net figure (`loop_overhead`, but for a run with guest work, where it
     /// is the work's calibrated cost: `bench --guest-cycles`).
     pub net_median: Option<f64>,
-    /// Robust standard deviation (1.4826 × the median absolute deviation) of the
-    /// round's values (paired net cycles per iteration; raw for the empty loop): the
-    /// within-round scatter the variance components ([`crate::variance`]) start from.
-    /// Absent in files written before it was recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub robust_sd: Option<f64>,
     /// Wall seconds of the round, VM creation to teardown (boot, warm-up, samples).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
@@ -433,25 +400,15 @@ pub struct KvmCounters {
     pub checks: Vec<CounterCheck>,
 }
 
-/// How a test's rounds (each in its own VM, spread over the run) agreed, and what the
-/// host-noise detector left out.
+/// How far a test's rounds (each in its own VM, spread over the run) agreed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundSpread {
     /// Rounds that completed.
     pub rounds: u32,
-    /// Samples left out of the figures because the host was busy when they were taken:
-    /// the empty loop measured just before them ran slower than the run's quietest
-    /// rounds by more than the detector's tolerance (the exit checks still count them).
-    pub dropped_samples: u64,
-    /// max / min − 1 of the rounds' medians (cycles per iteration, kept samples, rounds
-    /// with enough of them); NaN with fewer than two such rounds.
+    /// max / min − 1 of the rounds' raw medians (cycles per iteration, rounds with
+    /// enough samples); NaN with fewer than two such rounds.
     #[serde(deserialize_with = "f64_or_nan")]
     pub spread: f64,
-    /// Rounds set aside as outliers by the central figure's rule
-    /// ([`crate::central::outlier_rounds`]); bench replaces each with an extra round
-    /// while its budget lasts.
-    #[serde(default)]
-    pub outlier_rounds: u32,
 }
 
 /// One KVM counter against exitlab's count of the same exits.
@@ -603,18 +560,6 @@ pub struct TestResult {
     /// APIC mode, vCPUs and exits per vCPU of the test's VM.
     #[serde(default)]
     pub irq: Option<crate::irq::IrqResult>,
-    /// Within- and between-round variance of the test's figure, the cost of a round and
-    /// of a sample, and the samples per round that give the narrowest interval per
-    /// second ([`crate::variance`]). Absent in older files and for tests with fewer than
-    /// two completed rounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variance: Option<VarianceComponents>,
-    /// On a side of an A/B run, which of the test's rounds the two sides' joint choice
-    /// of host state set aside ([`crate::central::pair_states`]; aligned with `rounds`):
-    /// the central figure then rests on them instead of the side's own choice. Never
-    /// written: [`crate::central::ab_sides`] and bench --ab decide it from the rounds' loops.
-    #[serde(skip)]
-    pub paired_other_state: Option<Vec<bool>>,
     /// With `inject-cycles` on: the waits the VMM added to the test's userspace exits over
     /// all its rounds, warm-up included, as it measured them. Their mean is the change the
     /// exits got on average (the nominal value is the knob's; a wait overshoots it when the
@@ -1149,7 +1094,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Results, ResultsError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::stats::summarize;
+    use crate::stats::describe::summarize;
 
     /// A unique scratch directory under the system temporary directory.
     pub(crate) struct Scratch(pub PathBuf);
@@ -1211,8 +1156,6 @@ pub(crate) mod tests {
                 .collect(),
             net_percentiles: Some((0..=100).map(|i| base + f64::from(i)).collect()),
             irq: None,
-            variance: None,
-            paired_other_state: None,
             injected: None,
         }
     }
@@ -1336,7 +1279,7 @@ pub(crate) mod tests {
             }),
             incomplete: None,
             ab: None,
-            precision: None,
+            plan: None,
         }
     }
 
@@ -1373,7 +1316,7 @@ pub(crate) mod tests {
     fn json_shape() {
         let results = sample_results();
         let v = serde_json::to_value(&results).unwrap();
-        assert_eq!(v["schema_version"], 2);
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
         let t = &v["tests"];
         assert_eq!(t[0]["status"], "ok");
         assert_eq!(t[0]["handled"], "not_observed");
@@ -1573,7 +1516,7 @@ pub(crate) mod tests {
         fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
         let err = read(&path).unwrap_err();
         assert!(
-            matches!(err, ResultsError::SchemaNewer { found: 3, .. }),
+            matches!(err, ResultsError::SchemaNewer { found, .. } if found == u64::from(SCHEMA_VERSION) + 1),
             "{err:?}"
         );
         assert!(err.to_string().contains("newer exitlab"), "{err}");

@@ -1,10 +1,10 @@
 //! Arithmetic on a test's raw samples, whatever ran them: cycles per iteration, net of
-//! the paired empty loop, the quiet-host filter, the spread between rounds, and the
+//! the paired empty loop, the spread between rounds, and the
 //! per-exit host timelines (exit leg, handling, entry leg).
 
 use exitlab_abi::Sample;
 
-use crate::stats::{summarize, Summary};
+use crate::stats::describe::{summarize, Summary};
 
 /// One round of a test (one VM): how many of the measurement's samples it holds, and its
 /// vCPU's TSC offset.
@@ -16,48 +16,8 @@ pub struct Round {
     pub tsc_offset: Option<i64>,
 }
 
-/// Share of a test's samples the figures keep at least: when the host was busy for
-/// most of the run, the quietest quarter (by paired empty loop) is kept.
-pub const MIN_KEPT_SHARE: f64 = 0.25;
-
 /// Kept samples of a round below which its median does not count in the spread.
 const MIN_ROUND_SAMPLES: usize = 30;
-
-/// The samples taken while the host was quiet: those whose paired empty loop ran within
-/// `limit` cycles, but at least [`MIN_KEPT_SHARE`] of them (the ones with the quickest
-/// loops), with `rounds` recounted to match. Order is kept.
-pub fn quiet_samples(
-    samples: &[Sample],
-    rounds: &[Round],
-    limit: f64,
-) -> (Vec<Sample>, Vec<Round>) {
-    let mut keep: Vec<bool> = samples.iter().map(|s| s.g_loop as f64 <= limit).collect();
-    let at_least = ((samples.len() as f64 * MIN_KEPT_SHARE).ceil() as usize).min(samples.len());
-    if keep.iter().filter(|&&k| k).count() < at_least {
-        let mut order: Vec<usize> = (0..samples.len()).collect();
-        order.sort_by_key(|&i| samples[i].g_loop);
-        keep = vec![false; samples.len()];
-        for &i in &order[..at_least] {
-            keep[i] = true;
-        }
-    }
-    let kept: Vec<Sample> = samples
-        .iter()
-        .zip(&keep)
-        .filter_map(|(s, &k)| k.then_some(*s))
-        .collect();
-    let mut at = 0;
-    let kept_rounds = rounds
-        .iter()
-        .map(|r| {
-            let end = (at + r.samples).min(keep.len());
-            let n = keep[at..end].iter().filter(|&&k| k).count();
-            at = end;
-            Round { samples: n, ..*r }
-        })
-        .collect();
-    (kept, kept_rounds)
-}
 
 /// max / min − 1 of the medians of the rounds with at least [`MIN_ROUND_SAMPLES`]
 /// samples (cycles per iteration); NaN with fewer than two.
@@ -200,37 +160,6 @@ mod tests {
     }
 
     #[test]
-    fn median_ci_covers_the_true_median_about_95_percent_of_the_time() {
-        // The false-alarm rate of the interval, measured: 300 data sets of 201 values
-        // from a known distribution (median 1000), each summarised as a test's samples.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let trials = 300;
-        let mut covered = 0;
-        for _ in 0..trials {
-            // A skewed distribution like exit timings: 1000 * exp(N(0,1)-ish) via the
-            // inverse of a log-logistic, median exactly 1000.
-            let v: Vec<f64> = (0..201)
-                .map(|_| {
-                    let u: f64 = next().clamp(1e-9, 1.0 - 1e-9);
-                    1000.0 * (u / (1.0 - u)).powf(0.3)
-                })
-                .collect();
-            let s = summary_of(&v).unwrap();
-            if s.median_ci95[0] <= 1000.0 && 1000.0 <= s.median_ci95[1] {
-                covered += 1;
-            }
-        }
-        let rate = f64::from(covered) / f64::from(trials);
-        assert!((0.90..=0.99).contains(&rate), "coverage {rate}");
-    }
-
-    #[test]
     fn phase_arithmetic_uses_the_tsc_offset_and_skips_unordered_stamps() {
         let off = -123_456_789i64;
         let mut s = vec![
@@ -245,20 +174,5 @@ mod tests {
         assert_eq!(n, vec![400.0, 400.0]);
         // With the wrong offset nothing is ordered.
         assert!(phase_values(&s, off + 10_000_000).0.is_empty());
-    }
-
-    #[test]
-    fn a_busy_host_still_leaves_the_quietest_quarter() {
-        let samples: Vec<Sample> = (0..100)
-            .map(|i| sample(1_000_000 + i * 100_000, 1_190, 1_000 + i, 600, 90, 0))
-            .collect();
-        let rounds = [Round {
-            samples: 100,
-            tsc_offset: Some(0),
-        }];
-        let (kept, rounds) = quiet_samples(&samples, &rounds, 300.0);
-        assert_eq!(kept.len(), 25);
-        assert_eq!(rounds[0].samples, 25);
-        assert!(kept.iter().all(|s| s.g_loop < 1_025));
     }
 }

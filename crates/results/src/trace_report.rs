@@ -27,7 +27,7 @@ use exitlab_trace::{Capture, Event, MmioKind, Record};
 use serde::Serialize;
 
 use crate::format::{fmt_cycles, layout, Align};
-use crate::stats::{summarize, Summary};
+use crate::stats::describe::{summarize, Summary};
 
 /// The KVM_RUN ioctl request number.
 pub const KVM_RUN: u64 = 0xae80;

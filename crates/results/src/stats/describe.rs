@@ -1,9 +1,8 @@
 //! Descriptive statistics for benchmark samples.
 //!
-//! Everything here is deterministic: the same input always gives the same
-//! [`Summary`], including its bootstrap confidence interval, so two runs of the
-//! report over one results file agree to the last digit. Resampling draws from
-//! `rand`'s `SmallRng` seeded with a fixed value.
+//! These describe the samples of one test (its distribution), never the uncertainty of
+//! a figure: that is [`super::interval`]'s, over independent units (rounds, pairs, runs),
+//! never over samples, which share their VM and are not independent.
 //!
 //! Percentiles use linear interpolation between closest ranks, the "type 7"
 //! definition of Hyndman & Fan (the default of R, NumPy and most
@@ -11,23 +10,8 @@
 //! `[0, 1]`, let `h = (n - 1) * q`; the percentile is
 //! `x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])`.
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-
-/// Number of bootstrap resamples used for [`Summary::median_ci95`].
-pub const BOOTSTRAP_RESAMPLES: usize = 1000;
-
-/// Largest sample count for which [`Summary::median_ci95`] is a bootstrap
-/// interval; above it the distribution-free order-statistic interval is used.
-pub const BOOTSTRAP_MAX_N: usize = 20_000;
-
-/// Seed of the bootstrap's pseudo-random generator (mixed with the sample count).
-const BOOTSTRAP_SEED: u64 = 0x6578_6974_6c61_6221;
-
-/// Two-sided 97.5 % quantile of the standard normal distribution.
-const Z_975: f64 = 1.959_963_984_540_054;
 
 /// Why a set of values could not be summarized.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -73,32 +57,12 @@ pub struct Summary {
     pub mean: f64,
     /// Sample standard deviation (divisor `n - 1`; 0 when `n == 1`).
     pub stddev: f64,
-    /// 95 % confidence interval of the median, `[low, high]`.
-    ///
-    /// For `n <=` [`BOOTSTRAP_MAX_N`] this is the bootstrap percentile
-    /// interval: [`BOOTSTRAP_RESAMPLES`] resamples drawn with a fixed-seed
-    /// generator, the interval being the 2.5th and 97.5th percentiles of
-    /// their medians. For larger `n` it is the distribution-free
-    /// order-statistic interval `[x(j), x(k)]` with the ranks taken from the
-    /// normal approximation of Binomial(n, 1/2): `j = floor(n/2 - 1.96 sqrt(n)/2)`
-    /// and `k = ceil(1 + n/2 + 1.96 sqrt(n)/2)` (1-based, clamped to `1..=n`),
-    /// which is what the bootstrap converges to for large `n`.
-    pub median_ci95: [f64; 2],
-}
-
-impl Summary {
-    /// Whether this summary's median confidence interval overlaps `other`'s.
-    pub fn median_ci_overlaps(&self, other: &Summary) -> bool {
-        self.median_ci95[0] <= other.median_ci95[1] && other.median_ci95[0] <= self.median_ci95[1]
-    }
 }
 
 /// Summarizes `values` (in any order).
 ///
 /// Fails on empty input and on any NaN or infinite value. Sorting is
-/// `O(n log n)` (a copy of the input is sorted with `f64::total_cmp`); the
-/// median confidence interval costs at most about
-/// `BOOTSTRAP_RESAMPLES * 3 * BOOTSTRAP_MAX_N` simple operations.
+/// `O(n log n)` (a copy of the input is sorted with `f64::total_cmp`).
 pub fn summarize(values: &[f64]) -> Result<Summary, StatsError> {
     if values.is_empty() {
         return Err(StatsError::Empty);
@@ -147,7 +111,6 @@ fn summarize_sorted(sorted: &[f64]) -> Result<Summary, StatsError> {
         max: sorted[n - 1],
         mean,
         stddev,
-        median_ci95: median_ci95(sorted),
     })
 }
 
@@ -182,6 +145,21 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
         Some(&next) if frac > 0.0 => sorted[i] + frac * (next - sorted[i]),
         _ => sorted[i],
     }
+}
+
+/// The median (type 7) of the finite `values`, in any order; NaN for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_unstable_by(f64::total_cmp);
+    percentile(&v, 50.0)
+}
+
+/// The robust standard deviation of `values`: 1.4826 × their median absolute deviation
+/// from their median (NaN for none).
+pub fn robust_sd(values: &[f64]) -> f64 {
+    let med = median(values);
+    let dev: Vec<f64> = values.iter().map(|x| (x - med).abs()).collect();
+    1.4826 * median(&dev)
 }
 
 /// Empirical cumulative distribution of `values`, as at most `points` pairs
@@ -220,69 +198,6 @@ pub fn cdf_points(values: &[f64], points: usize) -> Vec<[f64; 2]> {
             [sorted[idx], (idx + 1) as f64 / count]
         })
         .collect()
-}
-
-/// 95 % confidence interval of the median of ascending `sorted` values.
-fn median_ci95(sorted: &[f64]) -> [f64; 2] {
-    let n = sorted.len();
-    if n == 1 {
-        return [sorted[0], sorted[0]];
-    }
-    if n <= BOOTSTRAP_MAX_N {
-        bootstrap_median_ci95(sorted)
-    } else {
-        order_statistic_median_ci95(sorted)
-    }
-}
-
-/// Bootstrap percentile interval of the median.
-///
-/// Because `sorted` is ascending, the median of a resample is determined by
-/// the resampled *ranks* alone, so each resample only counts how often each
-/// rank was drawn and walks the counts up to the middle: `O(n)` per resample
-/// with no sorting.
-fn bootstrap_median_ci95(sorted: &[f64]) -> [f64; 2] {
-    let n = sorted.len();
-    let mut rng = SmallRng::seed_from_u64(BOOTSTRAP_SEED ^ n as u64);
-    let mut counts = vec![0u32; n];
-    let mut medians = Vec::with_capacity(BOOTSTRAP_RESAMPLES);
-    // Type 7 median: 0-based ranks (n - 1) / 2 and n / 2, averaged.
-    let lo_rank = (n - 1) / 2;
-    let hi_rank = n / 2;
-    for _ in 0..BOOTSTRAP_RESAMPLES {
-        counts.iter_mut().for_each(|c| *c = 0);
-        for _ in 0..n {
-            counts[rng.random_range(0..n)] += 1;
-        }
-        let mut lo_value = None;
-        let mut seen = 0usize;
-        let mut median = sorted[n - 1];
-        for (i, &c) in counts.iter().enumerate() {
-            seen += c as usize;
-            if lo_value.is_none() && seen > lo_rank {
-                lo_value = Some(sorted[i]);
-            }
-            if seen > hi_rank {
-                let lo = lo_value.unwrap_or(sorted[i]);
-                median = lo + (sorted[i] - lo) / 2.0;
-                break;
-            }
-        }
-        medians.push(median);
-    }
-    medians.sort_unstable_by(f64::total_cmp);
-    [percentile(&medians, 2.5), percentile(&medians, 97.5)]
-}
-
-/// Distribution-free order-statistic interval of the median (normal
-/// approximation of Binomial(n, 1/2) for the ranks).
-fn order_statistic_median_ci95(sorted: &[f64]) -> [f64; 2] {
-    let n = sorted.len();
-    let half = n as f64 / 2.0;
-    let spread = Z_975 * (n as f64).sqrt() / 2.0;
-    let j = ((half - spread).floor() as usize).clamp(1, n);
-    let k = ((1.0 + half + spread).ceil() as usize).clamp(1, n);
-    [sorted[j - 1], sorted[k - 1]]
 }
 
 #[cfg(test)]
@@ -361,8 +276,6 @@ mod tests {
         assert!(close(s.mean, 3.0));
         // Sample variance of 1..=5 is 2.5.
         assert!(close(s.stddev, 2.5f64.sqrt()));
-        assert!(s.median_ci95[0] <= s.median && s.median <= s.median_ci95[1]);
-        assert!(s.median_ci95[0] >= 1.0 && s.median_ci95[1] <= 5.0);
     }
 
     #[test]
@@ -373,16 +286,6 @@ mod tests {
         for v in [s.min, s.p10, s.median, s.p90, s.p99, s.max, s.mean] {
             assert_eq!(v, 42.0);
         }
-        assert_eq!(s.median_ci95, [42.0, 42.0]);
-    }
-
-    #[test]
-    fn constant_values_have_degenerate_interval() {
-        let s = summarize(&[3.0; 5000]).unwrap();
-        assert_eq!(s.median_ci95, [3.0, 3.0]);
-        assert_eq!(s.stddev, 0.0);
-        let s = summarize(&vec![3.0; BOOTSTRAP_MAX_N + 1]).unwrap();
-        assert_eq!(s.median_ci95, [3.0, 3.0]);
     }
 
     #[test]
@@ -404,86 +307,6 @@ mod tests {
         assert_eq!(a, summarize(&v).unwrap());
     }
 
-    /// Deterministic pseudo-normal data: sum of 12 uniforms minus 6.
-    fn normalish(n: usize, seed: u64, mean: f64, sd: f64) -> Vec<f64> {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        (0..n)
-            .map(|_| {
-                let s: f64 = (0..12).map(|_| rng.random::<f64>()).sum();
-                mean + sd * (s - 6.0)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn bootstrap_interval_has_plausible_width() {
-        // For normal data the median's standard error is about
-        // 1.2533 * sd / sqrt(n), so the 95 % interval is about
-        // 2 * 1.96 * 1.2533 * sd / sqrt(n) wide.
-        let n = 2000;
-        let v = normalish(n, 1, 1000.0, 50.0);
-        let s = summarize(&v).unwrap();
-        let expected = 2.0 * 1.96 * 1.2533 * 50.0 / (n as f64).sqrt();
-        let width = s.median_ci95[1] - s.median_ci95[0];
-        assert!(
-            width > 0.6 * expected && width < 1.6 * expected,
-            "width {width} vs {expected}"
-        );
-        assert!(s.median_ci95[0] <= s.median && s.median <= s.median_ci95[1]);
-    }
-
-    #[test]
-    fn interval_methods_agree_at_the_threshold() {
-        let v = normalish(BOOTSTRAP_MAX_N, 2, 500.0, 20.0);
-        let mut sorted = v.clone();
-        sorted.sort_unstable_by(f64::total_cmp);
-        let boot = bootstrap_median_ci95(&sorted);
-        let order = order_statistic_median_ci95(&sorted);
-        let width_b = boot[1] - boot[0];
-        let width_o = order[1] - order[0];
-        assert!(
-            (width_b / width_o - 1.0).abs() < 0.35,
-            "bootstrap {boot:?} vs order statistic {order:?}"
-        );
-        let med = percentile(&sorted, 50.0);
-        assert!(order[0] <= med && med <= order[1]);
-    }
-
-    #[test]
-    fn large_input_uses_order_statistics() {
-        let n = 1_000_000;
-        let v: Vec<f64> = (0..n as u64)
-            .map(|i| ((i * 2654435761) % 1_000_003) as f64)
-            .collect();
-        let s = summarize(&v).unwrap();
-        assert_eq!(s.n, n as u64);
-        let mut sorted = v.clone();
-        sorted.sort_unstable_by(f64::total_cmp);
-        assert_eq!(s.median_ci95, order_statistic_median_ci95(&sorted));
-        assert!(s.median_ci95[0] < s.median && s.median < s.median_ci95[1]);
-    }
-
-    #[test]
-    fn summarize_200k_is_fast() {
-        let v = normalish(200_000, 3, 3000.0, 300.0);
-        let start = std::time::Instant::now();
-        let s = summarize(&v).unwrap();
-        let took = start.elapsed();
-        assert_eq!(s.n, 200_000);
-        // Only meaningful for optimized builds.
-        if !cfg!(debug_assertions) {
-            assert!(took.as_secs_f64() < 0.25, "took {took:?}");
-        }
-        // The worst case for the bootstrap is n at the threshold.
-        let v = normalish(BOOTSTRAP_MAX_N, 4, 3000.0, 300.0);
-        let start = std::time::Instant::now();
-        summarize(&v).unwrap();
-        let took = start.elapsed();
-        if !cfg!(debug_assertions) {
-            assert!(took.as_secs_f64() < 0.25, "took {took:?}");
-        }
-    }
-
     #[test]
     fn cdf_points_shapes() {
         assert!(cdf_points(&[], 10).is_empty());
@@ -503,18 +326,6 @@ mod tests {
         assert!(pts
             .windows(2)
             .all(|w| w[0][0] <= w[1][0] && w[0][1] < w[1][1]));
-    }
-
-    #[test]
-    fn ci_overlap() {
-        let mut a = summarize(&[1.0, 2.0, 3.0]).unwrap();
-        let mut b = a.clone();
-        a.median_ci95 = [1.0, 2.0];
-        b.median_ci95 = [2.0, 3.0];
-        assert!(a.median_ci_overlaps(&b));
-        b.median_ci95 = [2.5, 3.0];
-        assert!(!a.median_ci_overlaps(&b));
-        assert!(!b.median_ci_overlaps(&a));
     }
 
     #[test]
