@@ -88,7 +88,7 @@ fn precision_and_budget_must_be_sensible() {
             "--budget 1e99 must be",
         ),
         (&["bench", "--budget", "30"], "give --precision PCT"),
-        // --budget bounds an --ab run's default target, which given rounds turn off.
+        // --budget bounds an --ab run's default planned design, which given rounds turn off.
         (
             &[
                 "bench",
@@ -105,29 +105,14 @@ fn precision_and_budget_must_be_sensible() {
             &["bench", "--ab", "warmup=200,201", "--budget", "1e99"],
             "--budget 1e99 must be",
         ),
-        // --per-loop has no default target either (its change is judged by the loops).
+        // A planned design fixes its rounds itself.
         (
-            &[
-                "bench",
-                "--ab",
-                "warmup=200,201",
-                "--per-loop",
-                "--budget",
-                "30",
-            ],
-            "give --precision PCT",
+            &["bench", "--precision", "1", "--rounds", "4"],
+            "cannot be used with",
         ),
-        (
-            &[
-                "bench",
-                "--precision",
-                "1",
-                "--ab",
-                "warmup=200,201",
-                "--per-loop",
-            ],
-            "cannot be combined with --per-loop",
-        ),
+        // --runs writes its runs into a directory.
+        (&["bench", "--runs", "3"], "give --json DIR"),
+        (&["bench", "--runs", "3", "--json"], "give --json DIR"),
         (
             &[
                 "bench",
@@ -161,148 +146,92 @@ fn precision_and_budget_must_be_sensible() {
     }
 }
 
+/// A run of cpuid and outl_to_user at ring 3 with 150 samples, without `--rounds` (a
+/// planned design fixes them), and `extra`: its exit status, output and file.
+fn planned_run(
+    dir: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, serde_json::Value) {
+    let p = dir.join(name);
+    let mut args = vec![
+        "bench",
+        "--tests",
+        "cpuid,outl_to_user",
+        "--samples",
+        "150",
+        "--ring",
+        "3",
+        "--no-overhead",
+        "--quiet",
+        "--json",
+        p.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = exitlab(&args);
+    let v = serde_json::from_slice(&std::fs::read(&p).unwrap_or_default()).unwrap_or_default();
+    (o.status.code(), stdout(&o), v)
+}
+
+/// The number of rounds of test `name` in `tests` (a results file's `tests` or
+/// `ab.b_tests`).
+fn rounds_of(tests: &serde_json::Value, name: &str) -> u64 {
+    let t = tests.as_array().unwrap().iter().find(|t| t["name"] == name);
+    t.map_or(0, |t| t["rounds"].as_array().unwrap().len() as u64)
+}
+
 #[test]
-fn a_precision_run_says_which_tests_reached_the_target() {
+fn a_planned_run_takes_its_pilot_then_exactly_the_rounds_its_plan_gives_each_test() {
     let dir = tempdir_named("precision");
-    let read = |p: &std::path::Path| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-    };
-    // A target any five rounds reach: no test is short of it.
-    let wide = read(&small_run(&dir, "wide.json", &["--precision", "50"]));
-    let p = &wide["precision"];
-    assert_eq!(p["target_pct"], 50.0);
+    // A target any pilot meets: every test gets the fewest a plan gives (20 rounds).
+    let (code, _, wide) = planned_run(&dir, "wide.json", &["--precision", "50"]);
+    assert_eq!(code, Some(0));
+    let p = &wide["plan"];
+    assert_eq!(
+        (p["target_pct"].as_f64(), p["pilot_units"].as_u64()),
+        (Some(50.0), Some(10))
+    );
     assert_eq!(p["budget_seconds"], 60.0);
     let tests = p["tests"].as_array().unwrap();
     let names: Vec<&str> = tests.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["cpuid", "outl_to_user"]);
-    assert!(tests.iter().all(|t| t["reached"] == true), "{p}");
-    // The rounds recorded their costs, and the tests their variance components.
-    assert!(
-        wide["tests"][1]["variance"]["round_seconds"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
-    // A target no run reaches, with a budget of one second: the planned rounds run,
-    // then the report names every test with its half-width.
-    let (tight, out) = small_run_printing(
+    for t in tests {
+        let name = t["name"].as_str().unwrap();
+        assert_eq!(t["planned"], 20, "{p}");
+        // Each test ran exactly its plan: no round added or set aside.
+        assert_eq!(rounds_of(&wide["tests"], name), 20, "{name}");
+        assert_eq!(t["units"], 20, "{p}");
+        assert!(t["half_width_pct"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    // A target no run reaches, with a budget of one second: the pilot, then what fits,
+    // and the report names the tests short of their need.
+    let (code, out, tight) = planned_run(
         &dir,
         "tight.json",
         &["--precision", "0.0001", "--budget", "1"],
     );
-    // Each test is named with its half-width, or, where an outlier round set aside left
-    // fewer rounds than an interval needs and the budget allowed no replacement (as on a
-    // noisy host), with that reason.
+    assert_eq!(code, Some(0), "{out}");
     let line = out
         .lines()
-        .find_map(|l| l.strip_prefix("precision not reached when the budget ended: "))
+        .find_map(|l| l.strip_prefix("plan: short of the target (budget or interruption): "))
         .unwrap_or_else(|| panic!("{out}"));
-    for name in ["cpuid", "outl_to_user"] {
-        assert!(
-            line.contains(&format!("{name} ±"))
-                || line.contains(&format!("{name} (no interval: too few rounds")),
-            "{name}: {out}"
+    for t in tight["plan"]["tests"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        assert!(t["planned"].as_u64() < t["needed"].as_u64(), "{t}");
+        assert_eq!(
+            rounds_of(&tight["tests"], name),
+            t["planned"].as_u64().unwrap()
         );
-    }
-    let p = read(&tight)["precision"].clone();
-    for t in p["tests"].as_array().unwrap() {
-        assert_eq!(t["reached"], false, "{p}");
-        let h = &t["half_width_pct"];
-        assert!(h.is_null() || h.as_f64().unwrap() > 0.0001, "{p}");
+        assert!(line.contains(&format!("{name} ±")), "{name}: {out}");
     }
 }
 
 #[test]
-fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_target_and_is_the_default_without_rounds(
-) {
+fn an_ab_run_is_planned_by_default_given_rounds_are_the_whole_design_and_too_few_pairs_fail_closed()
+{
     let dir = tempdir_named("ab-precision");
-    let run = |name: &str, target: &str, budget: &str| {
-        let extra = [
-            "--ab",
-            "warmup=200,201",
-            "--precision",
-            target,
-            "--budget",
-            budget,
-        ];
-        let (p, out) = small_run_printing(&dir, name, &extra);
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-        (out, v)
-    };
-    // Each test's A and B rounds and the pairs' order agree with the rounds run.
-    let consistent = |v: &serde_json::Value| {
-        let p = &v["precision"];
-        let rounds = p["rounds"].as_u64().unwrap();
-        assert_eq!(v["config"]["rounds"].as_u64(), Some(rounds), "{p}");
-        assert_eq!(v["ab"]["order"].as_array().unwrap().len() as u64, rounds);
-        for t in p["tests"].as_array().unwrap() {
-            let name = t["name"].as_str().unwrap();
-            let of = |tests: &serde_json::Value| {
-                tests
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|x| x["name"] == name)
-                    .map(|x| x["rounds"].as_array().unwrap().len() as u64)
-            };
-            assert_eq!(of(&v["tests"]), t["rounds"].as_u64(), "{name}: {p}");
-            assert_eq!(of(&v["ab"]["b_tests"]), t["rounds"].as_u64(), "{name}: {p}");
-        }
-        assert!(
-            v["incomplete"].is_null(),
-            "the target or the budget is no interruption"
-        );
-    };
-    // A wide target, reached within the budget by every test (the planned rounds, and
-    // more for a test whose interval was still wider: at ring 3 cpuid's figure is a few
-    // clock steps, and its interval is widened by one).
-    let (out, wide) = run("wide.json", "50", "60");
-    consistent(&wide);
-    let p = &wide["precision"];
-    assert!(p["rounds"].as_u64().unwrap() >= 5, "{p}");
-    let names: Vec<&str> = p["tests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["cpuid", "outl_to_user"]);
-    assert!(
-        p["tests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["reached"] == true),
-        "{p}"
-    );
-    assert!(
-        out.contains("precision: target ±50% (95 % interval of each test's change B vs A, so that a change of 71.47% is found 80 % of the time), budget 60 s: 2 of 2 tests reached it"),
-        "{out}"
-    );
-    // A target no run reaches: pairs of rounds are added while the budget lasts (when to
-    // add one: ab::tests::precision_rounds_run_the_tests_short_of_the_target_while_the_budget_lasts),
-    // then the report names every test with its half-width.
-    let (out, tight) = run("tight.json", "0.0001", "4");
-    consistent(&tight);
-    let p = &tight["precision"];
-    assert!(p["rounds"].as_u64().unwrap() >= 5, "{p}");
-    for t in p["tests"].as_array().unwrap() {
-        assert_eq!(t["reached"], false, "{p}");
-        assert!(t["half_width_pct"].as_f64().unwrap() > 0.0001, "{p}");
-    }
-    let line = out
-        .lines()
-        .find_map(|l| l.strip_prefix("precision not reached when the budget ended: "))
-        .unwrap_or_else(|| panic!("{out}"));
-    assert!(
-        line.contains("cpuid ±") && line.contains("outl_to_user ±"),
-        "{out}"
-    );
-    // Without --precision or --rounds an A/B run has the default target (a change of 2 %
-    // found 80 % of the time), here within a 6 s budget: its rounds are recorded alike,
-    // and the report says whose target it was. 10 samples make 10 planned rounds of one
-    // sample each.
-    // (An A/B run of `tests`, 10 samples, at ring 3, with `extra`: its output and file.)
+    // (An A/B run of `tests`, 10 samples, at ring 3, with `extra`: its status, output and
+    // file.)
     let ab_run = |name: &str, tests: &str, extra: &[&str]| {
         let path = dir.join(name);
         let mut args = vec!["bench", "--tests", tests, "--samples", "10", "--ring", "3"];
@@ -310,39 +239,68 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
         args.push(path.to_str().unwrap());
         args.extend_from_slice(extra);
         let o = exitlab(&args);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        (stdout(&o), v)
+        (o.status.code(), stdout(&o), v)
     };
-    let (out, v) = ab_run("default.json", "cpuid,outl_to_user", &["--budget", "6"]);
-    consistent(&v);
-    let p = &v["precision"];
+    // Without --precision or --rounds: the default planned design, here within 6 s.
+    let (code, out, v) = ab_run("default.json", "cpuid,outl_to_user", &["--budget", "6"]);
+    let p = &v["plan"];
     assert_eq!(p["by_default"], true, "{p}");
-    assert_eq!(p["budget_seconds"].as_f64(), Some(6.0), "{p}");
-    assert!(
-        (p["target_pct"].as_f64().unwrap() - 2.0 / 1.429_4).abs() < 1e-3,
-        "{p}"
+    assert_eq!(
+        (p["budget_seconds"].as_f64(), p["target_pct"].as_f64()),
+        (Some(6.0), Some(1.2))
     );
-    // The report names the tests short of the target exactly when the file says some
-    // did not reach it.
-    let all_reached = p["tests"]
+    assert_eq!(p["pilot_units"], 10, "{p}");
+    // Each test's A and B rounds are the pairs its plan gave it, the pairs' order the
+    // rounds run, and the end of the plan is no interruption.
+    let most = p["tests"]
         .as_array()
         .unwrap()
         .iter()
-        .all(|t| t["reached"] == true);
+        .map(|t| t["planned"].as_u64().unwrap())
+        .max();
+    assert_eq!(v["config"]["rounds"].as_u64(), most, "{p}");
     assert_eq!(
-        all_reached,
-        !out.contains("precision not reached when the budget ended: "),
-        "{p} {out}"
+        v["ab"]["order"].as_array().unwrap().len() as u64,
+        most.unwrap()
     );
+    for t in p["tests"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let planned = t["planned"].as_u64().unwrap();
+        assert!(planned >= 10, "{p}");
+        assert_eq!(rounds_of(&v["tests"], name), planned, "{name}: {p}");
+        assert_eq!(rounds_of(&v["ab"]["b_tests"], name), planned, "{name}: {p}");
+    }
+    assert!(v["incomplete"].is_null(), "{}", v["incomplete"]);
     assert!(
-        out.contains("precision (--ab's default without --precision or --rounds): target ±1.4% (95 % interval of each test's change B vs A, so that a change of 2% is found 80 % of the time), budget 6 s: "),
+        out.contains("plan (bench --ab's default): each change's 95% interval within ±1.2%: a pilot of 10 units"),
         "{out}"
     );
-    // Given rounds are the whole design: no target, no precision rounds.
-    let (_, v) = ab_run("rounds.json", "cpuid", &["--rounds", "3"]);
-    assert!(v["precision"].is_null(), "{}", v["precision"]);
+    // An A/A run gates on nothing: exit 0, or 4 only where the output names the test.
+    assert!(
+        code == Some(0) || (code == Some(4) && out.contains("gate: slower")),
+        "{code:?} {out}"
+    );
+    // Given rounds are the whole design: no plan. Three pairs are too few for a verdict,
+    // so the gate fails closed (exit 12) unless that is accepted.
+    let (code, out, v) = ab_run("rounds.json", "cpuid", &["--rounds", "3"]);
+    assert!(v["plan"].is_null(), "{}", v["plan"]);
     assert_eq!(v["config"]["rounds"].as_u64(), Some(3));
+    assert_eq!(code, Some(12), "{out}");
+    assert!(
+        out.contains("no verdict for loop_overhead, cpuid: 3 pairs; at least 5 a side are needed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("exit 12: a test the gate judges has no verdict"),
+        "{out}"
+    );
+    let (code, _, _) = ab_run(
+        "accepted.json",
+        "cpuid",
+        &["--rounds", "3", "--accept-no-verdict"],
+    );
+    assert_eq!(code, Some(0));
 }
 
 #[test]
@@ -569,7 +527,7 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         assert!(out.contains("exit check: all"), "{out}");
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     // Without --batch each test ran at its own, and the file says so.
     assert_eq!(v["config"]["batch"], 0);
     assert_eq!(
@@ -577,7 +535,7 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         (&serde_json::json!("cpuid"), &serde_json::json!(4))
     );
     assert_eq!(v["tests"][2]["batch"], 1);
-    // One entry per round run: the 2 planned ones and any extra round of the detector.
+    // One entry per round run: exactly the 2 asked for.
     assert_eq!(
         v["tests"][1]["rounds"].as_array().unwrap().len() as u64,
         v["tests"][1]["round_spread"]["rounds"].as_u64().unwrap()
@@ -593,10 +551,9 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert_eq!(tests.len(), 3, "loop_overhead is always measured first");
     assert_eq!(tests[0]["name"], "loop_overhead");
     let outl = tests.iter().find(|t| t["name"] == "outl_to_user").unwrap();
-    // 2 planned rounds of 50 samples, plus the extra rounds of 50 the host-noise detector
-    // runs when the host was busy; each round has its own 200 warm-up iterations.
+    // 2 rounds of 50 samples, each with its own 200 warm-up iterations.
     let rounds = outl["round_spread"]["rounds"].as_u64().unwrap();
-    assert!((2..=4).contains(&rounds), "{rounds} rounds");
+    assert_eq!(rounds, 2);
     assert_eq!(
         outl["raw_samples"].as_array().unwrap().len() as u64,
         50 * rounds
@@ -608,29 +565,15 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     assert!(stdout(&r).contains("outl_to_user"));
     let md = exitlab(&["report", "--markdown", a.to_str().unwrap()]);
     assert!(stdout(&md).contains("| "));
-    // Two real runs of 2-4 rounds: too few for a verdict, which compare says (exit 0 by
-    // that rule, not by the two runs happening to agree).
+    // Two real runs of 2 rounds: too few for a verdict, which compare says; and two
+    // single files are a screen that cannot gate: exit 12.
     let c = exitlab(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
-    assert_eq!(c.status.code(), Some(0), "{}", stderr(&c));
+    assert_eq!(c.status.code(), Some(12), "{}", stderr(&c));
     assert!(stdout(&c).contains("outl_to_user"));
     assert!(
-        stdout(&c).contains("at least 5 on each side"),
+        stdout(&c).contains("2 rounds; at least 5 a side are needed"),
         "{}",
         stdout(&c)
-    );
-    // The same two runs judged per empty loop: bench records each round's loop.
-    let pl = exitlab(&[
-        "compare",
-        "--per-loop",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-    ]);
-    assert_eq!(pl.status.code(), Some(0), "{}", stderr(&pl));
-    assert!(
-        stdout(&pl).contains("per loop: each round's figure (the empty loop's own excepted) scaled by its own empty loop")
-            && stdout(&pl).contains("outl_to_user"),
-        "{}",
-        stdout(&pl)
     );
     let bad = exitlab(&["report", dir.join("missing.json").to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
@@ -659,7 +602,12 @@ fn bench_writes_json_that_report_and_compare_read_back() {
     for args in [
         vec!["report", esc.to_str().unwrap()],
         vec!["report", "--markdown", esc.to_str().unwrap()],
-        vec!["compare", a.to_str().unwrap(), esc.to_str().unwrap()],
+        vec![
+            "compare",
+            "--accept-no-verdict",
+            a.to_str().unwrap(),
+            esc.to_str().unwrap(),
+        ],
     ] {
         let o = exitlab(&args);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
@@ -741,25 +689,33 @@ fn edit_json(
 }
 
 #[test]
-fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
+fn compare_of_two_files_is_a_screen_that_names_a_slower_test_and_cannot_gate() {
     let dir = tempdir_named("compare");
     let a = small_run(&dir, "a.json", &[]);
     let a_s = a.to_str().unwrap();
-    // A file against itself: no change anywhere, exit 0.
+    // A file against itself: no change anywhere; a screen exits 12 (it cannot gate), 0
+    // when that is accepted.
     let same = exitlab(&["compare", a_s, a_s]);
-    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert_eq!(same.status.code(), Some(12), "{}", stdout(&same));
     let out = stdout(&same);
     for t in ["cpuid", "outl_to_user"] {
         let row = out.lines().find(|l| l.starts_with(t)).unwrap();
         assert!(
-            row.contains("+0.0%") && row.ends_with("no detectable change"),
+            row.contains("+0.0%") && !row.ends_with("slower") && !row.ends_with("faster"),
             "{row}"
         );
     }
+    assert!(out.contains("screen: one run a side cannot gate"), "{out}");
+    assert!(
+        out.contains("exit 12: two single files cannot gate"),
+        "{out}"
+    );
     assert!(!out.contains("warning"), "{out}");
-    // Known figures: outl_to_user's rounds made tight around their median in `tight`
-    // (this host's round-to-round noise is too large for 5 rounds to resolve 30 %), and
-    // 30 % slower in every round in `slow`: exit 1, named.
+    let ok = exitlab(&["compare", "--accept-no-verdict", a_s, a_s]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
+    // Known figures: outl_to_user's rounds made tight around their median in `tight`,
+    // and 30 % slower in every round in `slow`: the screen names it slower, and still
+    // cannot gate.
     let tight = dir.join("tight.json");
     let scaled = |factor: f64| outl_to_user_at(0.01, factor);
     edit_json(&a, &tight, scaled(1.0));
@@ -767,35 +723,40 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
     edit_json(&a, &slow, scaled(1.3));
     let a_s = tight.to_str().unwrap();
     let c = exitlab(&["compare", a_s, slow.to_str().unwrap()]);
-    assert_eq!(c.status.code(), Some(4), "{}", stdout(&c));
+    assert_eq!(c.status.code(), Some(12), "{}", stdout(&c));
     let out = stdout(&c);
-    assert!(
-        out.contains("slower beyond 2.0% with 95% confidence: outl_to_user"),
-        "{out}"
-    );
+    assert!(out.contains("slower in this screen: outl_to_user"), "{out}");
     let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();
     assert!(row.contains("+30.0%") && row.ends_with("slower"), "{row}");
-    // The other direction is faster, not a regression.
+    // The other direction is faster.
     let back = exitlab(&["compare", slow.to_str().unwrap(), a_s]);
-    assert_eq!(back.status.code(), Some(0), "{}", stdout(&back));
-    // A threshold above the change lets it pass.
+    let row = stdout(&back)
+        .lines()
+        .find(|l| l.starts_with("outl_to_user"))
+        .map(str::to_string);
+    assert!(
+        row.is_some_and(|r| r.ends_with("faster")),
+        "{}",
+        stdout(&back)
+    );
+    // A threshold above the change: not slower.
     let lax = exitlab(&["compare", a_s, slow.to_str().unwrap(), "--threshold", "40"]);
-    assert_eq!(lax.status.code(), Some(0), "{}", stdout(&lax));
-    // Another host: warnings name the fields. The copy is of `tight`, so that the only
-    // difference is the host: the raw run's outl_to_user rounds may sit more than the
-    // threshold away from `tight`'s, which would make this a regression, not a warning.
+    assert!(
+        !stdout(&lax).contains("slower in this screen"),
+        "{}",
+        stdout(&lax)
+    );
+    // Another host: warnings name the fields.
     let other = dir.join("other.json");
     edit_json(&tight, &other, |v| {
         v["host"]["cpu"]["model_name"] = "Some Other CPU".into();
         v["host"]["cpu"]["microcode"] = "0xdead".into();
     });
-    let w = exitlab(&["compare", a_s, other.to_str().unwrap()]);
-    assert_eq!(w.status.code(), Some(0));
-    let out = stdout(&w);
+    let out = stdout(&exitlab(&["compare", a_s, other.to_str().unwrap()]));
     assert!(out.contains("warning: host CPU model differs:"), "{out}");
     assert!(out.contains("\"Some Other CPU\" after"), "{out}");
     assert!(out.contains("warning: host microcode differs:"), "{out}");
-    // Too few rounds: no conclusion, and why.
+    // Too few rounds: no verdict, and why.
     let few = dir.join("few.json");
     edit_json(&slow, &few, |v| {
         for t in v["tests"].as_array_mut().unwrap() {
@@ -803,28 +764,28 @@ fn compare_gates_on_a_test_made_30_percent_slower_and_warns_on_other_hosts() {
         }
     });
     let f = exitlab(&["compare", a_s, few.to_str().unwrap()]);
-    assert_eq!(f.status.code(), Some(0), "{}", stdout(&f));
-    // The "before" side has at least the 5 rounds asked for, more where the host-noise
-    // detector added rounds.
     assert!(
-        stdout(&f).contains(" round(s) before and 3 after; at least 5 on each side"),
+        stdout(&f).contains(
+            "no verdict for loop_overhead, cpuid, outl_to_user: 5 and 3 rounds; at least 5 a side are needed"
+        ),
         "{}",
         stdout(&f)
     );
+    // An A/B run is not a side of compare: report compares its sides.
     let help = exitlab(&["compare", "--help"]);
     assert!(
-        stdout(&help).contains("Exit status: 0 when no test is slower"),
+        stdout(&help).contains("Exit status: 0 the gate passes; 4 a test is slower"),
         "{}",
         stdout(&help)
     );
 }
 
 #[test]
-fn compare_of_directories_judges_by_how_far_the_runs_of_each_side_differ() {
+fn compare_of_directories_judges_with_runs_as_units_and_gates() {
     let dir = tempdir_named("compare-runs");
     let a = small_run(&dir, "a.json", &[]);
     // Copies of one run whose outl_to_user rounds sit at a level per copy: runs that
-    // differ by about 1 % (before, same), and by 1 % around +30 % (slow).
+    // differ by about 1 % (before), and by 1 % around +30 % (slow).
     let level = |factor: f64| outl_to_user_at(0.002, factor);
     let side = |name: &str, factors: &[f64]| {
         let d = dir.join(name);
@@ -841,47 +802,49 @@ fn compare_of_directories_judges_by_how_far_the_runs_of_each_side_differ() {
     assert_eq!(c.status.code(), Some(4), "{}", stdout(&c));
     let out = stdout(&c);
     assert!(
-        out.contains("each side's figure is the geometric mean of its runs' (3 before, 3 after)"),
+        out.contains("each side: geometric mean of its runs' figures; units: runs"),
         "{out}"
     );
     let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();
     assert!(
-        row.contains("+30.0%") && row.contains(" 3/3 ") && row.ends_with("slower"),
+        row.contains("+30.0%") && row.contains(" 3 ") && row.ends_with("slower"),
         "{row}"
     );
-    // The default threshold of several runs a side is 1 %.
     assert!(
-        out.contains("slower beyond 1.0% with 95% confidence: outl_to_user"),
+        out.contains("gate: slower beyond 2% (Holm over 2 tests): outl_to_user"),
         "{out}"
     );
-    // One run of the after side at +30 %: named, and no alarm (the runs disagree).
+    // --gate names what the gate judges: cpuid alone did not move.
+    let c = exitlab(&["compare", "--gate", "cpuid", &before, &slow]);
+    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    // One run of the after side at +30 %: the interval holds how far runs differ, the
+    // gate does not fire, and the odd run is named beside the verdict.
     let c = exitlab(&["compare", &before, &odd]);
     assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
     let out = stdout(&c);
+    let row = out.lines().find(|l| l.starts_with("outl_to_user")).unwrap();
+    assert!(row.ends_with("inconclusive"), "{row}");
     assert!(
-        out.contains("warning: outl_to_user: the after run "),
+        out.contains("sign: odd runs (over 5% from their side's median run): outl_to_user after"),
         "{out}"
     );
-    assert!(out.contains("odd/run1.json is +"), "{out}");
-    // A single file against a directory is a comparison of runs too, and one run on a
-    // side is too few: a host state that lasted it would count as the build's.
+    assert!(out.contains("odd/run1.json"), "{out}");
+    // A single file against a directory is a comparison of runs too: one run is too few,
+    // and the gate fails closed.
     let c = exitlab(&["compare", a.to_str().unwrap(), &slow]);
-    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    assert_eq!(c.status.code(), Some(12), "{}", stdout(&c));
     let out = stdout(&c);
-    assert!(out.contains("(1 before, 3 after)"), "{out}");
     assert!(
-        out.contains("1 run(s) before and 3 after; at least 2 on each side are needed"),
+        out.contains("1 and 3 runs; at least 3 a side are needed"),
         "{out}"
     );
     // A directory of one run is a set of runs, not a file: the same.
     let one = side("one", &[1.0]);
     let c = exitlab(&["compare", &one, &slow]);
-    assert!(
-        stdout(&c).contains("at least 2 on each side"),
-        "{}",
-        stdout(&c)
-    );
-    // Refusals: an empty directory, and --per-loop, which is for two single runs.
+    assert_eq!(c.status.code(), Some(12), "{}", stdout(&c));
+    let c = exitlab(&["compare", "--accept-no-verdict", &one, &slow]);
+    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    // Refusals: an empty directory, and an A/B run as a side.
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let e = exitlab(&["compare", &before, empty.to_str().unwrap()]);
@@ -891,13 +854,73 @@ fn compare_of_directories_judges_by_how_far_the_runs_of_each_side_differ() {
         "{}",
         stderr(&e)
     );
-    let p = exitlab(&["compare", "--per-loop", &before, &slow]);
-    assert_eq!(p.status.code(), Some(2));
+    let ab = dir.join("ab.json");
+    edit_json(&a, &ab, |v| {
+        v["ab"] = serde_json::json!({"knob": "warmup", "a": "200", "b": "201", "b_tests": v["tests"].clone(), "order": []});
+    });
+    let e = exitlab(&["compare", a.to_str().unwrap(), ab.to_str().unwrap()]);
+    assert_eq!(e.status.code(), Some(2));
     assert!(
-        stderr(&p).contains("--per-loop compares two single runs"),
+        stderr(&e).contains("is an A/B run (bench --ab)"),
         "{}",
-        stderr(&p)
+        stderr(&e)
     );
+}
+
+#[test]
+fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
+    let dir = tempdir_named("runs");
+    let d = dir.join("build-a");
+    let o = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--samples",
+        "30",
+        "--rounds",
+        "5",
+        "--ring",
+        "3",
+        "--runs",
+        "3",
+        "--quiet",
+        "--json",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut files: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["run-01.json", "run-02.json", "run-03.json"]);
+    let out = stdout(&o);
+    assert!(out.contains("3 runs; each run's figure"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("cpuid"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains(".."), "a 95% interval over the runs: {row}");
+    // A directory that already holds results files is refused before anything runs.
+    let again = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--runs",
+        "2",
+        "--json",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("already holds results files"),
+        "{}",
+        stderr(&again)
+    );
+    // The directory against itself: runs as units, every test judged, the gate passes.
+    let c = exitlab(&["compare", d.to_str().unwrap(), d.to_str().unwrap()]);
+    assert_eq!(c.status.code(), Some(0), "{}", stdout(&c));
+    assert!(stdout(&c).contains("gate: passes"), "{}", stdout(&c));
 }
 
 #[test]
@@ -921,8 +944,15 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
         "--json",
         p.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
+    // The gate fires (4) exactly when the output names the test slower.
+    let fired = out.contains("gate: slower");
+    assert_eq!(
+        o.status.code(),
+        Some(if fired { 4 } else { 0 }),
+        "{}{out}",
+        stderr(&o)
+    );
     assert!(out.contains("outl_to_user batch=1"), "{out}");
     assert!(out.contains("Average cycles"), "{out}");
     assert!(out.contains("%Reduction"), "{out}");
@@ -942,14 +972,6 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
     assert_eq!(outl["rounds"].as_array().unwrap().len(), 6);
     assert_eq!(outl["batch"], 4);
     assert_eq!(outl["exit_check"]["passed"], true);
-    // One host-noise note for the whole experiment, not one per side and round.
-    let noise = v["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|n| n.as_str().unwrap().starts_with("host noise"))
-        .count();
-    assert!(noise <= 1, "{}", v["notes"]);
     // The report prints the A/B table with a verdict per test.
     let r = exitlab(&["report", p.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
@@ -960,17 +982,13 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
         .find(|l| l.starts_with("outl_to_user"))
         .unwrap();
     assert!(
-        ["faster", "slower", "no detectable change"]
+        ["faster", "slower", "equivalent", "inconclusive"]
             .iter()
             .any(|v| row.ends_with(v)),
         "{row}"
     );
-    // Six pairs, or five where the sides' joint choice of host state set one aside
-    // (fewer would keep all six).
-    assert!(
-        (row.contains("6/6") || row.contains("5/5")) && row.contains('%'),
-        "{row}"
-    );
+    // Six pairs, every one.
+    assert!(row.contains(" 6 ") && row.contains('%'), "{row}");
     // Unknown knobs and bad values are refused before anything runs.
     let bad = exitlab(&["bench", "--ab", "nosuchknob=1,2"]);
     assert_eq!(bad.status.code(), Some(2));
@@ -990,7 +1008,14 @@ fn known_answer_ab(tag: &str, args: &[&str], ab: &str) -> serde_json::Value {
     let p = dir.join("ab.json");
     let mut all = vec!["bench", "--tests", "cpuid,inl_from_user", "--ab", ab];
     all.extend_from_slice(args);
-    all.extend(["--rounds", "2", "--json", p.to_str().unwrap()]);
+    // Two pairs are too few for a verdict: accepted, these tests check the records.
+    all.extend([
+        "--rounds",
+        "2",
+        "--accept-no-verdict",
+        "--json",
+        p.to_str().unwrap(),
+    ]);
     let o = exitlab(&all);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
@@ -1140,64 +1165,6 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
             && notes[0].contains("cycles more (nominal +200,000"),
         "{}",
         notes[0]
-    );
-}
-
-#[test]
-fn ab_per_loop_is_recorded_in_the_file_its_reports_say_so_and_wrong_uses_are_refused() {
-    common::require_kvm();
-    let dir = tempdir_named("per-loop");
-    let p = dir.join("ab.json");
-    let path = p.to_str().unwrap();
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--samples",
-        "40",
-        "--rounds",
-        "2",
-        "--ab",
-        "warmup=200,201",
-        "--per-loop",
-        "--json",
-        path,
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let line = "per loop: each pair's change";
-    assert!(stdout(&o).contains(line), "{}", stdout(&o));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    assert_eq!(v["ab"]["per_loop"], true);
-    let r = exitlab(&["report", path]);
-    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
-    assert!(stdout(&r).contains(line), "{}", stdout(&r));
-    // Without --ab, or with a workload, it is refused before anything runs.
-    let bad = exitlab(&["bench", "--per-loop"]);
-    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
-    assert!(stderr(&bad).contains("--ab"), "{}", stderr(&bad));
-    // A knob that changes the empty loop itself cannot be judged per loop.
-    let bad = exitlab(&["bench", "--ab", "ring=0,3", "--per-loop"]);
-    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
-    assert!(
-        stderr(&bad).contains("--per-loop cannot judge --ab ring"),
-        "{}",
-        stderr(&bad)
-    );
-    let bad = exitlab(&[
-        "bench",
-        "--workload",
-        "hackbench",
-        "--kernel",
-        "/nonexistent",
-        "--ab",
-        "cpus=1,2",
-        "--per-loop",
-    ]);
-    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
-    assert!(
-        stderr(&bad).contains("not to --workload"),
-        "{}",
-        stderr(&bad)
     );
 }
 
@@ -1547,7 +1514,7 @@ fn bench_json_without_a_file_prints_only_the_results() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("stdout is not only JSON ({e}): {}", stdout(&o)));
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(
         v["tests"].as_array().unwrap().len(),
         2,

@@ -133,6 +133,8 @@ struct Collected {
     interrupted: Option<u32>,
     /// With a planned design: the plan and what each test got.
     plan: Option<Plan>,
+    /// The rounds run first: all of them, or a planned design's pilot.
+    first_rounds: u64,
 }
 
 /// Runs the suite.
@@ -166,12 +168,13 @@ pub fn run(
         opts.params.guest_cycles,
     ));
     notes.extend(analysis::injected_note(&results, opts.params.inject_cycles));
+    let first = collected.first_rounds;
     let incomplete = collected.interrupted.map(|round| {
-        let when = match u64::from(round).checked_sub(rounds) {
-            Some(extra) if extra > 0 => {
-                format!("extra round {extra} (after the {rounds} planned ones)")
+        let when = match (u64::from(round) > first, &plan) {
+            (true, _) | (false, Some(_)) => {
+                format!("round {round} (a planned design; its pilot had {first})")
             }
-            _ => format!("round {round} of {rounds}"),
+            _ => format!("round {round} of {first}"),
         };
         interrupted_reason(
             &when,
@@ -242,12 +245,18 @@ fn collect(
 ) -> Result<Collected, RunError> {
     // Every VM of the run is closed by the time this returns (the teardown's drop).
     let teardown = &Teardown::new();
+    // A planned design's pilot; each round takes a planned round's share of the samples.
+    let pilot = match opts.precision {
+        Some(_) => plan::pilot_size(rounds as usize) as u64,
+        None => rounds,
+    };
     let (mut per_test, interrupted) =
-        run_rounds(kvm, image, tests, opts, rounds, teardown, progress)?;
+        run_rounds(kvm, image, tests, opts, pilot, rounds, teardown, progress)?;
     let mut out = Collected {
         per_test: Vec::new(),
         interrupted,
         plan: None,
+        first_rounds: pilot,
     };
     if let (None, Some(p)) = (interrupted, opts.precision) {
         let share = (opts.params.samples / rounds).max(1);
@@ -258,7 +267,7 @@ fn collect(
         let (plan, stopped) = planned_rounds(
             tests,
             &mut per_test,
-            rounds as usize,
+            pilot as usize,
             p,
             left,
             opts.cancel.as_deref(),
@@ -269,7 +278,7 @@ fn collect(
             seconds: started.elapsed().as_secs_f64(),
             ..plan
         });
-        out.interrupted = stopped.map(|r| rounds as u32 + r);
+        out.interrupted = stopped.map(|r| pilot as u32 + r);
     }
     out.per_test = per_test;
     Ok(out)
@@ -490,15 +499,18 @@ impl Stored {
 
 /// Runs `rounds` rounds of the whole suite (through [`rounds::run`], the tests in the
 /// suite's order every round), each test in a fresh VM every round with its share of
-/// the samples, so that slow drifts of the host spread over all tests alike. A test that
+/// the samples (of `share_of` rounds: a planned design's pilot takes the planned rounds'
+/// share), so that slow drifts of the host spread over all tests alike. A test that
 /// did not complete, failed or was skipped is not run again. Also returns the round
 /// (1-based) during which the user interrupted the run, if they did.
+#[allow(clippy::too_many_arguments)]
 fn run_rounds(
     kvm: &Arc<Kvm>,
     image: &[u8],
     tests: &[&'static TestDef],
     opts: &BenchOptions,
     rounds: u64,
+    share_of: u64,
     teardown: &Arc<Teardown>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<(Vec<Vec<Stored>>, Option<u32>), RunError> {
@@ -517,8 +529,8 @@ fn run_rounds(
                         return Ok(Flow::Continue);
                     }
                     let r = u64::from(round - 1);
-                    let share =
-                        opts.params.samples / rounds + u64::from(r < opts.params.samples % rounds);
+                    let share = opts.params.samples / share_of
+                        + u64::from(r < opts.params.samples % share_of);
                     done.push(one_round(
                         kvm,
                         image,

@@ -136,7 +136,7 @@ pub struct TestDef {
 /// 1,500-cycle exit). With one iteration a sample, what the brackets cost varied from VM
 /// to VM beyond what the paired empty loop takes out, and the rounds' figures sat on a
 /// few steps of the clock; four iterations share those costs four ways. On kvm_pvm, 10
-/// pairs of default single runs each way, interleaved (docs/statistics.md): `compare`'s
+/// pairs of default single runs each way, interleaved (docs/notebook/2026-11-statistics.md): `compare`'s
 /// smallest detectable change (median over pairs, its 2 % threshold included) fell from
 /// 5.5-5.6 % to 3.3-3.4 % for the three ~1,500-cycle tests (CR8 both ways, TSC_ADJUST
 /// reads) and from 3.1-4.6 % to 2.9-3.1 % for the other kernel-handled ones. The figures

@@ -838,3 +838,321 @@ pub fn median_loop(t: &TestResult) -> Option<f64> {
 pub fn no_interval_verdict(why: &NoInterval) -> Verdict {
     Verdict::NoVerdict(why.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::results::tests::{ok_test, sample_results};
+    use crate::results::{AbRun, RoundFigure};
+    use crate::stats::model::THRESHOLD_PCT;
+
+    /// A standard normal draw (sum of twelve uniforms).
+    fn z(rng: &mut SmallRng) -> f64 {
+        (0..12).map(|_| rng.random::<f64>()).sum::<f64>() - 6.0
+    }
+
+    /// The host the synthetic rounds run on: a round's figure is its test's level times
+    /// the host's state while it ran, times 1 ± `noise` (normal); the host holds a slow
+    /// state (1.3-1.6x every figure) in episodes of 2 to 12 rounds that begin in a round
+    /// with probability `episodes`; and `outliers` of rounds are hit by interference on
+    /// their own (1.15-1.3x).
+    struct Host {
+        noise: f64,
+        episodes: f64,
+        outliers: f64,
+        state: f64,
+        left: u32,
+    }
+
+    impl Host {
+        fn new(noise: f64, episodes: f64, outliers: f64) -> Host {
+            Host {
+                noise,
+                episodes,
+                outliers,
+                state: 1.0,
+                left: 0,
+            }
+        }
+
+        /// Moves the host's state on by one round.
+        fn tick(&mut self, rng: &mut SmallRng) {
+            if self.left == 0 {
+                self.state = 1.0;
+                if rng.random_bool(self.episodes) {
+                    self.left = rng.random_range(2..=12);
+                    self.state = rng.random_range(1.3..1.6);
+                }
+            } else {
+                self.left -= 1;
+            }
+        }
+
+        /// One round of a test at `level`.
+        fn round(&self, rng: &mut SmallRng, level: f64) -> RoundFigure {
+            let hit = if rng.random_bool(self.outliers) {
+                rng.random_range(1.15..1.3)
+            } else {
+                1.0
+            };
+            let net = level * self.state * hit * (1.0 + self.noise * z(rng));
+            let empty = 20_000.0 * self.state * (1.0 + 0.005 * z(rng));
+            RoundFigure {
+                samples: 50,
+                median: net + empty,
+                net_median: Some(net),
+                loop_median: Some(empty),
+                ..Default::default()
+            }
+        }
+    }
+
+    /// Sixteen tests at levels from 2,000 to 32,000 cycles.
+    const TESTS: usize = 16;
+
+    fn level(i: usize) -> f64 {
+        2_000.0 * (1 + i) as f64
+    }
+
+    fn name(i: usize) -> String {
+        format!("t{i:02}")
+    }
+
+    /// An A/B run of [`TESTS`] tests over `pairs` pairs on `host` (the sides of a pair run
+    /// back to back, one round apart), side B's test 0 at `factor` times side A's.
+    fn ab_run(rng: &mut SmallRng, host: &mut Host, pairs: usize, factor: f64) -> Results {
+        let mut a: Vec<TestResult> = (0..TESTS).map(|i| ok_test(&name(i), level(i))).collect();
+        let mut b = a.clone();
+        for t in a.iter_mut().chain(b.iter_mut()) {
+            t.rounds.clear();
+        }
+        for p in 0..pairs {
+            let order = if p % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                host.tick(rng);
+                let tests = if side == 0 { &mut a } else { &mut b };
+                for (i, t) in tests.iter_mut().enumerate() {
+                    let f = if side == 1 && i == 0 { factor } else { 1.0 };
+                    t.rounds.push(host.round(rng, level(i) * f));
+                }
+            }
+        }
+        let mut r = sample_results();
+        r.tests = a;
+        r.ab = Some(AbRun {
+            knob: "warmup".into(),
+            a: "200".into(),
+            b: "201".into(),
+            b_tests: b,
+            order: Vec::new(),
+        });
+        r
+    }
+
+    /// One run of [`TESTS`] tests, `rounds` rounds, on `host`, test 0 at `factor`.
+    fn one_run(rng: &mut SmallRng, host: &mut Host, rounds: usize, factor: f64) -> Results {
+        let mut r = sample_results();
+        r.tests = (0..TESTS)
+            .map(|i| {
+                let mut t = ok_test(&name(i), level(i));
+                t.rounds.clear();
+                t
+            })
+            .collect();
+        for _ in 0..rounds {
+            host.tick(rng);
+            for (i, t) in r.tests.iter_mut().enumerate() {
+                let f = if i == 0 { factor } else { 1.0 };
+                t.rounds.push(host.round(rng, level(i) * f));
+            }
+        }
+        r
+    }
+
+    /// Whether test 0's interval covers `truth` (percent).
+    fn covers(c: &Comparison, truth: f64) -> bool {
+        c.tests[0]
+            .change
+            .ci95_pct
+            .is_some_and(|[lo, hi]| lo <= truth && truth <= hi)
+    }
+
+    #[test]
+    fn ab_gates_rarely_fire_on_unchanged_builds_and_find_a_known_change_despite_host_states_and_outliers(
+    ) {
+        let mut rng = SmallRng::seed_from_u64(35);
+        let mut host = Host::new(0.02, 0.08, 0.03);
+        // A/A: 60 runs of 16 tests, 30 pairs each, on a host with slow-state episodes and
+        // outlier rounds: the gate fires in at most 5 % of them.
+        let fired = (0..60)
+            .filter(|_| {
+                let r = ab_run(&mut rng, &mut host, 30, 1.0);
+                compare_ab_run(&r, THRESHOLD_PCT)
+                    .unwrap()
+                    .gate(None)
+                    .fires()
+            })
+            .count();
+        assert!(fired <= 3, "{fired} of 60 A/A gates fired");
+        // A known answer of +6 % on test 0: called slower and covered most of the time.
+        let (mut slower, mut covered) = (0, 0);
+        for _ in 0..60 {
+            let r = ab_run(&mut rng, &mut host, 30, 1.06);
+            let c = compare_ab_run(&r, THRESHOLD_PCT).unwrap();
+            slower += usize::from(c.tests[0].change.is_slower());
+            covered += usize::from(covers(&c, 6.0));
+        }
+        assert!(slower >= 48, "slower in {slower} of 60");
+        assert!(covered >= 54, "covered in {covered} of 60");
+        // The signs report the host: rounds in another state are named, none set aside.
+        let r = ab_run(&mut rng, &mut Host::new(0.02, 0.3, 0.05), 30, 1.0);
+        let c = compare_ab_run(&r, THRESHOLD_PCT).unwrap();
+        assert!(
+            c.tests.iter().all(|t| t.change.units == [30, 30]),
+            "every pair counts"
+        );
+    }
+
+    #[test]
+    fn runs_gates_rarely_fire_on_unchanged_builds_and_find_a_five_percent_change() {
+        let mut rng = SmallRng::seed_from_u64(36);
+        // Runs whose host state lasts a whole run (each run's state 1 ± 1 %), with outlier
+        // rounds within runs, and slow-state episodes that begin in a round with
+        // probability `episodes` (one run in two has one at 0.03: its figure may move by
+        // tens of percent, and the interval widens with it).
+        let side = |rng: &mut SmallRng, factor: f64, episodes: f64| -> Vec<Results> {
+            (0..3)
+                .map(|_| {
+                    let mut host = Host::new(0.02, episodes, 0.03);
+                    let shift = 1.0 + 0.01 * z(rng);
+                    let mut r = one_run(rng, &mut host, 24, factor);
+                    for t in &mut r.tests {
+                        for round in &mut t.rounds {
+                            round.net_median = round.net_median.map(|v| v * shift);
+                        }
+                    }
+                    r
+                })
+                .collect()
+        };
+        fn runs<'a>(s: &'a [Results], names: &'a [String]) -> Vec<Run<'a>> {
+            s.iter()
+                .zip(names)
+                .map(|(r, name)| Run { name, results: r })
+                .collect()
+        }
+        let compare_sides = |a: &[Results], b: &[Results]| {
+            let names: Vec<String> = (0..a.len().max(b.len()))
+                .map(|i| format!("run{i}"))
+                .collect();
+            let (ra, rb) = (runs(a, &names), runs(b, &names));
+            let c = compare_runs(&ra, &rb, THRESHOLD_PCT);
+            (
+                c.gate(None).fires(),
+                c.tests[0].change.is_slower(),
+                covers(&c, 5.0),
+            )
+        };
+        let mut fired = 0;
+        let (mut slower, mut covered) = (0, 0);
+        for _ in 0..40 {
+            // A/A on the host with episodes: the gate holds.
+            let (a, b) = (side(&mut rng, 1.0, 0.03), side(&mut rng, 1.0, 0.03));
+            fired += usize::from(compare_sides(&a, &b).0);
+            // A known +5 % between two sides of runs without episodes.
+            let (a, c) = (side(&mut rng, 1.0, 0.0), side(&mut rng, 1.05, 0.0));
+            let (_, s, cov) = compare_sides(&a, &c);
+            slower += usize::from(s);
+            covered += usize::from(cov);
+        }
+        assert!(fired <= 2, "{fired} of 40 A/A gates of runs fired");
+        assert!(slower >= 32, "a 5 % change slower in {slower} of 40");
+        assert!(covered >= 37, "covered in {covered} of 40");
+    }
+
+    #[test]
+    fn a_gate_fails_closed_on_a_test_missing_or_failed_on_one_side_but_not_on_one_the_host_never_ran(
+    ) {
+        let r = sample_results();
+        // vmcall skipped on both sides, ipi stalled on both: the host ran neither.
+        let c = compare_pairs(&r, &r, THRESHOLD_PCT);
+        let g = c.gate(None);
+        assert!(g.no_verdict.is_empty(), "{g:?}");
+        // ipi completed on side B only: no verdict, and the gate cannot pass.
+        let mut b = r.clone();
+        let ok = ok_test("ipi", 9_000.0);
+        *b.tests.iter_mut().find(|t| t.name == "ipi").unwrap() = ok;
+        let g = compare_pairs(&r, &b, THRESHOLD_PCT).gate(None);
+        assert_eq!(g.no_verdict, ["ipi"]);
+        // A test only one side has, or one --gate names that neither has.
+        let mut short = r.clone();
+        short.tests.retain(|t| t.name != "cpuid");
+        let c = compare(&r, &short, THRESHOLD_PCT);
+        assert!(c.gate(None).no_verdict.contains(&"cpuid".to_string()));
+        let only = ["inl_from_qemu".to_string(), "nosuch".to_string()];
+        assert_eq!(c.gate(Some(&only)).no_verdict, ["nosuch"]);
+        // Two single files never gate.
+        assert!(!c.design.gates());
+    }
+
+    #[test]
+    fn one_file_gives_one_figure_in_every_rendering() {
+        use crate::format::fmt_cycles;
+        let mut r = sample_results();
+        let t = r.tests.iter_mut().find(|t| t.name == "cpuid").unwrap();
+        // A stored net median the rounds do not give, and a round far out: every
+        // rendering shows the median of all six rounds.
+        t.net_median_cycles = Some(1111.0);
+        for (round, v) in t
+            .rounds
+            .iter_mut()
+            .zip([12_345.0, 12_340.0, 12_350.0, 16_000.0, 12_345.0, 12_348.0])
+        {
+            round.net_median = Some(v);
+        }
+        let c = units::central(r.test("cpuid").unwrap()).unwrap();
+        assert_eq!(c.value, 12_346.5);
+        let shown = fmt_cycles(c.value);
+        let row = |text: &str| -> String {
+            text.lines()
+                .find(|l| l.contains("cpuid"))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let table = crate::report::render_table(&r);
+        assert!(
+            row(&table).contains(&shown) && !table.contains("1,111"),
+            "{table}"
+        );
+        assert!(row(&crate::report::render_markdown(&r)).contains(&shown));
+        let files = [("f.json".to_string(), r.clone())];
+        assert!(row(&crate::report::render_csv(&files)).contains(",12346.5,"));
+        let html = crate::html::render(&files);
+        assert!(
+            html.lines()
+                .any(|l| l.contains("<td>cpuid</td>") && l.contains(&format!("<td>{shown}</td>"))),
+            "{html}"
+        );
+        let om = crate::openmetrics::render(&files);
+        assert!(
+            om.lines().any(|l| l.starts_with("exitlab_exit_net_cycles{")
+                && l.contains("test=\"cpuid\"")
+                && l.contains("median")
+                && l.ends_with(" 12346.5")),
+            "{om}"
+        );
+        let cmp = compare(&r, &r, THRESHOLD_PCT);
+        let cc = &cmp.tests.iter().find(|t| t.name == "cpuid").unwrap().change;
+        assert_eq!(cc.figures, [12_346.5, 12_346.5]);
+        assert!(row(&render_comparison(&cmp, ["before", "after"])).contains(&shown));
+        // The round far out is named beside the figure, not set aside.
+        let signs = crate::report::signs_lines(&r.tests).join("\n");
+        assert!(
+            signs.contains("outlier rounds") && signs.contains("cpuid 1 of 6"),
+            "{signs}"
+        );
+    }
+}

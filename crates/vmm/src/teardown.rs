@@ -7,7 +7,7 @@
 //! test round in a fresh VM spends that much per round doing nothing. A [`Teardown`]
 //! keeps the fds of dropped VMs ([`crate::builder::MachineBuilder::defer_teardown`]) and
 //! closes them together, one thread each, when told ([`Teardown::finish`]) or when it is
-//! dropped, so that the waits overlap (`docs/statistics.md`: a default bench's rounds
+//! dropped, so that the waits overlap (`docs/notebook/2026-11-statistics.md`: a default bench's rounds
 //! took half the time).
 //!
 //! Only the VM fd waits. Everything else of a dropped VM goes at once, in its usual

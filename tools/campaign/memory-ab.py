@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Usage: docs/memory-ab.py STATE ROUNDS BINARY... (root not needed)
+# Usage: tools/campaign/memory-ab.py STATE ROUNDS BINARY... (root not needed)
 # An A/B of the memory `exitlab run -v --builtin conformance` reports outside guest RAM,
 # for several exitlab binaries, interleaved, with each binary's file put in the same
 # page-cache state first (docs/memory.md, 2026-11-27: the resident figure counts the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Usage (root, tracefs): docs/exit-path-external-trace.py EXITLAB RESULTS.json [BENCH OPTIONS...]
-# e.g. docs/exit-path-external-trace.py target/release/exitlab /tmp/r.json --tests cpuid --overhead --samples 30 --rounds 1
+# Usage (root, tracefs): tools/campaign/exit-path-external-trace.py EXITLAB RESULTS.json [BENCH OPTIONS...]
+# e.g. tools/campaign/exit-path-external-trace.py target/release/exitlab /tmp/r.json --tests cpuid --overhead --samples 30 --rounds 1
 # An external trace of `exitlab bench`'s overhead experiment, independent of exitlab's
 # tracing code: its own tracefs instance, its own parser. Pairs each userspace exit
 # (kvm_userspace_exit) with the same thread's next ioctl entry, per process, skipping

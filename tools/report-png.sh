@@ -2,7 +2,7 @@
 # Regenerates docs/report.png, the README's screenshot of the HTML report
 # (`exitlab report before.json after.json -o report.html`), the way anyone can repeat it:
 #
-#   bash docs/report-png.sh [OUT.png]        (from the checkout; needs /dev/kvm and chromium)
+#   bash tools/report-png.sh [OUT.png]        (from the checkout; needs /dev/kvm and chromium)
 #
 # 1. two short runs of the same tests on this host, "before" and "after" (so the page has
 #    its comparison table, two series in every plot, and the phases of userspace exits);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Usage (root, tracefs): docs/exit-path-ab.py ROUNDS NAME="COMMAND" NAME="COMMAND" ...
-# e.g. docs/exit-path-ab.py 10 floor="exitlab-floor H ins=20000" \
+# Usage (root, tracefs): tools/campaign/exit-path-ab.py ROUNDS NAME="COMMAND" NAME="COMMAND" ...
+# e.g. tools/campaign/exit-path-ab.py 10 floor="exitlab-floor H ins=20000" \
 #        a="./exitlab-a run --serial none H --cmdline ins=20000" \
 #        b="./exitlab-b run --serial none H --cmdline ins=20000"
 # (H: the harness kernel, target/release/build/exitlab-guest-*/out/exitlab-harness.elf;
