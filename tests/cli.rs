@@ -146,8 +146,8 @@ fn precision_and_budget_must_be_sensible() {
     }
 }
 
-/// A run of cpuid and outl_to_user at ring 3 with 150 samples, without `--rounds` (a
-/// planned design fixes them), and `extra`: its exit status, output and file.
+/// A run of cpuid and outl_to_user at ring 3 with 150 samples and `extra` (without
+/// `--rounds`, a planned design fixes them): its exit status, output and file.
 fn planned_run(
     dir: &std::path::Path,
     name: &str,
@@ -170,7 +170,7 @@ fn planned_run(
     args.extend_from_slice(extra);
     let o = exitlab(&args);
     let v = serde_json::from_slice(&std::fs::read(&p).unwrap_or_default()).unwrap_or_default();
-    (o.status.code(), stdout(&o), v)
+    (o.status.code(), format!("{}{}", stdout(&o), stderr(&o)), v)
 }
 
 /// The number of rounds of test `name` in `tests` (a results file's `tests` or
@@ -639,26 +639,10 @@ fn small_run_printing(
     name: &str,
     extra: &[&str],
 ) -> (std::path::PathBuf, String) {
-    let p = dir.join(name);
-    let mut args = vec![
-        "bench",
-        "--tests",
-        "cpuid,outl_to_user",
-        "--samples",
-        "150",
-        "--ring",
-        "3",
-        "--no-overhead",
-        "--rounds",
-        "5",
-        "--quiet",
-        "--json",
-        p.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let o = exitlab(&args);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    (p, stdout(&o))
+    let with_rounds = [&["--rounds", "5"][..], extra].concat();
+    let (code, out, _) = planned_run(dir, name, &with_rounds);
+    assert_eq!(code, Some(0), "{out}");
+    (dir.join(name), out)
 }
 
 /// An edit that sets outl_to_user's round figures to its third round's, times `factor`,

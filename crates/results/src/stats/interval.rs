@@ -321,22 +321,26 @@ fn runs_side(runs: &[Vec<f64>], rng: &mut SmallRng) -> (f64, f64) {
     (mean, variance(&boot) * m as f64 / (m as f64 - 1.0))
 }
 
+/// Whether `runs` (each run's round figures) can be units: enough of them (`have`, per
+/// side), none without rounds, every figure positive.
+fn usable_runs(runs: &[Vec<f64>], have: [usize; 2]) -> Result<(), NoInterval> {
+    too_few(have, MIN_RUNS, Unit::Run)?;
+    if runs.iter().any(Vec::is_empty) {
+        return Err(NoInterval::TooFew {
+            have,
+            need: MIN_RUNS,
+            unit: Unit::Run,
+        });
+    }
+    runs.iter().try_for_each(|r| positive(r))
+}
+
 /// One side's figure from its runs (`runs`: each run's round figures): the geometric
 /// mean of the runs' figures (each the median of its rounds), with runs as units and
 /// `m − 1` degrees of freedom.
 pub fn runs_figure(runs: &[Vec<f64>]) -> Result<Estimate, NoInterval> {
     let m = runs.len();
-    too_few([m, m], MIN_RUNS, Unit::Run)?;
-    for r in runs {
-        if r.is_empty() {
-            return Err(NoInterval::TooFew {
-                have: [m, m],
-                need: MIN_RUNS,
-                unit: Unit::Run,
-            });
-        }
-        positive(r)?;
-    }
+    usable_runs(runs, [m, m])?;
     let mut rng = SmallRng::seed_from_u64(seed_of(runs.iter().flatten()));
     let (log, var) = runs_side(runs, &mut rng);
     Ok(Estimate {
@@ -352,17 +356,8 @@ pub fn runs_figure(runs: &[Vec<f64>]) -> Result<Estimate, NoInterval> {
 /// difference of the two sides' mean log run figures, with runs as units.
 pub fn runs(a: &[Vec<f64>], b: &[Vec<f64>]) -> Result<Estimate, NoInterval> {
     let (ma, mb) = (a.len(), b.len());
-    too_few([ma, mb], MIN_RUNS, Unit::Run)?;
-    for r in a.iter().chain(b) {
-        if r.is_empty() {
-            return Err(NoInterval::TooFew {
-                have: [ma, mb],
-                need: MIN_RUNS,
-                unit: Unit::Run,
-            });
-        }
-        positive(r)?;
-    }
+    usable_runs(a, [ma, mb])?;
+    usable_runs(b, [ma, mb])?;
     let mut rng = SmallRng::seed_from_u64(seed_of(a.iter().chain(b).flatten()));
     let (la, va) = runs_side(a, &mut rng);
     let (lb, vb) = runs_side(b, &mut rng);
