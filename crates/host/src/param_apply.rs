@@ -16,7 +16,7 @@ use crate::param_error::KnobError;
 use crate::param_host::{Host, NodeState};
 use crate::param_inspect::{module_facts, ModuleFacts};
 use crate::param_loader::ModuleLoader;
-use crate::param_spec::{same_value, unpassable, ParamSpec};
+use crate::param_spec::{parse_bool, same_value, unpassable, ParamSpec};
 
 /// A module's parameters as they were (or should be).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -42,13 +42,23 @@ impl From<&ModuleFacts> for ModuleValues {
     }
 }
 
+/// Parameters declared with `module_param_unsafe`: passing one at all taints the kernel
+/// (TAINT_USER), even at its default value, so a reload passes it only when it is on
+/// (someone passed it before, and the kernel is tainted already).
+const UNSAFE_PARAMS: &[(&str, &str)] = &[("kvm_amd", "force_avic")];
+
 impl ModuleValues {
     /// The parameters a load passes: every value that can be passed as it is (not an
-    /// empty or `(null)` string, nothing modprobe would split).
-    fn load_params(&self) -> Vec<(String, String)> {
+    /// empty or `(null)` string, nothing modprobe would split), less the unsafe ones
+    /// that are off.
+    pub fn load_params(&self) -> Vec<(String, String)> {
         self.params
             .iter()
             .filter(|(_, v)| unpassable(v).is_none())
+            .filter(|(k, v)| {
+                !UNSAFE_PARAMS.contains(&(self.name.as_str(), k.as_str()))
+                    || parse_bool(v) == Some(true)
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
@@ -85,6 +95,9 @@ pub struct Outcome {
     pub after: Vec<Difference>,
     /// How long it took, from the first look to the last read-back.
     pub took: Duration,
+    /// `/proc/sys/kernel/tainted` before and after, when a reload changed it (a parameter
+    /// passed is one the kernel calls unsafe).
+    pub tainted: Option<(String, String)>,
 }
 
 /// Every value of `want` that `now` does not show.
@@ -130,6 +143,8 @@ pub fn apply(
     switched: Option<(&ParamSpec, &str)>,
 ) -> Result<Outcome, KnobError> {
     let start = Instant::now();
+    let tainted_path = host.proc_root.join("sys/kernel/tainted");
+    let tainted_before = crate::read_trimmed(&tainted_path);
     let now: Vec<ModuleFacts> = modules
         .iter()
         .map(|m| module_facts(host, &m.name))
@@ -220,10 +235,54 @@ pub fn apply(
         .iter()
         .flat_map(|m| differences(m, &module_facts(host, &m.name)))
         .collect();
+    let took = start.elapsed();
+    let tainted = match (tainted_before, crate::read_trimmed(&tainted_path)) {
+        (Some(a), Some(b)) if a != b => Some((a, b)),
+        _ => None,
+    };
     Ok(Outcome {
         before,
         reloaded,
         after,
-        took: start.elapsed(),
+        took,
+        tainted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_passes_what_can_be_passed_and_no_unsafe_parameter_that_is_off() {
+        let mut m = ModuleValues {
+            name: "kvm_amd".into(),
+            built_in: false,
+            params: [
+                ("npt", "Y"),
+                ("force_avic", "N"),
+                ("empty", ""),
+                ("unset", "(null)"),
+                ("words", "not required"),
+                ("nested", "0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            writable: BTreeSet::new(),
+        };
+        let names = |m: &ModuleValues| -> Vec<String> {
+            m.load_params()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        };
+        assert_eq!(names(&m), ["nested=0", "npt=Y"]);
+        m.params.insert("force_avic".into(), "Y".into());
+        assert_eq!(names(&m), ["force_avic=Y", "nested=0", "npt=Y"]);
+        // Another module's parameter of that name is not the unsafe one.
+        m.name = "kvm_other".into();
+        m.params.insert("force_avic".into(), "N".into());
+        assert_eq!(names(&m), ["force_avic=N", "nested=0", "npt=Y"]);
+    }
 }

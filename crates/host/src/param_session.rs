@@ -225,7 +225,7 @@ impl<L: ModuleLoader> ParamSession<L> {
                 kept: in_force,
             });
         }
-        let warnings = outcome
+        let mut warnings: Vec<String> = outcome
             .after
             .iter()
             .filter(|d| d.knob != knob)
@@ -238,6 +238,12 @@ impl<L: ModuleLoader> ParamSession<L> {
                 )
             })
             .collect();
+        if let Some((was, now)) = &outcome.tainted {
+            warnings.push(format!(
+                "the kernel's taint flags went from {was} to {now} during the switch (a \
+                 parameter passed may be one the kernel calls unsafe; see dmesg)"
+            ));
+        }
         Ok(Applied {
             knob,
             asked: value.to_string(),
@@ -288,6 +294,7 @@ impl<L: ModuleLoader> ParamSession<L> {
                 reloaded: Vec::new(),
                 after: Vec::new(),
                 took: Duration::ZERO,
+                tainted: None,
             });
         }
         // One try: when it fails, the state file keeps the originals for the next start.
