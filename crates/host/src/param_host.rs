@@ -257,7 +257,10 @@ impl KvmFiles {
     }
 
     /// The most module references these files can hold: one each, two a VM (its file's,
-    /// and the one the VM itself takes on the module for as long as it lives).
+    /// and the one the VM itself may take on the module for as long as it lives). Counted
+    /// generously so that this process's own files never read as another user: on Linux
+    /// 6.1 (the L1), `/dev/kvm` and a VM hold one reference each and a vCPU none, so a
+    /// hidden user can go unseen only while this process itself holds VMs or vCPUs.
     pub fn module_refs(&self) -> u32 {
         self.dev + 2 * self.vms + self.other
     }

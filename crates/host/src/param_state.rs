@@ -393,6 +393,35 @@ mod tests {
     }
 
     #[test]
+    fn a_new_session_restores_what_a_dead_one_left_first() {
+        let mut f = fixture("kvm_amd");
+        let loader = killed(&mut f, "kvm.halt_poll_ns", "0", 999_999, 5);
+        let s = ParamSession::open(
+            f.host.clone(),
+            loader,
+            &ParamSpec::parse("kvm_amd.npt").unwrap(),
+            &f.state,
+        )
+        .unwrap();
+        assert_eq!(s.notes().len(), 1, "{:?}", s.notes());
+        assert!(
+            s.notes()[0].starts_with(
+                "restored what exitlab pid 999999 left switched when it ended \
+                 (kvm.halt_poll_ns): kvm.halt_poll_ns 0 -> 200000"
+            ),
+            "{:?}",
+            s.notes()
+        );
+        assert_eq!(value(&f, "kvm", "halt_poll_ns"), "200000");
+        assert_eq!(
+            s.saved().modules[0].params["halt_poll_ns"],
+            "200000",
+            "the true original"
+        );
+        assert!(!f.state.exists());
+    }
+
+    #[test]
     fn a_live_owner_is_left_alone() {
         let mut f = fixture("kvm_amd");
         process(&f.root, 4242, "exitlab", 77);
