@@ -172,13 +172,16 @@ pub fn apply(
             });
         }
         for m in modules[from..].iter().rev() {
-            if host.module_dir(&m.name).is_dir() {
-                loader
-                    .unload(&m.name)
-                    .map_err(|detail| KnobError::Modprobe {
-                        action: format!("unloading {} (modprobe -r {})", m.name, m.name),
-                        detail,
-                    })?;
+            if !host.module_dir(&m.name).is_dir() {
+                continue;
+            }
+            if let Err(detail) = loader.unload(&m.name) {
+                // What was unloaded already is loaded again below: KVM stays usable.
+                first_error.get_or_insert(KnobError::Modprobe {
+                    action: format!("unloading {} (modprobe -r {})", m.name, m.name),
+                    detail,
+                });
+                break;
             }
         }
         // modprobe -r also removes what the modules needed if nothing else does: every
@@ -199,7 +202,9 @@ pub fn apply(
             reloaded.push(m.name.clone());
         }
         if let Some(node) = node {
-            host.restore_node(node)?;
+            if let Err(e) = host.restore_node(node) {
+                first_error.get_or_insert(e);
+            }
         }
     }
     for (want, now) in modules.iter().zip(&now) {
@@ -208,6 +213,10 @@ pub fn apply(
         }
         for d in differences(want, now) {
             let param = &d.knob[want.name.len() + 1..];
+            // A read-only one differs here only when its module's reload failed above.
+            if !now.writable.contains(param) {
+                continue;
+            }
             let path = host.module_dir(&want.name).join("parameters").join(param);
             if let Err(e) = fs::write(&path, &d.want) {
                 let err = if e.raw_os_error() == Some(libc::EINVAL) {

@@ -534,6 +534,37 @@ mod tests {
     }
 
     #[test]
+    fn a_module_that_does_not_unload_is_an_error_and_nothing_is_left_unloaded() {
+        let mut f = fixture("kvm_amd");
+        // Something the refusals cannot see keeps kvm from unloading, once kvm_amd is
+        // gone already.
+        f.root.write("sys/module/kvm/holders/ghost", "");
+        let mut s = open(&mut f, "kvm.tdp_mmu");
+        s.loader.remove_unused_deps = false;
+        let e = s.set("N").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unloading kvm (modprobe -r kvm) failed: modprobe: FATAL: Module kvm is in use.; \
+             the kernel log (dmesg) may say more"
+        );
+        assert_eq!(
+            calls(&s),
+            [
+                "unload kvm_amd",
+                "unload kvm",
+                "load kvm_amd avic=N nested=0 npt=Y pause_filter_count=3000",
+            ],
+            "kvm_amd is loaded again at once"
+        );
+        assert_eq!(value(&f, "kvm", "tdp_mmu"), "Y");
+        assert_eq!(value(&f, "kvm_amd", "nested"), "0");
+        assert_eq!(f.host.node_state(), Some(f.node));
+        std::fs::remove_file(f.root.0.join("sys/module/kvm/holders/ghost")).unwrap();
+        s.restore().unwrap();
+        assert!(!f.state.exists());
+    }
+
+    #[test]
     fn a_bad_value_is_refused_before_anything_changes() {
         let mut f = fixture("kvm_amd");
         let mut s = open(&mut f, "kvm.halt_poll_ns");
