@@ -179,6 +179,19 @@ fn clap_error_text(rendered: &str) -> String {
     }
 }
 
+/// Whether a subcommand may open KVM or look at its module parameters: those start by
+/// restoring what an exitlab killed with a module parameter switched left behind.
+fn touches_kvm(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Bench(_)
+            | Command::Host { .. }
+            | Command::Run(_)
+            | Command::Trace(_)
+            | Command::Agree(_)
+    )
+}
+
 /// `exitlab run ...` (`run` first) parsed by a command of `run`'s and the global
 /// arguments alone, so that starting a VM does not build (and fault in the code of) every
 /// other subcommand's arguments, which the derive's full command does: docs/memory.md,
@@ -204,6 +217,7 @@ fn run_only(args: &[std::ffi::OsString]) -> Option<Cli> {
 fn parse_and_run() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(qemu_args) = crate::qemu::qemu_style(&args) {
+        crate::host_cmd::restore_pending_module_params();
         return crate::qemu::qemu_cmd(qemu_args);
     }
     let cli = match run_only(&args) {
@@ -227,6 +241,9 @@ fn parse_and_run() -> i32 {
     crate::verbosity::set(g.quiet, g.verbose);
     exitlab_vmm::seccomp::set_enabled(!g.no_seccomp);
     exitlab_vmm::seccomp::set_strict_ioctl(g.strict_ioctl);
+    if touches_kvm(&cli.command) {
+        crate::host_cmd::restore_pending_module_params();
+    }
     match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
@@ -304,6 +321,23 @@ mod tests {
             "",
         ] {
             assert!(run_only(&argv(line)).is_none(), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_commands_that_may_touch_kvm_restore_pending_module_parameters_first() {
+        for (line, touches) in [
+            ("bench --list", true),
+            ("host", true),
+            ("run --builtin conformance", true),
+            ("trace --cleanup", true),
+            ("agree", true),
+            ("report x.json", false),
+            ("compare a.json b.json", false),
+            ("man", false),
+        ] {
+            let cli = Cli::try_parse_from(argv(line)).expect(line);
+            assert_eq!(touches_kvm(&cli.command), touches, "{line}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! `exitlab host`: what matters for exit cost on this host, and why KVM is unusable when
 //! it is.
 
+use exitlab_host::Pending;
 use exitlab_results::host_report;
 
 use crate::common::JsonArg;
@@ -23,5 +24,26 @@ pub fn host_cmd(json: JsonArg) -> i32 {
         0
     } else {
         EXIT_NO_KVM
+    }
+}
+
+/// At the start of every subcommand that may touch KVM: when an exitlab killed while it
+/// had a KVM module parameter switched left its state file, restores the originals (as
+/// root) or says that a restore is pending, on stderr (`-q` hides the line when it only
+/// reports a restore done or a live owner left alone).
+pub fn restore_pending_module_params() {
+    let path = exitlab_host::param_state::default_state_path();
+    // One stat on the way to a VM; the rest only when there is something to do.
+    if !path.exists() {
+        return;
+    }
+    let host = exitlab_host::Host::real();
+    let Some(p) = exitlab_host::restore_pending(&host, &mut exitlab_host::Modprobe::find(), &path)
+    else {
+        return;
+    };
+    let quiet = crate::verbosity::level() < 0;
+    if !quiet || matches!(p, Pending::NeedsRoot(_) | Pending::Failed(_)) {
+        eprintln!("exitlab: {}", p.line());
     }
 }

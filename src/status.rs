@@ -27,6 +27,16 @@ pub const EXIT_VMM_FAILED: i32 = 8;
 pub const EXIT_CANT_WRITE: i32 = 10;
 /// exitlab itself failed (a bug: please report it with the command line).
 pub const EXIT_INTERNAL: i32 = 70;
+/// A host change was refused: a KVM module parameter knob cannot or must not be switched
+/// here (not root, built in, in use, paravirtual host, modprobe or module missing).
+/// Documented now, returned once `bench --ab MODULE.PARAM=A,B` is wired.
+#[allow(dead_code)]
+pub const EXIT_HOST_REFUSED: i32 = 14;
+/// A switched KVM module parameter could not be put back (the state file keeps the
+/// originals; exitlab retries at its next start as root). Documented now, returned once
+/// `bench --ab MODULE.PARAM=A,B` is wired.
+#[allow(dead_code)]
+pub const EXIT_HOST_NOT_RESTORED: i32 = 16;
 /// `run`: a vCPU triple-faulted (the machine shut down).
 pub const EXIT_TRIPLE_FAULT: i32 = 120;
 /// `run`: KVM could not run the guest (emulation failure, failed entry, an exit reason
@@ -71,6 +81,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ("8", "the host refused to set up the VM (KVM or OS call failed)"),
     ("10", "an output file, or standard output, could not be written"),
     ("12", "compare, bench --ab: no verdict can gate (too few runs or pairs, a side missing, two single files); --accept-no-verdict: 0"),
+    ("14", "a host change was refused (module parameter knob: not root, built in, in use, paravirtual host, modprobe or module missing)"),
+    ("16", "a switched module parameter could not be restored (exitlab retries at its next start as root)"),
     ("70", "internal error in exitlab (a bug)"),
     ("120", "run: a vCPU triple-faulted"),
     ("122", "run: KVM could not run the guest (emulation failure, failed entry, unknown exit)"),
@@ -107,6 +119,8 @@ mod tests {
             EXIT_NO_KVM,
             EXIT_VMM_FAILED,
             EXIT_CANT_WRITE,
+            EXIT_HOST_REFUSED,
+            EXIT_HOST_NOT_RESTORED,
             EXIT_INTERNAL,
             EXIT_TRIPLE_FAULT,
             EXIT_KVM_FAILURE,

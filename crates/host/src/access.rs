@@ -401,7 +401,7 @@ fn container_evidence(dockerenv: bool, containerenv: bool, cgroup: &str) -> Opti
 }
 
 /// A `Name:\tv1\tv2...` field of `/proc/self/status`.
-fn status_field(status: &str, name: &str) -> Vec<u32> {
+pub(crate) fn status_field(status: &str, name: &str) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(name))
@@ -442,7 +442,7 @@ fn user_name(etc_passwd: &str, uid: u32) -> Option<String> {
     })
 }
 
-fn node_of(path: &Path) -> Option<Node> {
+pub(crate) fn node_of(path: &Path) -> Option<Node> {
     let m = fs::metadata(path).ok()?;
     let rdev = m.rdev();
     Some(Node {

@@ -12,6 +12,13 @@
 //! and recorded here with [`HostReport::record_kvm`]. Rendering lives with the other
 //! reports, in the lab.
 //!
+//! It also records the GNU build IDs of the kernel and the KVM modules ([`buildid`]), and
+//! switches KVM module parameters as A/B knobs ([`ParamSession`], the `param_*` modules):
+//! parse `MODULE.PARAM` ([`param_spec`]), look before changing anything and refuse with a
+//! reason ([`param_inspect`]), write or reload ([`param_apply`] through a
+//! [`ModuleLoader`]), keep the originals in a state file and restore them, also after a
+//! `kill -9` ([`param_state`]).
+//!
 //! Nothing here panics: whatever cannot be read becomes `None` or an explanatory string.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -23,15 +30,31 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub mod access;
+pub mod buildid;
 pub mod cpu;
 pub mod kernel;
 pub mod modules;
+pub mod param_apply;
+pub mod param_error;
+pub mod param_host;
+pub mod param_inspect;
+pub mod param_loader;
+pub mod param_session;
+pub mod param_spec;
+pub mod param_state;
 pub mod tsc;
 
 pub use access::{Diagnosis, Problem};
+pub use buildid::BuildIds;
 pub use cpu::CpuInfo;
 pub use kernel::KernelInfo;
 pub use modules::{HostKind, KvmParams, Virtualization};
+pub use param_error::KnobError;
+pub use param_host::{Host, DEFAULT_STATE_PATH};
+pub use param_loader::{Modprobe, ModuleLoader};
+pub use param_session::{params_in_force, Applied, InForce, ParamSession};
+pub use param_spec::ParamSpec;
+pub use param_state::{pending_status, restore_pending, Pending};
 pub use tsc::TscInfo;
 
 /// Version of the [`HostReport`] JSON layout; raise it when a field changes meaning or
@@ -57,6 +80,13 @@ pub struct HostReport {
     pub kvm_params: KvmParams,
     /// Every parameter of every loaded KVM module: module name -> parameter name -> value.
     pub module_params: BTreeMap<String, BTreeMap<String, String>>,
+    /// GNU build IDs of the running kernel and of each loaded KVM module that has its own.
+    #[serde(default)]
+    pub build_ids: BuildIds,
+    /// A restore of KVM module parameters an exitlab process left pending (it was killed
+    /// while it had one switched), or one switched by an exitlab running now, in one line.
+    #[serde(default)]
+    pub pending_restore: Option<String>,
 }
 
 /// `/dev/kvm` and what KVM reported through it.
@@ -131,6 +161,9 @@ pub fn survey() -> HostReport {
     );
     let kvm = access::probe(&cpu, &virtualization, &kernel_log);
     let kvm_params = KvmParams::from_module_params(&module_params);
+    let build_ids = buildid::build_ids(Path::new("/sys"), &virtualization.kvm_modules);
+    let pending_restore =
+        param_state::pending_status(&Host::real(), &param_state::default_state_path());
     HostReport {
         schema_version: SCHEMA_VERSION,
         cpu,
@@ -140,6 +173,8 @@ pub fn survey() -> HostReport {
         tsc,
         kvm_params,
         module_params,
+        build_ids,
+        pending_restore,
     }
 }
 

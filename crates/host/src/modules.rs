@@ -174,7 +174,7 @@ fn lookup_param(
 }
 
 /// Whether a `/sys/module` entry is a KVM module (`kvm` or `kvm_*`).
-fn is_kvm_module(name: &str) -> bool {
+pub(crate) fn is_kvm_module(name: &str) -> bool {
     name == "kvm" || name.starts_with("kvm_")
 }
 

@@ -62,6 +62,9 @@ pub fn render_text(report: &HostReport) -> String {
             d.reason, d.advice
         ));
     }
+    if let Some(pending) = &report.pending_restore {
+        out.push_str(&format!("KVM MODULE PARAMETERS: {pending}\n\n"));
+    }
     section(&mut out, "CPU", &cpu_rows(report));
     section(&mut out, "Kernel", &kernel_rows(report));
     section(&mut out, "Virtualization", &virtualization_rows(report));
@@ -124,6 +127,7 @@ fn kernel_rows(report: &HostReport) -> Rows {
         row("release", k.release.clone()),
         row("version", k.version.clone()),
         row("machine", format!("{} {}", k.sysname, k.machine)),
+        row("build id", opt_str(report.build_ids.kernel.as_deref())),
         row(
             "cmdline (relevant)",
             join_or_none(
@@ -277,10 +281,13 @@ fn module_sections(out: &mut String, report: &HostReport) {
         section(out, "Notable KVM parameters", &rows);
     }
     for (module, params) in &report.module_params {
-        let rows: Rows = params
+        let mut rows: Rows = params
             .iter()
             .map(|(k, v)| row(k.clone(), v.clone()))
             .collect();
+        if let Some(id) = report.build_ids.modules.get(module) {
+            rows.insert(0, row("(build id)", id.clone()));
+        }
         section(out, &format!("/sys/module/{module}/parameters"), &rows);
     }
 }
@@ -448,6 +455,28 @@ mod tests {
             "{text}"
         );
         assert!(has_row(&text, "  PIT2", "0 (not supported)"), "{text}");
+    }
+
+    #[test]
+    fn build_ids_and_a_pending_restore_are_shown() {
+        let mut r = base();
+        r.build_ids.kernel = Some("48dc540c".into());
+        r.module_params
+            .insert("kvm_amd".into(), [("npt".to_string(), "Y".to_string())].into());
+        r.build_ids.modules.insert("kvm_amd".into(), "abcd1234".into());
+        r.pending_restore = Some("a restore of KVM module parameters is pending: x".into());
+        let text = render_text(&r);
+        assert!(has_row(&text, "build id", "48dc540c"), "{text}");
+        assert!(has_row(&text, "(build id)", "abcd1234"), "{text}");
+        assert!(
+            text.contains(
+                "KVM MODULE PARAMETERS: a restore of KVM module parameters is pending: x\n"
+            ),
+            "{text}"
+        );
+        let json = to_json(&r);
+        assert_eq!(json["build_ids"]["modules"]["kvm_amd"], "abcd1234");
+        assert_eq!(json["pending_restore"], "a restore of KVM module parameters is pending: x");
     }
 
     #[test]
