@@ -585,7 +585,7 @@ fn run_many(
     let mut all: Vec<(String, Results)> = Vec::new();
     let mut code = 0;
     for k in 1..=n {
-        let res = match run(opts, None, host.clone(), notes.clone(), display) {
+        let res = match run(opts, None, host.clone(), notes.clone(), display, None) {
             Ok(r) => r,
             Err(c) => return c,
         };
@@ -618,6 +618,47 @@ fn run_many(
     code
 }
 
+/// Opens the module parameter `spec` of an A/B run as a session: every refusal comes
+/// before anything on the host changes (exit 14; a value the module does not take or
+/// keep, 2), each of `values` is set once and read back, and the originals are put back.
+pub fn open_host_knob(
+    spec: &exitlab_host::ParamSpec,
+    values: Option<[&str; 2]>,
+) -> Result<exitlab_host::ParamSession, i32> {
+    use exitlab_host::KnobError;
+    let code = |e: &KnobError| match e {
+        KnobError::BadSpec { .. }
+        | KnobError::BadValue { .. }
+        | KnobError::NotKept { .. }
+        | KnobError::ValueRefused { .. } => crate::status::EXIT_USAGE,
+        KnobError::RestoreFailed { .. } => crate::status::EXIT_HOST_NOT_RESTORED,
+        _ => crate::status::EXIT_HOST_REFUSED,
+    };
+    let mut s = exitlab_host::ParamSession::open_real(spec).map_err(|e| {
+        eprintln!("exitlab: {e}");
+        code(&e)
+    })?;
+    if let Some(v) = values {
+        let tried = s.validate(&v).map_err(|e| {
+            eprintln!("exitlab: {e}");
+            code(&e)
+        })?;
+        if crate::verbosity::level() >= 0 {
+            for a in tried {
+                eprintln!(
+                    "exitlab: {} = {} tried: {} in force ({} in {:.2} s)",
+                    a.knob,
+                    a.asked,
+                    a.in_force,
+                    if a.reloaded { "reloaded" } else { "written" },
+                    a.took.as_secs_f64()
+                );
+            }
+        }
+    }
+    Ok(s)
+}
+
 /// Runs the suite or the A/B experiment.
 fn run(
     opts: &BenchOptions,
@@ -625,6 +666,7 @@ fn run(
     host: serde_json::Value,
     notes: Vec<String>,
     display: &mut Display,
+    host_switch: Option<&mut dyn exitlab_lab::host_knob::HostSwitch>,
 ) -> Result<Results, i32> {
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
@@ -634,13 +676,14 @@ fn run(
     let image = exitlab_guest::IMAGE;
     let outcome = match ab {
         Some(spec) => exitlab_lab::ab::run(
-            &kvm,
+            kvm,
             image,
             opts,
             spec,
             opts.rounds,
             host,
             notes,
+            host_switch,
             &mut progress,
         )
         .map_err(|e| e.to_string()),
@@ -771,7 +814,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
                 ""
             },
             ab.as_ref()
-                .map(|s| format!(", A/B {}={} vs {}", s.knob.name, s.a, s.b))
+                .map(|s| format!(", A/B {}={} vs {}", s.knob.name(), s.a, s.b))
                 .unwrap_or_default()
         );
     }
@@ -780,8 +823,37 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         display.finish();
         return code;
     }
-    let res = run(&opts, ab.as_ref(), host, notes, &mut display);
+    // A knob that changes the host: opened (refused before anything changes), each value
+    // tried once and read back, then restored; the run switches it between side-runs, and
+    // dropping the session at the end puts every original value back.
+    let mut session = match ab.as_ref().and_then(|s| s.knob.module()) {
+        Some(spec) => match open_host_knob(spec, ab.as_ref().map(|s| [s.a.as_str(), s.b.as_str()]))
+        {
+            Ok(s) => Some(s),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    if let Some(s) = &session {
+        notes.extend(s.notes().iter().cloned());
+    }
+    let res = run(
+        &opts,
+        ab.as_ref(),
+        host,
+        notes,
+        &mut display,
+        session
+            .as_mut()
+            .map(|s| s as &mut dyn exitlab_lab::host_knob::HostSwitch),
+    );
     display.finish();
+    if let Some(s) = session.take() {
+        if let Err(e) = s.restore() {
+            eprintln!("exitlab: {e}");
+            return crate::status::EXIT_HOST_NOT_RESTORED;
+        }
+    }
     let mut res = match res {
         Ok(r) => r,
         Err(code) => return code,

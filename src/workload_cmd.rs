@@ -89,6 +89,23 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
+    // A knob that changes the host: opened, each value tried once and put back; the
+    // original values come back when the session ends (or, after a kill, at the next
+    // start).
+    let mut session = match opts.ab.as_ref().filter(|ab| ab.knob.contains('.')) {
+        Some(ab) => {
+            let spec = match exitlab_host::ParamSpec::parse(&ab.knob) {
+                Ok(s) => s,
+                Err(e) => return usage_error(e.to_string()),
+            };
+            match crate::bench_cmd::open_host_knob(&spec, Some([ab.a.as_str(), ab.b.as_str()])) {
+                Ok(s) => Some(s),
+                Err(code) => return code,
+            }
+        }
+        None => None,
+    };
+    // /dev/kvm is opened after the session: a reload refuses while this process holds it.
     let (kvm, cancel) = match crate::signals::open_kvm_cancellable() {
         Ok(k) => k,
         Err(code) => return code,
@@ -124,7 +141,17 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
             );
         }
     };
-    let mut res = match workload::run(&kvm, &opts, &mut progress) {
+    let switch = session
+        .as_mut()
+        .map(|s| s as &mut dyn exitlab_lab::host_knob::HostSwitch);
+    let res = workload::run(kvm, &opts, switch, &mut progress);
+    if let Some(s) = session.take() {
+        if let Err(e) = s.restore() {
+            eprintln!("exitlab: {e}");
+            return crate::status::EXIT_HOST_NOT_RESTORED;
+        }
+    }
+    let mut res = match res {
         Ok(r) => r,
         Err(e) => {
             eprintln!("exitlab: {e}");

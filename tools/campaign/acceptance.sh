@@ -152,7 +152,8 @@ for part in "${parts[@]}"; do
                 done
                 pairs+=("$d/$i-a" "$doc")
             done
-            echo "doctored +$pct% (runs, 3 a side): $(tally runs --truth-cycles 0 "${pairs[@]}")" >>"$summary"
+            if [ "$pct" = 5 ]; then truth=inl_from_user=5,cpuid=3; else truth=inl_from_user=30,cpuid=30; fi
+            echo "doctored +$pct% (runs, 3 a side): $(tally runs --truth "$truth" "${pairs[@]}")" >>"$summary"
         done
         # And the A/B design: side B of the A/A runs doctored by +30 %.
         abdoc=()
@@ -162,7 +163,7 @@ for part in "${parts[@]}"; do
             "$TALLY" doctor "$f" "$g" inl_from_user=30 cpuid=30
             abdoc+=("$g")
         done
-        [ ${#abdoc[@]} -eq 0 ] || echo "doctored +30% (A/B): $(tally ab "${abdoc[@]}")" >>"$summary"
+        [ ${#abdoc[@]} -eq 0 ] || echo "doctored +30% (A/B): $(tally ab --truth inl_from_user=30,cpuid=30 "${abdoc[@]}")" >>"$summary"
         ;;
     wall)
         # Wall time of the default bench and the default --ab, and the central figure's

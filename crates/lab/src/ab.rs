@@ -12,12 +12,13 @@ use exitlab_vmm::Kvm;
 
 use crate::analysis;
 use crate::bench::{self, BenchOptions, Progress};
+use crate::host_knob::{HostSwitch, KvmHandle};
 use crate::knobs::{self, AbSpec};
 use crate::rounds::{self, Flow, Order, Step};
 use crate::runner::RunError;
 use exitlab_results::format::{fmt_cycles, fmt_cycles_signed};
 use exitlab_results::results::{
-    AbRun, ExitCheck, Handling, Plan, PlanTest, Results, TestResult, TestStatus,
+    AbRun, ExitCheck, Handling, HostSide, Plan, PlanTest, Results, TestResult, TestStatus,
 };
 use exitlab_results::stats::describe::summarize;
 use exitlab_results::stats::{interval, model, plan, units};
@@ -39,17 +40,26 @@ pub enum AbError {
 /// `base.precision` the design is planned: a pilot of [`model::PILOT_UNITS`] pairs (at
 /// most `rounds`), then as many pairs of each test as the plan gives it
 /// ([`plan::plan`], from the pilot's pairs), exactly.
+///
+/// With a knob that changes the host (`host_switch`: a KVM module parameter), the value
+/// is switched before each side-run whose value differs from the one before, with the
+/// lab's handle on `/dev/kvm` closed (`kvm` must be the only one this process holds) and
+/// opened again after; what each side-run ran with is recorded in `ab.host`.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
-    kvm: &Arc<Kvm>,
+    kvm: Arc<Kvm>,
     image: &[u8],
     base: &BenchOptions,
     spec: &AbSpec,
     rounds: u32,
     host: serde_json::Value,
     notes: Vec<String>,
+    mut host_switch: Option<&mut dyn HostSwitch>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Results, AbError> {
+    let mut handle = KvmHandle::new(kvm);
+    let mut host_sides: Vec<HostSide> = Vec::new();
+    let mut in_force: Option<String> = None;
     let started = std::time::Instant::now();
     let rounds = u64::from(rounds.max(1)).min(base.params.samples.max(1));
     let side_opts = |value: &str| {
@@ -108,6 +118,23 @@ pub fn run(
                 }
                 Step::Side { round, side } => (u64::from(round - 1), side),
             };
+            if let Some(sw) = host_switch.as_mut() {
+                let value = if side == 0 { &spec.a } else { &spec.b };
+                let switch = in_force.as_deref() != Some(value.as_str());
+                let label = format!("{}={value} (host knob)", spec.knob.name());
+                if switch {
+                    progress(Progress::Start(&label));
+                }
+                let rec = handle
+                    .switch(&mut **sw, value, round as u32 + 1, ["a", "b"][side], switch)
+                    .map_err(|e| AbError::Run(RunError::HostSwitch(e)))?;
+                if switch {
+                    progress(Progress::Done(&label, &TestStatus::Ok));
+                }
+                in_force = Some(value.clone());
+                host_sides.push(rec);
+            }
+            let kvm = handle.get()?;
             let share =
                 base.params.samples / rounds + u64::from(round < base.params.samples % rounds);
             let mut o = sides[side].clone();
@@ -118,7 +145,9 @@ pub fn run(
                     progress(p)
                 }
             };
-            let r = bench::run(kvm, image, &o, host.clone(), Vec::new(), &mut inner)?;
+            let r = bench::run(&kvm, image, &o, host.clone(), Vec::new(), &mut inner)?;
+            // The handle holds the only reference left, for the next switch to close.
+            drop(kvm);
             if r.incomplete.is_some() {
                 return Ok(Flow::Stop);
             }
@@ -138,6 +167,9 @@ pub fn run(
     )?;
     let complete = runs[0].len().min(runs[1].len()) as u32;
     let mut out = assemble(base, spec, &sides, runs, notes)?;
+    if let Some(ab) = out.ab.as_mut() {
+        ab.host = host_sides;
+    }
     out.wall_seconds = started.elapsed().as_secs_f64();
     out.plan = base.precision.map(|target| {
         plan_record(
@@ -276,7 +308,7 @@ fn assemble(
     out.config.samples = a_runs.iter().map(|r| r.config.samples).sum();
     out.config.raw = base.raw;
     out.config.knobs = knobs::values(&sides[0]);
-    out.config.knobs.remove(spec.knob.name);
+    out.config.knobs.remove(&spec.knob.name());
     out.notes = notes;
     for r in a_runs.iter().chain(&b_runs) {
         for n in &r.notes {
@@ -303,11 +335,12 @@ fn assemble(
         })
         .collect();
     out.ab = Some(AbRun {
-        knob: spec.knob.name.to_string(),
+        knob: spec.knob.name(),
         a: spec.a.clone(),
         b: spec.b.clone(),
         b_tests,
         order,
+        host: Vec::new(),
     });
     Ok(out)
 }
@@ -333,12 +366,12 @@ fn guest_work_ab_note(a: &[TestResult], b: &[TestResult], spec: &AbSpec) -> Opti
         ),
         None => format!("nothing with {name}={value}"),
     };
-    let name = spec.knob.name;
+    let name = spec.knob.name();
     Some(format!(
         "{}the work alone (loop_overhead with it, net of its paired empty loop) costs {} and {}: the true change of each kernel-handled test is {:+.0} cycles; userspace-handled tests do not get the work and must not move",
         analysis::GUEST_WORK_NOTE,
-        side(name, &spec.a, ca),
-        side(name, &spec.b, cb),
+        side(&name, &spec.a, ca),
+        side(&name, &spec.b, cb),
         median(cb) - median(ca)
     ))
 }

@@ -352,10 +352,54 @@ pub const IRQ_KNOBS: &[&str] = &[
     "irqchip",
 ];
 
+/// What an A/B experiment varies.
+#[derive(Debug, Clone)]
+pub enum AbKnob {
+    /// One of exitlab's own knobs ([`KNOBS`]), set in each side's options.
+    Run(&'static Knob),
+    /// A KVM module parameter (`MODULE.PARAM`), switched on the host between side-runs
+    /// ([`crate::host_knob`]); each side's options are the same.
+    Module(exitlab_host::ParamSpec),
+}
+
+impl std::fmt::Debug for Knob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl AbKnob {
+    /// The knob's name as `--ab` took it.
+    pub fn name(&self) -> String {
+        match self {
+            AbKnob::Run(k) => k.name.to_string(),
+            AbKnob::Module(p) => p.to_string(),
+        }
+    }
+
+    /// Sets this knob in `opts` from text (a module parameter is the host's, not the
+    /// options').
+    pub fn set(&self, opts: &mut BenchOptions, value: &str) -> Result<(), String> {
+        match self {
+            AbKnob::Run(k) => k.set(opts, value),
+            AbKnob::Module(p) => p.check_value(value).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The module parameter, for a knob that changes the host.
+    pub fn module(&self) -> Option<&exitlab_host::ParamSpec> {
+        match self {
+            AbKnob::Module(p) => Some(p),
+            AbKnob::Run(_) => None,
+        }
+    }
+}
+
 /// An A/B experiment's knob and its two values, parsed from `KNOB=A,B`.
+#[derive(Debug, Clone)]
 pub struct AbSpec {
     /// The knob.
-    pub knob: &'static Knob,
+    pub knob: AbKnob,
     /// Side A's value.
     pub a: String,
     /// Side B's value.
@@ -373,18 +417,29 @@ pub fn split_ab<'a>(spec: &'a str, example: &str) -> Result<(&'a str, String, St
         .split_once(',')
         .ok_or_else(|| format!("--ab {spec}: expected two values, A,B"))?;
     let (a, b) = (a.trim().to_string(), b.trim().to_string());
-    if a == b {
-        return Err(format!("--ab {spec}: the two values are the same"));
+    if a.is_empty() || b.is_empty() {
+        return Err(format!("--ab {spec}: expected two values, A,B"));
     }
+    // The same value twice is an A/A run: what the gate does when nothing changed.
     Ok((name.trim(), a, b))
 }
 
-/// Parses `KNOB=A,B`, checking that the knob exists and takes both values.
+/// Parses `KNOB=A,B`, checking that the knob exists and takes both values. A name with
+/// a dot is a KVM module parameter (`MODULE.PARAM`): whether the host has it and lets
+/// it change is checked when the run opens it ([`exitlab_host::ParamSession`]).
 pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
     let names = || KNOBS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ");
     let (name, a, b) = split_ab(spec, "ring=0,3")?;
-    let knob = find(name)
-        .ok_or_else(|| format!("--ab {spec}: unknown knob '{name}'; knobs: {}", names()))?;
+    let knob = if name.contains('.') {
+        AbKnob::Module(exitlab_host::ParamSpec::parse(name).map_err(|e| e.to_string())?)
+    } else {
+        AbKnob::Run(find(name).ok_or_else(|| {
+            format!(
+                "--ab {spec}: unknown knob '{name}'; knobs: {}, or a KVM module parameter as MODULE.PARAM (e.g. kvm.halt_poll_ns)",
+                names()
+            )
+        })?)
+    };
     for v in [&a, &b] {
         knob.set(&mut opts.clone(), v)
             .map_err(|e| format!("--ab {spec}: {e}"))?;
@@ -429,7 +484,7 @@ mod tests {
         let o = opts();
         let s = parse_ab("ring=0,3", &o).unwrap();
         assert_eq!(
-            (s.knob.name, s.a.as_str(), s.b.as_str()),
+            (s.knob.name().as_str(), s.a.as_str(), s.b.as_str()),
             ("ring", "0", "3")
         );
         let mut o2 = o.clone();
@@ -454,10 +509,25 @@ mod tests {
             .contains("use kernel or split"));
         assert!(parse_ab("ring", &o).err().unwrap().contains("KNOB=A,B"));
         assert!(parse_ab("ring=0", &o).err().unwrap().contains("two values"));
-        assert!(parse_ab("batch=5,5", &o)
+        // The same value twice is an A/A run.
+        assert!(parse_ab("batch=5,5", &o).is_ok());
+        assert!(parse_ab("batch=5,", &o)
             .err()
             .unwrap()
-            .contains("the same"));
+            .contains("two values"));
+        // A module parameter: checked for what the kernel can take; the host decides the
+        // rest when the run opens it.
+        let m = parse_ab("kvm-amd.npt=0,1", &o).unwrap();
+        assert_eq!(m.knob.name(), "kvm_amd.npt");
+        assert!(m.knob.module().is_some());
+        let mut o4 = o.clone();
+        m.knob.set(&mut o4, "0").unwrap();
+        assert_eq!(o4.params.ring, o.params.ring);
+        assert!(parse_ab("kvm.halt_poll_ns=0,a b", &o).is_err());
+        assert!(parse_ab("nosuch=0,1", &o)
+            .err()
+            .unwrap()
+            .contains("MODULE.PARAM"));
         assert!(parse_ab("batch=0,5", &o)
             .err()
             .unwrap()
@@ -513,7 +583,7 @@ mod tests {
         let o = opts();
         assert_eq!(values(&o)["guest-cycles"], "0");
         let s = parse_ab("guest-cycles=0,1300", &o).unwrap();
-        assert_eq!(s.knob.name, "guest-cycles");
+        assert_eq!(s.knob.name(), "guest-cycles");
         let mut b = o.clone();
         s.knob.set(&mut b, &s.b).unwrap();
         assert_eq!((b.params.guest_cycles, b.params.inject_cycles), (1300, 0));

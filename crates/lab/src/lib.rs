@@ -10,6 +10,7 @@ pub mod bench;
 pub mod catalogue;
 pub mod chaos;
 pub mod floor;
+pub mod host_knob;
 pub mod host_survey;
 mod kernel;
 pub mod knobs;

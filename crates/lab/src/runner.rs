@@ -292,6 +292,13 @@ pub enum RunError {
     /// The PC platform's devices could not be set up.
     #[error("cannot set up the PC platform's devices: {0}")]
     Platform(String),
+    /// /dev/kvm could not be opened again after a host knob's switch (a module reload).
+    #[error("cannot open /dev/kvm again after switching a KVM module parameter: {0}")]
+    Reopen(String),
+    /// A host knob's switch failed (the module refused the value, or a reload failed);
+    /// the original values are put back.
+    #[error("{0}")]
+    HostSwitch(String),
 }
 
 /// The MMIO page answered in userspace: reads return `MMIO_USER_READ_VALUE`, writes are

@@ -65,9 +65,18 @@ impl Setup {
 
     /// This setup with `knob` (`apic`, `cpus`, `pv-ipi`) set to `value`, parsed by the
     /// knob registry ([`crate::knobs`]): the same names, limits and messages as bench.
+    /// A KVM module parameter (`MODULE.PARAM`) changes the host, not the setup: the same
+    /// setup, once the value is one the kernel can take.
     pub fn with(&self, knob: &str, value: &str) -> Result<Setup, String> {
         let mut s = self.clone();
-        let refuse = || format!("--ab {knob}: a workload can vary apic, cpus or pv-ipi");
+        if knob.contains('.') {
+            let spec = exitlab_host::ParamSpec::parse(knob).map_err(|e| e.to_string())?;
+            spec.check_value(value).map_err(|e| e.to_string())?;
+            return Ok(s);
+        }
+        let refuse = || {
+            format!("--ab {knob}: a workload can vary apic, cpus, pv-ipi or a KVM module parameter (MODULE.PARAM)")
+        };
         if !WORKLOAD_KNOBS.contains(&knob) {
             return Err(refuse());
         }
@@ -198,6 +207,9 @@ pub struct WorkloadResults {
     pub runs: Vec<WorkloadRun>,
     /// B vs A of the guest-measured time, paired by round.
     pub change: Option<verdict::Change>,
+    /// With a knob that changes the host: what each boot ran with.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<exitlab_results::results::HostSide>,
     /// Why the experiment stopped early, if it did.
     pub incomplete: Option<String>,
 }
@@ -209,7 +221,18 @@ pub struct WorkloadError {
     round: u32,
     side: String,
     #[source]
-    source: machine::MachineError,
+    source: BootFailure,
+}
+
+/// What stopped a boot from being set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BootFailure {
+    /// The machine could not be built.
+    #[error(transparent)]
+    Machine(#[from] machine::MachineError),
+    /// A host knob's switch failed, or /dev/kvm could not be opened again after it.
+    #[error(transparent)]
+    Host(#[from] crate::runner::RunError),
 }
 
 /// The console of a boot: the workload's lines, and the last 4 KiB for the message when
@@ -325,7 +348,7 @@ fn one_boot(
         } else {
             side.to_string()
         },
-        source,
+        source: source.into(),
     })?;
     let outcome = hackbench::parse(&console.workload_lines());
     let run = WorkloadRun {
@@ -354,12 +377,18 @@ fn one_boot(
     Ok((run, console.tail()))
 }
 
-/// Runs the experiment. `progress` hears of each boot as it ends.
+/// Runs the experiment. `progress` hears of each boot as it ends. With a knob that
+/// changes the host (`host_switch`), its value is switched before each boot whose value
+/// differs from the boot before, with `kvm` (the only handle this process holds) closed
+/// around the switch; what each boot ran with is in `host`.
 pub fn run(
-    kvm: &Arc<Kvm>,
+    kvm: Arc<Kvm>,
     opts: &WorkloadOptions,
+    mut host_switch: Option<&mut dyn crate::host_knob::HostSwitch>,
     progress: &mut dyn FnMut(&WorkloadRun),
 ) -> Result<WorkloadResults, WorkloadError> {
+    let mut handle = crate::host_knob::KvmHandle::new(kvm);
+    let mut in_force: Option<String> = None;
     let sides: Vec<(char, Setup)> = match &opts.ab {
         None => vec![('-', opts.setup.clone())],
         Some(ab) => vec![
@@ -389,6 +418,7 @@ pub fn run(
         runs: Vec::new(),
         change: None,
         incomplete: None,
+        host: Vec::new(),
     };
     // A B, then B A, ...: neither side always runs first.
     let ended = rounds::run(
@@ -401,7 +431,32 @@ pub fn run(
                 return Ok(Flow::Continue);
             };
             let (side, setup) = &sides[side];
-            let (r, tail) = one_boot(kvm, opts, setup, round, *side)?;
+            if let (Some(sw), Some(ab)) = (host_switch.as_mut(), &opts.ab) {
+                let value = if *side == 'A' { &ab.a } else { &ab.b };
+                let switch = in_force.as_deref() != Some(value.as_str());
+                let rec = handle
+                    .switch(
+                        &mut **sw,
+                        value,
+                        round,
+                        &side.to_ascii_lowercase().to_string(),
+                        switch,
+                    )
+                    .map_err(|e| WorkloadError {
+                        round,
+                        side: side.to_string(),
+                        source: crate::runner::RunError::HostSwitch(e).into(),
+                    })?;
+                in_force = Some(value.clone());
+                out.host.push(rec);
+            }
+            let kvm = handle.get().map_err(|e| WorkloadError {
+                round,
+                side: side.to_string(),
+                source: e.into(),
+            })?;
+            let (r, tail) = one_boot(&kvm, opts, setup, round, *side)?;
+            drop(kvm);
             progress(&r);
             let never_started = r.no_result.is_some() && r.seconds.is_none();
             let why = r.no_result.clone();
@@ -561,6 +616,11 @@ pub fn render(r: &WorkloadResults) -> String {
             c.threshold_pct
         );
     }
+    if let Some(ab) = &r.ab {
+        for line in exitlab_results::report::host_switch_lines(&ab.knob, &r.host) {
+            let _ = writeln!(s, "{line}");
+        }
+    }
     if let Some(why) = &r.incomplete {
         let _ = writeln!(s, "incomplete: {why}");
     }
@@ -585,11 +645,17 @@ mod tests {
         assert_eq!((ab.a.as_str(), ab.b.as_str()), ("xapic", "x2apic"));
         assert_eq!(base().with("cpus", "8").unwrap().cpus, 8);
         assert!(!base().with("pv-ipi", "off").unwrap().pv_ipi);
+        // The same value twice is an A/A run; a module parameter keeps the setup.
+        assert!(parse_ab("apic=xapic,xapic", &base()).is_ok());
+        let m = parse_ab("kvm_amd.npt=0,1", &base()).unwrap();
+        assert_eq!(m.knob, "kvm_amd.npt");
+        assert_eq!(base().with("kvm_amd.npt", "0").unwrap(), base());
         for bad in [
             "apic",
             "apic=xapic",
-            "apic=xapic,xapic",
             "apic=xapic,foo",
+            "kvm_amd.npt=0,has space",
+            ".npt=0,1",
             "cpus=1,0",
             "cpus=1,9999",
             "ring=0,3",
@@ -656,6 +722,7 @@ mod tests {
             .filter_map(|r| r.seconds)
             .collect();
         let r = WorkloadResults {
+            host: Vec::new(),
             schema_version: 1,
             workload: "hackbench".into(),
             params: Params::default().to_string(),
@@ -690,6 +757,7 @@ mod tests {
     #[test]
     fn a_run_that_never_started_is_not_complete() {
         let r = WorkloadResults {
+            host: Vec::new(),
             schema_version: 1,
             workload: "hackbench".into(),
             params: String::new(),

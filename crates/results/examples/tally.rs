@@ -14,8 +14,9 @@
 //!
 //! `--truth-cycles N`: the known answer, N cycles per iteration added to the tests named by
 //! `--tests` (the userspace-handled ones with `inject-cycles`); its truth in percent is N
-//! over side A's figure of that test. The other tests' truth is no change. The output is
-//! one JSON object per line (one per comparison), then a summary line starting `summary`.
+//! over side A's figure of that test. `--truth TEST=PCT,...`: a known change in percent
+//! per test (doctored copies). The other tests' truth is no change. The output is one
+//! JSON object per line (one per comparison), then a summary line starting `summary`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,7 +68,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, name: &str, cmp: &Comparison, truth_cycles: f64, changed: &[String]) {
+    fn add(&mut self, name: &str, cmp: &Comparison, truth: &Truth) {
         self.comparisons += 1;
         let mut per_test = BTreeMap::new();
         if cmp.design.gates() {
@@ -78,9 +79,11 @@ impl Tally {
         }
         for t in cmp.tests.iter().filter(|t| !t.baseline) {
             let c = &t.change;
-            let known = changed.contains(&t.name) && truth_cycles != 0.0;
-            let truth = if known { truth_cycles / c.figures[0] * 100.0 } else { 0.0 };
-            let covered = c.ci95_pct.is_some_and(|[lo, hi]| lo <= truth && truth <= hi);
+            let truth = truth.pct(&t.name, c.figures[0]);
+            let known = truth != 0.0;
+            let covered = c
+                .ci95_pct
+                .is_some_and(|[lo, hi]| lo <= truth && truth <= hi);
             if matches!(c.verdict, Verdict::NoVerdict(_)) {
                 continue;
             }
@@ -122,7 +125,11 @@ impl Tally {
     fn summary(&self) -> String {
         let mut m = self.mdc.clone();
         m.sort_by(f64::total_cmp);
-        let median = if m.is_empty() { f64::NAN } else { m[m.len() / 2] };
+        let median = if m.is_empty() {
+            f64::NAN
+        } else {
+            m[m.len() / 2]
+        };
         format!(
             "summary: comparisons {}; gates fired {} of {}; gates without a verdict {}; changed test-comparisons {}: slower {}, covered {}; unchanged {}: equivalent {}, slower or faster {}; median min detectable {:.2}%",
             self.comparisons,
@@ -140,23 +147,52 @@ impl Tally {
     }
 }
 
-/// `--truth-cycles N` and `--tests a,b` from the front of `args`, and the rest.
-fn options(args: &[String]) -> (f64, Vec<String>, Vec<String>) {
-    let (mut truth, mut tests, mut rest) = (0.0, Vec::new(), Vec::new());
+/// The known answer of a campaign: cycles added to some tests, or percent per test.
+#[derive(Default)]
+struct Truth {
+    cycles: f64,
+    tests: Vec<String>,
+    pct: BTreeMap<String, f64>,
+}
+
+impl Truth {
+    /// The true change of `test` in percent, whose side-A figure is `figure`.
+    fn pct(&self, test: &str, figure: f64) -> f64 {
+        if let Some(p) = self.pct.get(test) {
+            *p
+        } else if self.cycles != 0.0 && self.tests.iter().any(|t| t == test) {
+            self.cycles / figure * 100.0
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `--truth-cycles N`, `--tests a,b` and `--truth TEST=PCT,...` from `args`, and the rest.
+fn options(args: &[String]) -> (Truth, Vec<String>) {
+    let (mut truth, mut rest) = (Truth::default(), Vec::new());
     let mut it = args.iter();
+    let list = |v: Option<&String>| -> Vec<String> {
+        v.map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default()
+    };
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--truth-cycles" => truth = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0),
-            "--tests" => {
-                tests = it
-                    .next()
-                    .map(|v| v.split(',').map(str::to_string).collect())
-                    .unwrap_or_default()
+            "--truth-cycles" => {
+                truth.cycles = it.next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
+            }
+            "--tests" => truth.tests = list(it.next()),
+            "--truth" => {
+                for kv in list(it.next()) {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        truth.pct.insert(k.to_string(), v.parse().unwrap_or(0.0));
+                    }
+                }
             }
             _ => rest.push(a.clone()),
         }
     }
-    (truth, tests, rest)
+    (truth, rest)
 }
 
 /// Scales test `name`'s exit figure in `r` (every round's net figure and raw median by
@@ -186,14 +222,14 @@ fn main() {
         eprintln!("usage: tally ab|runs|screen|doctor|spread ...");
         std::process::exit(2);
     };
-    let (truth, tests, files) = options(rest);
+    let (truth, files) = options(rest);
     let mut tally = Tally::default();
     match cmd.as_str() {
         "ab" => {
             for f in &files {
                 let r = load(f);
                 match compare::compare_ab_run(&r, THRESHOLD_PCT) {
-                    Some(cmp) => tally.add(f, &cmp, truth, &tests),
+                    Some(cmp) => tally.add(f, &cmp, &truth),
                     None => eprintln!("tally: {f} is not an A/B run"),
                 }
             }
@@ -206,13 +242,25 @@ fn main() {
                 };
                 let cmp = if cmd == "runs" {
                     let (ra, rb) = (load_dir(a), load_dir(b));
-                    let va: Vec<Run> = ra.iter().map(|(n, r)| Run { name: n, results: r }).collect();
-                    let vb: Vec<Run> = rb.iter().map(|(n, r)| Run { name: n, results: r }).collect();
+                    let va: Vec<Run> = ra
+                        .iter()
+                        .map(|(n, r)| Run {
+                            name: n,
+                            results: r,
+                        })
+                        .collect();
+                    let vb: Vec<Run> = rb
+                        .iter()
+                        .map(|(n, r)| Run {
+                            name: n,
+                            results: r,
+                        })
+                        .collect();
                     compare::compare_runs(&va, &vb, THRESHOLD_PCT)
                 } else {
                     compare::compare(&load(a), &load(b), THRESHOLD_PCT)
                 };
-                tally.add(&format!("{a} {b}"), &cmp, truth, &tests);
+                tally.add(&format!("{a} {b}"), &cmp, &truth);
             }
         }
         "doctor" => {
@@ -240,7 +288,9 @@ fn main() {
                     .iter()
                     .filter_map(|r| r.test(&t.name).and_then(units::central).map(|c| c.value))
                     .collect();
-                let (lo, hi) = v.iter().fold((f64::INFINITY, 0.0f64), |(a, b), x| (a.min(*x), b.max(*x)));
+                let (lo, hi) = v
+                    .iter()
+                    .fold((f64::INFINITY, 0.0f64), |(a, b), x| (a.min(*x), b.max(*x)));
                 println!(
                     "{}",
                     serde_json::json!({"test": t.name, "runs": v.len(), "spread_pct": (hi / lo - 1.0) * 100.0, "figures": v})

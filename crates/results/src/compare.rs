@@ -948,6 +948,7 @@ mod tests {
             b: "201".into(),
             b_tests: b,
             order: Vec::new(),
+            host: Vec::new(),
         });
         r
     }

@@ -461,9 +461,13 @@ mod tests {
     fn build_ids_and_a_pending_restore_are_shown() {
         let mut r = base();
         r.build_ids.kernel = Some("48dc540c".into());
-        r.module_params
-            .insert("kvm_amd".into(), [("npt".to_string(), "Y".to_string())].into());
-        r.build_ids.modules.insert("kvm_amd".into(), "abcd1234".into());
+        r.module_params.insert(
+            "kvm_amd".into(),
+            [("npt".to_string(), "Y".to_string())].into(),
+        );
+        r.build_ids
+            .modules
+            .insert("kvm_amd".into(), "abcd1234".into());
         r.pending_restore = Some("a restore of KVM module parameters is pending: x".into());
         let text = render_text(&r);
         assert!(has_row(&text, "build id", "48dc540c"), "{text}");
@@ -476,7 +480,10 @@ mod tests {
         );
         let json = to_json(&r);
         assert_eq!(json["build_ids"]["modules"]["kvm_amd"], "abcd1234");
-        assert_eq!(json["pending_restore"], "a restore of KVM module parameters is pending: x");
+        assert_eq!(
+            json["pending_restore"],
+            "a restore of KVM module parameters is pending: x"
+        );
     }
 
     #[test]

@@ -665,6 +665,7 @@ mod tests {
             b: "3".into(),
             b_tests: b,
             order: Vec::new(),
+            host: Vec::new(),
         });
         let page = render(&[("ab.json".into(), r)]);
         assert!(page.contains("A/B: ring = 0 vs 3"));

@@ -234,6 +234,7 @@ mod tests {
             b: "3".into(),
             b_tests: r.tests.clone(),
             order: Vec::new(),
+            host: Vec::new(),
         });
         let text = render(&[("r.json".into(), r)]);
         assert!(text.contains("side=\"ring=0\""), "{text}");

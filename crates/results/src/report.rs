@@ -875,11 +875,56 @@ pub fn render_ab(results: &Results) -> Option<String> {
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
     ));
+    for line in host_switch_lines(&ab.knob, &ab.host) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     for line in plan_lines(results) {
         out.push_str(&line);
         out.push('\n');
     }
     Some(out)
+}
+
+/// The report's lines on an A/B run whose knob changes the host: how many switches, how
+/// many reloaded the module, each switch's time and all of them, the values in force on
+/// each side, and what moved besides the knob.
+pub fn host_switch_lines(knob: &str, sides: &[crate::results::HostSide]) -> Vec<String> {
+    if sides.is_empty() {
+        return Vec::new();
+    }
+    let switches: Vec<&crate::results::HostSide> = sides.iter().filter(|s| s.switched).collect();
+    let total: f64 = switches.iter().map(|s| s.seconds).sum();
+    let reloads = switches.iter().filter(|s| s.reloaded).count();
+    let in_force = |side: &str| -> String {
+        let mut v: Vec<&str> = sides
+            .iter()
+            .filter(|s| s.side == side)
+            .map(|s| s.in_force.as_str())
+            .collect();
+        v.dedup();
+        v.join("/")
+    };
+    let mut out = vec![format!(
+        "host knob {}: {} switches ({reloads} by reloading the module), {total:.1} s in all; in force: A {}, B {}",
+        knob,
+        switches.len(),
+        in_force("a"),
+        in_force("b")
+    )];
+    let each: Vec<String> = switches
+        .iter()
+        .map(|s| format!("{:.2}", s.seconds))
+        .collect();
+    for chunk in each.chunks(16) {
+        out.push(format!("  switch seconds: {}", chunk.join(" ")));
+    }
+    for s in sides {
+        for w in &s.warnings {
+            out.push(format!("  round {} {}: {w}", s.round, s.side));
+        }
+    }
+    out
 }
 
 /// The A/B run the way the seeds print it: run by run (one row per round) with the net

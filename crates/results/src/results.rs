@@ -127,6 +127,40 @@ pub struct AbRun {
     pub b_tests: Vec<TestResult>,
     /// Order of the sides in each round, e.g. `["a", "b"]` then `["b", "a"]`.
     pub order: Vec<[String; 2]>,
+    /// With a knob that changes the host (a KVM module parameter, `MODULE.PARAM`): what
+    /// was in force for each side-run, in the order they ran, and each switch. Empty
+    /// for exitlab's own knobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<HostSide>,
+}
+
+/// One side-run of an A/B run whose knob changes the host: the value asked and in
+/// force, the switch made before it (if the value changed), and the provenance of what
+/// ran: the parameters of the modules involved and the build IDs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSide {
+    /// Round, 1-based.
+    pub round: u32,
+    /// `a` or `b`.
+    pub side: String,
+    /// The value asked.
+    pub asked: String,
+    /// The value in force, read back from sysfs.
+    pub in_force: String,
+    /// Whether the value was switched before this side-run (not when the side before
+    /// had the same value).
+    pub switched: bool,
+    /// Whether the switch reloaded the module (the parameter is read-only at run time).
+    pub reloaded: bool,
+    /// Seconds the switch took, measured (0 without one).
+    pub seconds: f64,
+    /// `MODULE.PARAM` -> value of every parameter of the modules involved.
+    pub params: BTreeMap<String, String>,
+    /// GNU build IDs: `kernel` and each module involved.
+    pub build_ids: BTreeMap<String, String>,
+    /// What the switch changed besides the knob (another parameter, the taint flags).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Results {
