@@ -98,6 +98,11 @@ read or an argument is refused.")]
         /// comparing two single files.
         #[arg(long)]
         accept_no_verdict: bool,
+        /// What the sides are meant to differ in, comma-separated: `kernel` and KVM module
+        /// names (e.g. kernel,kvm_amd). Builds whose GNU build IDs differ are warned about
+        /// unless named here; a build named here whose ID is the same on both sides is.
+        #[arg(long, value_delimiter = ',', value_name = "BUILDS")]
+        changed: Vec<String>,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
     /// (tracefs; needs root).
@@ -265,6 +270,7 @@ fn parse_and_run() -> i32 {
             threshold,
             gate,
             accept_no_verdict,
+            changed,
         } => crate::report_cmd::compare_cmd(
             &before,
             &after,
@@ -273,6 +279,7 @@ fn parse_and_run() -> i32 {
                 only: gate,
                 accept_no_verdict,
             },
+            &changed,
         ),
         Command::Agree(a) => crate::agree_cmd::agree_cmd(a),
         Command::Trace(a) => crate::trace_cmd::trace_cmd(a),

@@ -215,7 +215,13 @@ pub fn gate_status(cmp: &compare::Comparison, args: &GateArgs) -> (Vec<String>, 
 /// `exitlab compare BEFORE AFTER [--threshold PCT] [--gate TESTS] [--accept-no-verdict]`:
 /// two directories of runs are compared with runs as units and gate; two single files
 /// are a screen ([`compare::compare`]). See [`gate_status`] for the exit status.
-pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, gate: &GateArgs) -> i32 {
+pub fn compare_cmd(
+    before: &Path,
+    after: &Path,
+    threshold: Option<f64>,
+    gate: &GateArgs,
+    changed: &[String],
+) -> i32 {
     if let Some(t) = threshold.filter(|t| !(t.is_finite() && (0.0..=1000.0).contains(t))) {
         return usage_error(format!(
             "--threshold {t}: expected a percentage from 0 to 1000"
@@ -240,11 +246,12 @@ pub fn compare_cmd(before: &Path, after: &Path, threshold: Option<f64>, gate: &G
     // A directory is a set of runs, however many it holds (a CI whose runs partly failed
     // to write must not fall back to a screen of one run).
     let several = b.len() > 1 || a.len() > 1 || before.is_dir() || after.is_dir();
-    let cmp = if several {
+    let mut cmp = if several {
         compare::compare_runs(&runs_of(&b), &runs_of(&a), threshold)
     } else {
         compare::compare(&b[0].1, &a[0].1, threshold)
     };
+    compare::declare_changed(&mut cmp, &b[0].1, &a[0].1, changed);
     print!(
         "{}",
         sanitize(&compare::render_comparison(&cmp, ["before", "after"]))

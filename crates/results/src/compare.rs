@@ -547,6 +547,59 @@ const HOST_FIELDS: [(&str, &str); 5] = [
     ("/virtualization/summary", "virtualization"),
 ];
 
+/// How a warning about a build that differs starts, before the build's name (`kernel`
+/// or a module's): `compare --changed` leaves out those the user declared.
+pub const BUILD_ID_WARNING: &str = "build ID of ";
+
+/// The GNU build IDs a results file's host survey recorded: `kernel` and each KVM
+/// module's.
+pub fn build_ids(r: &Results) -> std::collections::BTreeMap<String, String> {
+    let ids = r.host.get("build_ids");
+    let mut out = std::collections::BTreeMap::new();
+    if let Some(k) = ids.and_then(|i| i.get("kernel")).and_then(|k| k.as_str()) {
+        out.insert("kernel".to_string(), k.to_string());
+    }
+    for (m, id) in ids
+        .and_then(|i| i.get("modules"))
+        .and_then(|m| m.as_object())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = id.as_str() {
+            out.insert(m.clone(), id.to_string());
+        }
+    }
+    out
+}
+
+/// `compare --changed`: what the user declared changed between the sides (`kernel`, a
+/// module's name). The warnings about those builds differing are left out; a declared
+/// build whose ID is the same on both sides (the first runs') gets one.
+pub fn declare_changed(
+    cmp: &mut Comparison,
+    before: &Results,
+    after: &Results,
+    declared: &[String],
+) {
+    cmp.warnings.retain(|w| {
+        !declared
+            .iter()
+            .any(|d| w.starts_with(&format!("{BUILD_ID_WARNING}{d} differs")))
+    });
+    let (ib, ia) = (build_ids(before), build_ids(after));
+    for d in declared {
+        match (ib.get(d), ia.get(d)) {
+            (Some(b), Some(a)) if a == b => cmp.warnings.push(format!(
+                "--changed {d}: but its build ID is the same on both sides ({b}); the runs compared may not be the builds meant"
+            )),
+            (None, _) | (_, None) => cmp.warnings.push(format!(
+                "--changed {d}: a side's results record no build ID of {d} (an older exitlab, or {d} built into the kernel), so the change cannot be checked"
+            )),
+            _ => {}
+        }
+    }
+}
+
 /// A run's `--pin` as the user wrote it.
 fn pin_str(pin: Option<u32>) -> String {
     pin.map_or_else(|| "none".to_string(), |cpu| format!("CPU {cpu}"))
@@ -597,6 +650,10 @@ pub(crate) fn host_and_config_warnings(before: &Results, after: &Results) -> Vec
                 a.get(k).unwrap_or(&none),
             );
         }
+    }
+    let (ib, ia) = (build_ids(before), build_ids(after));
+    for name in ib.keys().filter(|k| ia.contains_key(*k)) {
+        differ(&format!("{BUILD_ID_WARNING}{name}"), &ib[name], &ia[name]);
     }
     if let (Some(b), Some(a)) = (&before.provenance, &after.provenance) {
         if let (Some(hb), Some(ha)) = (&b.hostname, &a.hostname) {
