@@ -1368,6 +1368,65 @@ fn report_formats_csv_openmetrics_and_html() {
 }
 
 #[test]
+fn report_o_writes_the_format_its_extension_names_and_refuses_a_contradicting_format() {
+    let dir = tempdir_named("report-o");
+    let a = small_run(&dir, "a.json", &[]);
+    let a_s = a.to_str().unwrap();
+    let write = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args = vec!["report", a_s, "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        (exitlab(&args), out)
+    };
+    // What each format starts or ends with, as stdout gives it with --format.
+    let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
+    for (name, format) in [
+        ("r.md", "md"),
+        ("r.csv", "csv"),
+        ("r.prom", "openmetrics"),
+        ("r.om", "openmetrics"),
+        ("r.html", "html"),
+        ("r.txt", "text"),
+    ] {
+        let (o, out) = write(name, &[]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let text = std::fs::read_to_string(&out).unwrap();
+        let expected = stdout(&exitlab(&["report", "--format", format, a_s]));
+        if format == "html" {
+            assert!(text.starts_with("<!DOCTYPE html>"), "{name}: {text}");
+        } else {
+            assert_eq!(text, expected, "{name} is not {format}");
+        }
+        if format == "md" {
+            assert_eq!(text, md);
+            assert!(text.lines().any(|l| l.starts_with("| ")), "{text}");
+        }
+    }
+    // --format that agrees with the extension, or an extension that names no format.
+    let (o, _) = write("agree.csv", &["--format", "csv"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (o, out) = write("notes.txt", &["--format", "md"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(out).unwrap(), md);
+    // --format that contradicts the extension: refused, nothing written.
+    for (name, extra) in [
+        ("bad.md", &["--format", "csv"][..]),
+        ("bad.html", &["--format", "text"]),
+        ("bad.csv", &["--markdown"]),
+        ("bad.prom", &["--format", "html"]),
+    ] {
+        let (o, out) = write(name, extra);
+        assert_eq!(o.status.code(), Some(2), "{name} {extra:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.starts_with("exitlab: ") && e.contains("contradicts") && e.contains(name),
+            "{e}"
+        );
+        assert!(!out.exists(), "{name} was written");
+    }
+}
+
+#[test]
 fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     common::require_kvm();
     let dir = tempdir_named("sigint");
