@@ -37,21 +37,17 @@ struct Globals {
     /// Say only what was asked for: no progress or notes on stderr (errors still are).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
-    /// Run vCPU threads without their seccomp filter (for debugging; bench and run).
-    #[arg(long, global = true)]
-    no_seccomp: bool,
-    /// Also check that every ioctl of a vCPU thread is a KVM ioctl (type 0xAE). Off by
-    /// default: with the check, the seccomp filter runs on every KVM_RUN (~150-200 cycles
-    /// per exit on a host like this project's), without it the kernel's action cache
-    /// skips the filter; see docs/exit-path.md.
-    #[arg(long, global = true, conflicts_with = "no_seccomp")]
-    strict_ioctl: bool,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Measure what each kind of VM exit costs on this host.
-    Bench(Box<BenchArgs>),
+    Bench {
+        #[command(flatten)]
+        args: Box<BenchArgs>,
+        #[command(flatten)]
+        filter: crate::common::VcpuFilter,
+    },
     /// Show what matters for exit cost on this host (CPU, kernel, KVM capabilities and parameters).
     Host {
         #[command(flatten)]
@@ -100,7 +96,8 @@ argument is refused.")]
         per_loop: bool,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
-    /// (tracefs; needs root).
+    /// (tracefs; needs root). With `-- COMMAND`, exits with the command's exit status
+    /// when the command fails.
     Trace(TraceArgs),
     /// Compare exitlab's bench figures with the second, independent harness kernel.
     Agree(AgreeArgs),
@@ -179,6 +176,29 @@ fn clap_error_text(rendered: &str) -> String {
     }
 }
 
+/// An unknown subcommand's error with clap's tip naming the closest subcommand, where
+/// clap gives none (`exitlab help benh`; `exitlab benh` has clap's own).
+fn subcommand_tip(e: &clap::Error, text: String) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::InvalidSubcommand || text.contains("tip:") {
+        return text;
+    }
+    let Some(ContextValue::String(name)) = e.get(ContextKind::InvalidSubcommand) else {
+        return text;
+    };
+    let cmd = command();
+    let names = cmd.get_subcommands().map(clap::Command::get_name);
+    match (
+        exitlab_lab::names::closest(name, names),
+        text.split_once('\n'),
+    ) {
+        (Some(near), Some((first, rest))) => {
+            format!("{first}\n\n  tip: a similar subcommand exists: '{near}'\n{rest}")
+        }
+        _ => text,
+    }
+}
+
 /// `exitlab run ...` (`run` first) parsed by a command of `run`'s and the global
 /// arguments alone, so that starting a VM does not build (and fault in the code of) every
 /// other subcommand's arguments, which the derive's full command does: docs/memory.md,
@@ -213,7 +233,10 @@ fn parse_and_run() -> i32 {
             Err(e) if e.use_stderr() => {
                 // One style for every error: clap's `error: ...` becomes `exitlab: ...`, as
                 // exitlab's own errors read.
-                eprint!("{}", clap_error_text(&e.render().to_string()));
+                eprint!(
+                    "{}",
+                    subcommand_tip(&e, clap_error_text(&e.render().to_string()))
+                );
                 return EXIT_USAGE;
             }
             Err(e) => {
@@ -225,8 +248,6 @@ fn parse_and_run() -> i32 {
     };
     let g = cli.globals;
     crate::verbosity::set(g.quiet, g.verbose);
-    exitlab_vmm::seccomp::set_enabled(!g.no_seccomp);
-    exitlab_vmm::seccomp::set_strict_ioctl(g.strict_ioctl);
     match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
@@ -239,7 +260,10 @@ fn parse_and_run() -> i32 {
                 crate::status::EXIT_CANT_WRITE
             }
         },
-        Command::Bench(a) => crate::bench_cmd::bench_cmd(*a),
+        Command::Bench { args, filter } => {
+            filter.apply();
+            crate::bench_cmd::bench_cmd(*args)
+        }
         Command::Host { json } => crate::host_cmd::host_cmd(json),
         Command::Run(a) => crate::run::run_main(a),
         Command::Compare {

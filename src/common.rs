@@ -83,6 +83,30 @@ impl JsonArg {
     }
 }
 
+/// `--no-seccomp` and `--strict-ioctl`: the seccomp filter of the vCPU threads, for the
+/// subcommands that run VMs in this process (bench, run, agree); the others have no
+/// vCPU threads for them to mean anything to.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct VcpuFilter {
+    /// Run vCPU threads without their seccomp filter (for debugging).
+    #[arg(long)]
+    pub no_seccomp: bool,
+    /// Also check that every ioctl of a vCPU thread is a KVM ioctl (type 0xAE). Off by
+    /// default: with the check, the seccomp filter runs on every KVM_RUN (~150-200 cycles
+    /// per exit on a host like this project's), without it the kernel's action cache
+    /// skips the filter; see docs/exit-path.md.
+    #[arg(long, conflicts_with = "no_seccomp")]
+    pub strict_ioctl: bool,
+}
+
+impl VcpuFilter {
+    /// Sets the filter of the vCPU threads this process starts from now on.
+    pub fn apply(self) {
+        exitlab_vmm::seccomp::set_enabled(!self.no_seccomp);
+        exitlab_vmm::seccomp::set_strict_ioctl(self.strict_ioctl);
+    }
+}
+
 /// Prints why KVM cannot be used, as `exitlab host` diagnoses it (the same reason and
 /// advice: a missing device node is not a missing module), and returns the exit code.
 /// Errors other than opening /dev/kvm are printed as they are.

@@ -263,7 +263,9 @@ fn output_format(
 ) -> Result<&'static str, String> {
     let asked = match (format, markdown) {
         (Some(f), true) if f != "md" => {
-            return Err(format!("--markdown contradicts --format {f}: give one of them"))
+            return Err(format!(
+                "--markdown contradicts --format {f}: give one of them"
+            ))
         }
         (Some(f), _) => Some(f),
         (None, true) => Some("md"),
@@ -402,6 +404,8 @@ mod tests {
             let e = f(format, markdown, Some(out)).unwrap_err();
             assert!(e.contains("contradicts") && e.contains(out), "{e}");
         }
-        assert!(f(Some("csv"), true, None).unwrap_err().contains("--markdown"));
+        assert!(f(Some("csv"), true, None)
+            .unwrap_err()
+            .contains("--markdown"));
     }
 }

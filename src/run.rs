@@ -37,8 +37,23 @@ pub struct RunOptions {
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Kernel image (multiboot, PVH ELF, Linux bzImage or vmlinux).
-    #[arg(required_unless_present = "builtin")]
+    #[arg(required_unless_present_any = ["builtin", "qemu_args"])]
     kernel: Option<PathBuf>,
+    /// Take QEMU's options instead of exitlab's, as the binary named `exitlab-qemu`
+    /// does: `exitlab run --qemu-args -- QEMU-OPTIONS...` (e.g. `-kernel FILE -smp 2
+    /// -append STR`). Everything after it is QEMU's, so no other option of run goes with
+    /// it; `exitlab run --qemu-args -- -help` lists the QEMU options exitlab takes.
+    #[arg(
+        long,
+        value_name = "QEMU-OPTIONS",
+        num_args = 0..,
+        allow_hyphen_values = true,
+        conflicts_with_all = [
+            "kernel", "builtin", "seconds", "seed", "initrd", "cmdline", "cpus", "mem",
+            "timeout", "serial", "exit_stats", "no_pvh", "irqchip", "no_seccomp", "strict_ioctl"
+        ]
+    )]
+    qemu_args: Option<Vec<std::ffi::OsString>>,
     /// Boot a kernel built into exitlab instead of a file (e.g. `exitlab run --builtin
     /// conformance`); `chaos` is booted again and again for --seconds.
     #[arg(long, value_name = "NAME", value_parser = builtin_names(), conflicts_with = "kernel")]
@@ -81,6 +96,8 @@ pub struct RunArgs {
     /// PIT) or split (KVM_CAP_SPLIT_IRQCHIP: exitlab's own in userspace, no PIT).
     #[arg(long, default_value = "kernel", value_parser = parse_irqchip)]
     irqchip: IrqChip,
+    #[command(flatten)]
+    filter: crate::common::VcpuFilter,
 }
 
 fn parse_irqchip(s: &str) -> Result<IrqChip, String> {
@@ -114,8 +131,19 @@ fn chaos_conflicts(a: &RunArgs) -> Option<&'static str> {
     .find_map(|(given, name)| given.then_some(name))
 }
 
-/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one).
+/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one, or a QEMU-style
+/// command line).
 pub fn run_main(a: RunArgs) -> i32 {
+    if let Some(mut qemu_args) = a.qemu_args {
+        // `run --qemu-args` right after `exitlab` is taken by `crate::qemu::qemu_style`
+        // before this parser runs; here it came after a global option (`exitlab -v run
+        // --qemu-args -- ...`), with the `--` among its values.
+        if qemu_args.first().is_some_and(|x| x == "--") {
+            qemu_args.remove(0);
+        }
+        return crate::qemu::qemu_cmd(qemu_args);
+    }
+    a.filter.apply();
     if a.builtin.as_deref() == Some("chaos") {
         if let Some(option) = chaos_conflicts(&a) {
             return usage_error(format!(
@@ -313,7 +341,8 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             exitlab_guest::builtin(name).ok_or_else(|| {
                 let names: Vec<&str> = exitlab_guest::BUILTINS.iter().map(|b| b.name).collect();
                 format!(
-                    "there is no built-in kernel {name:?}: choose one of {}",
+                    "there is no built-in kernel {name:?}{}: choose one of {}",
+                    exitlab_lab::names::did_you_mean(name, names.iter().copied()),
                     names.join(", ")
                 )
             })

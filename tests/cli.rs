@@ -1704,6 +1704,134 @@ fn run_help_lists_every_builtin_kernel() {
 }
 
 #[test]
+fn vcpu_filter_options_belong_to_the_subcommands_that_run_vcpus() {
+    for (sub, has) in [
+        ("bench", true),
+        ("run", true),
+        ("agree", true),
+        ("compare", false),
+        ("report", false),
+        ("host", false),
+        ("trace", false),
+        ("completions", false),
+    ] {
+        let o = exitlab(&[sub, "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{sub}: {}", stderr(&o));
+        let help = stdout(&o);
+        for option in ["--no-seccomp", "--strict-ioctl"] {
+            // An option of its own (trace's help may name run's, which --floor passes on).
+            assert_eq!(
+                help.lines()
+                    .any(|l| l.split_whitespace().next() == Some(option)),
+                has,
+                "{sub} --help and {option}:\n{help}"
+            );
+        }
+    }
+    // Where they mean nothing they are refused, as any unknown option is.
+    for args in [
+        &["--no-seccomp", "host"][..],
+        &["host", "--no-seccomp"],
+        &["compare", "--strict-ioctl", "a.json", "b.json"],
+        &["trace", "--no-seccomp", "--", "true"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("unexpected argument"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // Where they belong they still work, the one excluding the other.
+    let o = exitlab(&["run", "--no-seccomp", "--builtin", "conformance"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SUMMARY"), "{}", stdout(&o));
+    let o = exitlab(&["bench", "--no-seccomp", "--strict-ioctl", "--list"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_help_lists_qemu_args_which_works_as_it_says() {
+    let help = stdout(&exitlab(&["run", "--help"]));
+    assert!(
+        help.contains("--qemu-args [<QEMU-OPTIONS>...]")
+            && help.contains("exitlab run --qemu-args -- QEMU-OPTIONS..."),
+        "{help}"
+    );
+    // Right after `run` (taken before the parser), and after a global option (through it).
+    for args in [
+        &["run", "--qemu-args", "--", "-version"][..],
+        &["-q", "run", "--qemu-args", "--", "-version"],
+        &["run", "-q", "--qemu-args", "--", "-version"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("QEMU-compatible exitlab version"),
+            "{args:?}: {}",
+            stdout(&o)
+        );
+    }
+    // Everything after it is QEMU's: exitlab's own run options do not go with it.
+    let o = exitlab(&[
+        "-q",
+        "run",
+        "--cpus",
+        "2",
+        "--qemu-args",
+        "--",
+        "-kernel",
+        "k",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("'--cpus <CPUS>' cannot be used with '--qemu-args"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unknown_names_get_the_closest_known_one() {
+    for (args, says) in [
+        (
+            &["bench", "--tests", "cpuid,inl_from_usr"][..],
+            "unknown test 'inl_from_usr' (did you mean 'inl_from_user'?); `exitlab bench --list` lists the tests",
+        ),
+        (
+            &["bench", "--ab", "apci=xapic,x2apic"],
+            "--ab apci=xapic,x2apic: unknown knob 'apci' (did you mean 'apic'?); knobs: ring,",
+        ),
+        (
+            &["run", "builtin:conformanc"],
+            "there is no built-in kernel \"conformanc\" (did you mean 'conformance'?): choose one of",
+        ),
+        (
+            &["run", "--builtin", "conformanc"],
+            "tip: a similar value exists: 'conformance'",
+        ),
+        (&["benhc"], "tip: a similar subcommand exists: 'bench'"),
+        (&["help", "benh"], "tip: a similar subcommand exists: 'bench'"),
+        (&["help", "reprot"], "tip: a similar subcommand exists: 'report'"),
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    // The suggestion stands instead of the 40-odd test names; a name like none of them
+    // still gets the list.
+    let e = stderr(&exitlab(&["bench", "--tests", "inl_from_usr"]));
+    assert!(!e.contains("smp_bringup"), "{e}");
+    let e = stderr(&exitlab(&["bench", "--tests", "nosuchtest"]));
+    assert!(
+        !e.contains("did you mean") && e.contains("smp_bringup"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_builtin_kernel_ending_through_debug_exit_says_value_status_and_rule() {
     common::require_kvm();
     let o = exitlab(&["run", "--builtin", "conformance", "--timeout", "120"]);

@@ -240,7 +240,11 @@ pub fn find(name: &str) -> Option<&'static Knob> {
 pub fn parse(name: &str, value: &str) -> Result<Setting, String> {
     let knob = find(name).ok_or_else(|| {
         let names: Vec<&str> = KNOBS.iter().map(|k| k.name).collect();
-        format!("unknown knob '{name}'; knobs: {}", names.join(", "))
+        format!(
+            "unknown knob '{name}'{}; knobs: {}",
+            crate::names::did_you_mean(name, names.iter().copied()),
+            names.join(", ")
+        )
     })?;
     (knob.parse)(value)
 }
@@ -383,8 +387,13 @@ pub fn split_ab<'a>(spec: &'a str, example: &str) -> Result<(&'a str, String, St
 pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
     let names = || KNOBS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ");
     let (name, a, b) = split_ab(spec, "ring=0,3")?;
-    let knob = find(name)
-        .ok_or_else(|| format!("--ab {spec}: unknown knob '{name}'; knobs: {}", names()))?;
+    let knob = find(name).ok_or_else(|| {
+        format!(
+            "--ab {spec}: unknown knob '{name}'{}; knobs: {}",
+            crate::names::did_you_mean(name, KNOBS.iter().map(|k| k.name)),
+            names()
+        )
+    })?;
     for v in [&a, &b] {
         knob.set(&mut opts.clone(), v)
             .map_err(|e| format!("--ab {spec}: {e}"))?;
@@ -437,7 +446,7 @@ mod tests {
         assert_eq!(o2.params.ring, 3);
         let err = parse_ab("apic-mode=x,y", &o).err().unwrap();
         assert!(
-            err.contains("unknown knob 'apic-mode'") && err.contains("ring"),
+            err.contains("unknown knob 'apic-mode' (did you mean 'apic'?); knobs: ring,"),
             "{err}"
         );
         assert!(parse_ab("ring=0,2", &o)

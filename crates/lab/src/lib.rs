@@ -13,6 +13,7 @@ pub mod floor;
 pub mod host_survey;
 mod kernel;
 pub mod knobs;
+pub mod names;
 pub mod rounds;
 pub mod runner;
 pub mod smp;
