@@ -300,6 +300,38 @@ struct Checked {
     initrd: Option<Vec<u8>>,
     serial: SerialOut,
     format: ImageFormat,
+    /// The kernel is Linux (a bzImage, or a vmlinux however it is entered).
+    linux: bool,
+}
+
+/// The line `run` prints before it boots Linux on a kvm_pvm host, where Linux cannot
+/// reach userspace (docs/host-and-l1.md) and would otherwise run silently until it stops.
+const LINUX_ON_PVM: &str = "this host's KVM is kvm_pvm (no VT-x/AMD-V): it emulates guest ring 0, \
+     and its emulator lacks instructions Linux uses (lock cmpxchg16b, xrstor, int3, ...), so \
+     Linux stops in early boot here and cannot reach userspace; boot it on a host with \
+     hardware virtualization (docs/host-and-l1.md)";
+
+/// The line that leads the summary of a run ended by an emulation failure (`insn`: the
+/// instruction's bytes, possibly none): its likely cause, on a kvm_pvm host (`pvm`),
+/// whose emulator runs all guest ring-0 code and lacks instructions; `None` elsewhere,
+/// where the failure's own line says what is known.
+fn emulation_failure_cause(insn: &[u8], linux: bool, pvm: bool) -> Option<String> {
+    if !pvm {
+        return None;
+    }
+    let what = match exitlab_vmm::hook::instruction_name(insn) {
+        Some(name) => format!("`{name}`"),
+        None => "the instruction at RIP".to_string(),
+    };
+    Some(format!(
+        "likely cause: this host's KVM is kvm_pvm, which emulates guest ring 0, and its \
+         emulator cannot run {what}{}; the registers follow",
+        if linux {
+            ": Linux cannot get past early boot on this host (docs/host-and-l1.md)"
+        } else {
+            " (run it on a host with VT-x/AMD-V, or avoid that instruction in ring 0)"
+        }
+    ))
 }
 
 /// Checks every option and input of `run` before KVM is opened: the numbers, the serial
@@ -403,6 +435,7 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             })?;
     }
     Ok(Checked {
+        linux: exitlab_boot::linux::is_linux(&kernel),
         kernel,
         initrd,
         serial,
@@ -453,6 +486,11 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             o.kernel.display(),
             format_name(checked.format)
         );
+    }
+    let linux = checked.linux;
+    let pvm = exitlab_host::kvm_is_pvm();
+    if linux && pvm && !o.quiet {
+        eprintln!("exitlab: {LINUX_ON_PVM}");
     }
     let serial_input = matches!(checked.serial, SerialOut::Stdio);
     if o.verbose {
@@ -532,7 +570,13 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             vcpu,
             what,
             registers,
+            emulation_failure,
         } => {
+            if let Some(cause) =
+                emulation_failure.and_then(|insn| emulation_failure_cause(&insn, linux, pvm))
+            {
+                eprintln!("exitlab: {cause}");
+            }
             eprintln!("exitlab: vCPU {vcpu}: {what}\n{registers}");
             EXIT_KVM_FAILURE
         }
@@ -545,5 +589,31 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             eprintln!("exitlab: every vCPU stopped without the guest ending the run ({why})");
             EXIT_KVM_FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emulation_failure_on_kvm_pvm_leads_with_its_likely_cause() {
+        let cmpxchg16b = [0xf0, 0x48, 0x0f, 0xc7, 0x0e];
+        let linux = emulation_failure_cause(&cmpxchg16b, true, true).unwrap();
+        assert!(
+            linux.starts_with("likely cause: this host's KVM is kvm_pvm")
+                && linux.contains("cannot run `lock cmpxchg16b`: Linux cannot get past early boot")
+                && linux.contains("docs/host-and-l1.md"),
+            "{linux}"
+        );
+        assert!(!linux.contains('\n'), "one line: {linux}");
+        let other = emulation_failure_cause(&[0x0f, 0x0b], false, true).unwrap();
+        assert!(
+            other.contains("cannot run the instruction at RIP (run it on a host with VT-x/AMD-V"),
+            "{other}"
+        );
+        // A host with hardware virtualization: the failure's own line says it.
+        assert_eq!(emulation_failure_cause(&cmpxchg16b, true, false), None);
+        assert!(!LINUX_ON_PVM.contains('\n') && LINUX_ON_PVM.contains("cannot reach userspace"));
     }
 }
