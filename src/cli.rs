@@ -104,6 +104,18 @@ argument is refused.")]
     /// Render one or more results files: terminal table, Markdown, CSV, OpenMetrics, or
     /// one self-contained HTML page with CDF plots.
     Report(crate::report_cmd::ReportArgs),
+    /// Print the JSON Schema of results files (what `bench --json` writes and `report`
+    /// and `compare` read), generated from exitlab's own types; its `$id` and title carry
+    /// the schema version (docs/results.schema.json is a copy).
+    #[command(after_help = "\
+Versioning: a change that removes, renames or retypes a field, or lets it hold a value
+the schema did not allow, bumps the schema version (and the schema's $id); adding an
+optional field does not, so a reader must ignore fields it does not know.")]
+    Schema {
+        /// Write the schema to this file instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Print a shell completion script (e.g. `exitlab completions bash > /etc/bash_completion.d/exitlab`).
     Completions {
         /// The shell.
@@ -173,6 +185,24 @@ fn clap_error_text(rendered: &str) -> String {
     match rendered.strip_prefix("error: ") {
         Some(rest) => format!("exitlab: {rest}"),
         None => rendered.to_string(),
+    }
+}
+
+/// `exitlab schema [-o FILE]`.
+fn schema_cmd(output: Option<&std::path::Path>) -> i32 {
+    let text = exitlab_results::results::schema_text();
+    match output {
+        Some(path) => match std::fs::write(path, text) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("exitlab: cannot write {}: {e}", path.display());
+                crate::status::EXIT_CANT_WRITE
+            }
+        },
+        None => {
+            print!("{text}");
+            0
+        }
     }
 }
 
@@ -253,6 +283,7 @@ fn parse_and_run() -> i32 {
             clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
             0
         }
+        Command::Schema { output } => schema_cmd(output.as_deref()),
         Command::Man => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
             Ok(()) => 0,
             Err(e) => {

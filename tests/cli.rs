@@ -164,9 +164,7 @@ fn precision_and_budget_must_be_sensible() {
 #[test]
 fn a_precision_run_says_which_tests_reached_the_target() {
     let dir = tempdir_named("precision");
-    let read = |p: &std::path::Path| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-    };
+    let read = |p: &std::path::Path| -> serde_json::Value { common::read_results(p) };
     // A target any five rounds reach: no test is short of it.
     let wide = read(&small_run(&dir, "wide.json", &["--precision", "50"]));
     let p = &wide["precision"];
@@ -226,7 +224,7 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
             budget,
         ];
         let (p, out) = small_run_printing(&dir, name, &extra);
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        let v = common::read_results(&p);
         (out, v)
     };
     // Each test's A and B rounds and the pairs' order agree with the rounds run.
@@ -311,7 +309,7 @@ fn an_ab_precision_run_records_each_tests_pairs_and_names_those_short_of_the_tar
         args.extend_from_slice(extra);
         let o = exitlab(&args);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let v = common::read_results(&path);
         (stdout(&o), v)
     };
     let (out, v) = ab_run("default.json", "cpuid,outl_to_user", &["--budget", "6"]);
@@ -568,7 +566,8 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         assert!(out.contains("outl_to_user"), "{out}");
         assert!(out.contains("exit check: all"), "{out}");
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+    let v = common::read_results(&a);
+    common::read_results(&b);
     assert_eq!(v["schema_version"], 2);
     // Without --batch each test ran at its own, and the file says so.
     assert_eq!(v["config"]["batch"], 0);
@@ -710,6 +709,7 @@ fn small_run_printing(
     args.extend_from_slice(extra);
     let o = exitlab(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    common::read_results(&p);
     (p, stdout(&o))
 }
 
@@ -933,7 +933,7 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
         6,
         "{out}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     assert_eq!(v["ab"]["knob"], "batch");
     assert_eq!(v["ab"]["order"][0], serde_json::json!(["a", "b"]));
     assert_eq!(v["ab"]["order"][1], serde_json::json!(["b", "a"]));
@@ -993,7 +993,7 @@ fn known_answer_ab(tag: &str, args: &[&str], ab: &str) -> serde_json::Value {
     all.extend(["--rounds", "2", "--json", p.to_str().unwrap()]);
     let o = exitlab(&all);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    common::read_results(&p)
 }
 
 /// Test `name` of side `side` ("a" or "b") of an A/B results file.
@@ -1166,7 +1166,7 @@ fn ab_per_loop_is_recorded_in_the_file_its_reports_say_so_and_wrong_uses_are_ref
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let line = "per loop: each pair's change";
     assert!(stdout(&o).contains(line), "{}", stdout(&o));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     assert_eq!(v["ab"]["per_loop"], true);
     let r = exitlab(&["report", path]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
@@ -1228,23 +1228,11 @@ fn python_parse(format: &str, text: &str) -> String {
              print(f'{len(rows)} rows of {\",\".join(map(str, widths))} fields')\n"
         }
     };
-    // Debian's module is installed for the system interpreter, which may not be first on
-    // PATH (pyenv and the like).
-    let python = ["/usr/bin/python3", "python3"]
-        .into_iter()
-        .find(|p| {
-            Command::new(p)
-                .args(["-c", "import prometheus_client.openmetrics.parser"])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no python3 with the Prometheus client: this test needs it to check the \
-                 OpenMetrics output (apt-get install python3-prometheus-client; .ci/run \
-                 installs it)"
-            )
-        });
+    let python = common::python_with(
+        "import prometheus_client.openmetrics.parser",
+        "the Prometheus client: this test needs it to check the OpenMetrics output \
+         (apt-get install python3-prometheus-client; .ci/run installs it)",
+    );
     let mut child = Command::new(python)
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
@@ -1427,6 +1415,69 @@ fn report_o_writes_the_format_its_extension_names_and_refuses_a_contradicting_fo
 }
 
 #[test]
+fn schema_prints_the_published_schema_which_takes_what_bench_writes_and_nothing_retyped() {
+    let published = std::fs::read_to_string(common::results_schema()).unwrap();
+    let o = exitlab(&["schema"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        published,
+        "exitlab schema is not docs/results.schema.json"
+    );
+    let dir = tempdir_named("schema");
+    let out = dir.join("s.json");
+    let o = exitlab(&["schema", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), published);
+    let v: serde_json::Value = serde_json::from_str(&published).unwrap();
+    assert_eq!(v["$id"], "urn:exitlab:results:schema:2");
+    assert_eq!(v["properties"]["schema_version"]["const"], 2);
+    // What bench writes matches it (small_run checks it too) ...
+    let a = small_run(&dir, "a.json", &[]);
+    let good = std::fs::read(&a).unwrap();
+    let v = common::results_json(&good, "a.json");
+    // ... fields exitlab does not know yet are allowed (an optional field added later) ...
+    let mut extra = v.clone();
+    extra["tests"][1]["a_field_added_later"] = serde_json::json!({"x": 1});
+    assert_eq!(
+        common::results_schema_errors(&serde_json::to_vec(&extra).unwrap()),
+        None
+    );
+    // ... and what it would not write is refused, naming the field.
+    for (edit, field) in [
+        (
+            Box::new(|v: &mut serde_json::Value| v["tests"][1]["cycles"]["median"] = "fast".into())
+                as Box<dyn Fn(&mut serde_json::Value)>,
+            "tests/1/cycles :",
+        ),
+        (
+            Box::new(|v| v["schema_version"] = 3.into()),
+            "schema_version",
+        ),
+        (
+            Box::new(|v| v["tests"][1]["status"] = "maybe".into()),
+            "tests/1",
+        ),
+        (
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("tests");
+            }),
+            "(the file)",
+        ),
+        (
+            Box::new(|v| v["config"]["ring"] = (-1).into()),
+            "config/ring",
+        ),
+    ] {
+        let mut bad = v.clone();
+        edit(&mut bad);
+        let errors = common::results_schema_errors(&serde_json::to_vec(&bad).unwrap())
+            .unwrap_or_else(|| panic!("{field}: the schema took a doctored file"));
+        assert!(errors.contains(field), "{field}: {errors}");
+    }
+}
+
+#[test]
 fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     common::require_kvm();
     let dir = tempdir_named("sigint");
@@ -1492,7 +1543,7 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
         stdout(&o)
     );
     assert!(err.contains("(marked incomplete)"), "{err}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     assert!(
         v["incomplete"].as_str().unwrap().contains("interrupted"),
         "{v}"
@@ -1604,8 +1655,7 @@ fn bench_json_without_a_file_prints_only_the_results() {
         "--json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not only JSON ({e}): {}", stdout(&o)));
+    let v = common::results_json(&o.stdout, "bench --json's standard output");
     assert_eq!(v["schema_version"], 2);
     assert_eq!(
         v["tests"].as_array().unwrap().len(),
@@ -1636,7 +1686,7 @@ fn bench_timeout_keeps_the_completed_rounds_and_exits_124() {
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
     // It stops at the end of the test then running, not after the 1,000 rounds.
     assert!(started.elapsed() < std::time::Duration::from_secs(120));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     let why = v["incomplete"].as_str().unwrap();
     assert!(
         why.starts_with("--timeout 2 s expired: interrupted during round"),
