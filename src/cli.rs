@@ -296,7 +296,10 @@ fn parse_and_run() -> i32 {
             crate::bench_cmd::bench_cmd(*args)
         }
         Command::Host { json } => crate::host_cmd::host_cmd(json),
-        Command::Run(a) => crate::run::run_main(a),
+        Command::Run(a) => match a.qemu_args() {
+            Some(qemu_args) => crate::qemu::qemu_cmd(qemu_args),
+            None => crate::run::run_main(a),
+        },
         Command::Compare {
             before,
             after,

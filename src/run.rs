@@ -131,18 +131,21 @@ fn chaos_conflicts(a: &RunArgs) -> Option<&'static str> {
     .find_map(|(given, name)| given.then_some(name))
 }
 
-/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one, or a QEMU-style
-/// command line).
-pub fn run_main(a: RunArgs) -> i32 {
-    if let Some(mut qemu_args) = a.qemu_args {
-        // `run --qemu-args` right after `exitlab` is taken by `crate::qemu::qemu_style`
-        // before this parser runs; here it came after a global option (`exitlab -v run
-        // --qemu-args -- ...`), with the `--` among its values.
-        if qemu_args.first().is_some_and(|x| x == "--") {
-            qemu_args.remove(0);
-        }
-        return crate::qemu::qemu_cmd(qemu_args);
+impl RunArgs {
+    /// The QEMU-style command line `--qemu-args` gave, for the QEMU front end. `run
+    /// --qemu-args` right after `exitlab` is taken by `crate::qemu::qemu_style` before
+    /// the parser runs; this is the option after a global one (`exitlab -v run
+    /// --qemu-args -- ...`), whose `--` the parser kept among its values.
+    pub fn qemu_args(&self) -> Option<Vec<std::ffi::OsString>> {
+        let args = self.qemu_args.as_ref()?;
+        let skip = usize::from(args.first().is_some_and(|x| x == "--"));
+        Some(args[skip..].to_vec())
     }
+}
+
+/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one; a QEMU-style
+/// command line is the QEMU front end's, [`RunArgs::qemu_args`]).
+pub fn run_main(a: RunArgs) -> i32 {
     a.filter.apply();
     if a.builtin.as_deref() == Some("chaos") {
         if let Some(option) = chaos_conflicts(&a) {
