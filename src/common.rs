@@ -9,6 +9,8 @@
 //!   exits with 124, as `timeout(1)` does; 0 means no limit.
 //! - `--seconds SECONDS` (trace, run --builtin chaos) is not a limit but the length of the
 //!   activity asked for: reaching it is success.
+//! - `--no-seccomp`, `--strict-ioctl` (bench, run, agree: the subcommands that run vCPU
+//!   threads in this process): the vCPU threads' seccomp filter off, or tightened.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
