@@ -817,7 +817,7 @@ mod tests {
         let mut lines = Lines::default();
         let mut out = Vec::new();
         let ok = TestStatus::Ok;
-        let mut test_marks = |lines: &mut Lines, out: &mut Vec<u8>, n: u32| {
+        let test_marks = |lines: &mut Lines, out: &mut Vec<u8>, n: u32| {
             for _ in 0..n {
                 lines.event(Progress::Start("cpuid"), out);
                 lines.event(Progress::Done("cpuid", &ok), out);
