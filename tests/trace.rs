@@ -87,12 +87,13 @@ fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let all = format!("--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    // The traced run ended as the harness asked: debug-exit 0 -> exit status 1, which
+    // trace passes on (a traced command's failure is its exit status's).
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(1),
         "exitlab trace failed (it needs root and tracefs):\n{all}"
     );
-    // The traced run ended as the harness asked: debug-exit 0 -> exit status 1.
     assert!(stdout.contains("(exit status: 1)"), "{all}");
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON profile"))
