@@ -31,6 +31,8 @@ pub struct AgreeArgs {
     /// (no devices), for `exitlab trace` to measure the floor on the same guest.
     #[arg(long, value_name = "CMDLINE")]
     bare_run: Option<String>,
+    #[command(flatten)]
+    filter: crate::common::VcpuFilter,
 }
 
 /// Runs `exitlab agree`; returns the process exit code.
@@ -44,6 +46,7 @@ pub fn agree_cmd(a: AgreeArgs) -> i32 {
     if let Err(e) = a.json.check() {
         return usage_error(e);
     }
+    a.filter.apply();
     let kvm = match exitlab_vmm::open_kvm() {
         Ok(k) => Arc::new(k),
         Err(e) => return crate::common::kvm_unusable(&e),

@@ -276,10 +276,12 @@ fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
                     .chain(catalogue::IRQ_TESTS)
                     .map(|t| t.name)
                     .collect();
-                return Err(format!(
-                    "unknown test '{n}'; valid tests: {}",
-                    valid.join(", ")
-                ));
+                return Err(match exitlab_lab::names::closest(n, valid.iter().copied()) {
+                    Some(near) => format!(
+                        "unknown test '{n}' (did you mean '{near}'?); `exitlab bench --list` lists the tests"
+                    ),
+                    None => format!("unknown test '{n}'; valid tests: {}", valid.join(", ")),
+                });
             }
         }
     }
@@ -449,11 +451,30 @@ fn arm_signals() -> Arc<AtomicBool> {
     flag
 }
 
-/// How progress is shown: a bar on a terminal, plain lines otherwise, nothing with --quiet.
+/// How progress is shown: a bar on a terminal (one line, updated in place), plain lines
+/// otherwise, nothing with --quiet.
 enum Display {
     Quiet,
     Bar(indicatif::ProgressBar),
-    Lines { in_rounds: bool },
+    Lines(Lines),
+}
+
+/// The state of the plain progress lines: a line per round with a mark per test; the
+/// rounds a planned design adds after its pilot, which may run by the hundred, share
+/// lines, [`Lines::ROUNDS_A_LINE`] a line while the number of tests they run stays the
+/// same.
+#[derive(Default)]
+struct Lines {
+    /// A round's line is open (its marks are being written).
+    in_rounds: bool,
+    /// The planned rounds the open line holds.
+    shared: Option<SharedLine>,
+}
+
+/// Planned rounds on one line.
+struct SharedLine {
+    tests: u32,
+    rounds: u32,
 }
 
 impl Display {
@@ -466,7 +487,7 @@ impl Display {
                 "{prefix} [{bar:30}] {pos}/{len}",
             ))
         } else {
-            Display::Lines { in_rounds: false }
+            Display::Lines(Lines::default())
         }
     }
 
@@ -486,44 +507,60 @@ impl Display {
                 Progress::Start(name) => bar.set_message(name.to_string()),
                 Progress::Done(_, _) => bar.inc(1),
             },
-            Display::Lines { in_rounds } => Self::line(in_rounds, p),
+            Display::Lines(lines) => {
+                let mut stderr = std::io::stderr().lock();
+                lines.event(p, &mut stderr);
+                let _ = stderr.flush();
+            }
         }
     }
 
-    /// One line per round with a mark per test, then one line per overhead step.
-    fn line(in_rounds: &mut bool, p: Progress<'_>) {
-        let mut stderr = std::io::stderr();
+    fn finish(self) {
+        match self {
+            Display::Bar(bar) => bar.finish_and_clear(),
+            Display::Lines(Lines {
+                in_rounds: true, ..
+            }) => eprintln!(),
+            _ => {}
+        }
+    }
+}
+
+impl Lines {
+    /// Planned rounds a shared line holds at most.
+    const ROUNDS_A_LINE: u32 = 10;
+
+    /// The legend of the round lines' marks, printed before the first round.
+    const LEGEND: &'static str =
+        "  (one mark per test: . done, T did not complete (stalled or timed out), F failed, s skipped)";
+
+    /// One line per round with a mark per test (planned rounds shared, see
+    /// [`Lines`]), then one line per overhead step.
+    fn event(&mut self, p: Progress<'_>, out: &mut dyn Write) {
+        let open = if self.in_rounds { "\n" } else { "" };
         match p {
             Progress::Round(r, n) => {
                 if r == 1 {
-                    let _ = writeln!(stderr, "{}", Self::LEGEND);
+                    let _ = writeln!(out, "{}", Self::LEGEND);
                 }
-                let _ = write!(
-                    stderr,
-                    "{}  round {r}/{n} ",
-                    if *in_rounds { "\n" } else { "" }
-                );
-                *in_rounds = true;
+                let _ = write!(out, "{open}  round {r}/{n} ");
+                self.in_rounds = true;
+                self.shared = None;
             }
             Progress::PrecisionRound(r, n) | Progress::AbPrecisionRound(r, n) => {
-                let _ = write!(
-                    stderr,
-                    "{}  planned round {r} ({n} test{} planned beyond the pilot) ",
-                    if *in_rounds { "\n" } else { "" },
-                    if n == 1 { "" } else { "s" }
-                );
-                *in_rounds = true;
+                self.shared_round(out, r, n)
             }
-            Progress::Start(name) if !*in_rounds || name.contains('(') => {
-                if *in_rounds {
-                    let _ = writeln!(stderr);
-                    *in_rounds = false;
+            Progress::Start(name) if !self.in_rounds || name.contains('(') => {
+                if self.in_rounds {
+                    let _ = writeln!(out);
+                    self.in_rounds = false;
+                    self.shared = None;
                 }
-                let _ = write!(stderr, "  {name:<40} ");
+                let _ = write!(out, "  {name:<40} ");
             }
             Progress::Start(_) => {}
-            Progress::Done(name, status) if !*in_rounds || name.contains('(') => {
-                let _ = writeln!(stderr, "{}", status.word());
+            Progress::Done(name, status) if !self.in_rounds || name.contains('(') => {
+                let _ = writeln!(out, "{}", status.word());
             }
             Progress::Done(_, status) => {
                 let mark = match status {
@@ -532,23 +569,32 @@ impl Display {
                     TestStatus::DidNotComplete { .. } => "T",
                     TestStatus::Failed { .. } => "F",
                 };
-                let _ = write!(stderr, "{mark}");
+                let _ = write!(out, "{mark}");
             }
         }
-        let _ = stderr.flush();
     }
 
-    fn finish(self) {
-        match self {
-            Display::Bar(bar) => bar.finish_and_clear(),
-            Display::Lines { in_rounds: true } => eprintln!(),
-            _ => {}
+    /// Extra round `r` (or precision round, `precision`) of `tests` tests: on the open
+    /// shared line after a space when it holds rounds of the same kind and tests and has
+    /// room, else on a new line that says what its rounds are.
+    fn shared_round(&mut self, out: &mut dyn Write, r: u32, tests: u32) {
+        match &mut self.shared {
+            Some(l) if l.tests == tests && l.rounds < Self::ROUNDS_A_LINE => {
+                l.rounds += 1;
+                let _ = write!(out, " ");
+            }
+            _ => {
+                let _ = write!(
+                    out,
+                    "{}  planned rounds from {r} ({tests} test{} planned beyond the pilot) ",
+                    if self.in_rounds { "\n" } else { "" },
+                    if tests == 1 { "" } else { "s" }
+                );
+                self.shared = Some(SharedLine { tests, rounds: 1 });
+            }
         }
+        self.in_rounds = true;
     }
-
-    /// The legend of the round lines' marks, printed before the first round.
-    const LEGEND: &'static str =
-        "  (one mark per test: . done, T did not complete (stalled or timed out), F failed, s skipped)";
 }
 
 /// Steps the progress display counts: a test per round (and side), plus one for the
@@ -890,5 +936,83 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         EXIT_TIMEOUT
     } else {
         exit_code(&res, &gate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the plain progress lines show for `rounds` planned rounds of `tests` tests,
+    /// then the planned rounds `precision` gives (round, tests), then one overhead step.
+    fn lines_for(rounds: u32, tests: u32, precision: &[(u32, u32)]) -> String {
+        let mut lines = Lines::default();
+        let mut out = Vec::new();
+        let ok = TestStatus::Ok;
+        let test_marks = |lines: &mut Lines, out: &mut Vec<u8>, n: u32| {
+            for _ in 0..n {
+                lines.event(Progress::Start("cpuid"), out);
+                lines.event(Progress::Done("cpuid", &ok), out);
+            }
+        };
+        for r in 1..=rounds {
+            lines.event(Progress::Round(r, rounds), &mut out);
+            test_marks(&mut lines, &mut out, tests);
+        }
+        for &(r, n) in precision {
+            lines.event(Progress::PrecisionRound(r, n), &mut out);
+            test_marks(&mut lines, &mut out, n);
+        }
+        lines.event(Progress::Start("overhead (exitlab vs the floor)"), &mut out);
+        lines.event(
+            Progress::Done("overhead (exitlab vs the floor)", &ok),
+            &mut out,
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn planned_rounds_share_lines_ten_a_line_while_their_tests_stay_the_same() {
+        // 109 planned rounds: 49 of two tests, then 60 of one.
+        let precision: Vec<(u32, u32)> =
+            (1..=109).map(|r| (r, if r < 50 { 2 } else { 1 })).collect();
+        let text = lines_for(2, 3, &precision);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], Lines::LEGEND, "{text}");
+        assert_eq!(lines[1], "  round 1/2 ...", "{text}");
+        assert_eq!(lines[2], "  round 2/2 ...", "{text}");
+        let shared: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.contains("planned rounds"))
+            .collect();
+        // ceil(49 / 10) + ceil(60 / 10) lines, not 109.
+        assert_eq!(shared.len(), 5 + 6, "{text}");
+        assert_eq!(
+            shared[0],
+            "  planned rounds from 1 (2 tests planned beyond the pilot) .. .. .. .. .. .. .. .. .. ..",
+            "{text}"
+        );
+        assert!(
+            shared[4].starts_with("  planned rounds from 41 (2 tests"),
+            "{text}"
+        );
+        assert!(
+            shared[5].starts_with("  planned rounds from 50 (1 test planned"),
+            "{text}"
+        );
+        assert!(
+            shared[10].starts_with("  planned rounds from 100 (1 test planned"),
+            "{text}"
+        );
+        // Every round's marks are there, and the overhead step has its own line.
+        let marks: usize = lines[1..].iter().map(|l| l.matches('.').count()).sum();
+        assert_eq!(marks, 2 * 3 + 49 * 2 + 60, "{text}");
+        assert_eq!(
+            lines.last().unwrap().split_whitespace().collect::<Vec<_>>(),
+            ["overhead", "(exitlab", "vs", "the", "floor)", "ok"],
+            "{text}"
+        );
+        assert_eq!(lines.len(), 1 + 2 + 11 + 1, "{text}");
     }
 }

@@ -37,21 +37,17 @@ struct Globals {
     /// Say only what was asked for: no progress or notes on stderr (errors still are).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
-    /// Run vCPU threads without their seccomp filter (for debugging; bench and run).
-    #[arg(long, global = true)]
-    no_seccomp: bool,
-    /// Also check that every ioctl of a vCPU thread is a KVM ioctl (type 0xAE). Off by
-    /// default: with the check, the seccomp filter runs on every KVM_RUN (~150-200 cycles
-    /// per exit on a host like this project's), without it the kernel's action cache
-    /// skips the filter; see docs/exit-path.md.
-    #[arg(long, global = true, conflicts_with = "no_seccomp")]
-    strict_ioctl: bool,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Measure what each kind of VM exit costs on this host.
-    Bench(Box<BenchArgs>),
+    Bench {
+        #[command(flatten)]
+        args: Box<BenchArgs>,
+        #[command(flatten)]
+        filter: crate::common::VcpuFilter,
+    },
     /// Show what matters for exit cost on this host (CPU, kernel, KVM capabilities and parameters).
     Host {
         #[command(flatten)]
@@ -105,13 +101,26 @@ read or an argument is refused.")]
         changed: Vec<String>,
     },
     /// Profile the exits of a KVM process (QEMU, exitlab, ...) from the kernel's side
-    /// (tracefs; needs root).
+    /// (tracefs; needs root). With `-- COMMAND`, exits with the command's exit status
+    /// when the command fails.
     Trace(TraceArgs),
     /// Compare exitlab's bench figures with the second, independent harness kernel.
     Agree(AgreeArgs),
     /// Render one or more results files: terminal table, Markdown, CSV, OpenMetrics, or
     /// one self-contained HTML page with CDF plots.
     Report(crate::report_cmd::ReportArgs),
+    /// Print the JSON Schema of results files (what `bench --json` writes and `report`
+    /// and `compare` read), generated from exitlab's own types; its `$id` and title carry
+    /// the schema version (docs/results.schema.json is a copy).
+    #[command(after_help = "\
+Versioning: a change that removes, renames or retypes a field, or lets it hold a value
+the schema did not allow, bumps the schema version (and the schema's $id); adding an
+optional field does not, so a reader must ignore fields it does not know.")]
+    Schema {
+        /// Write the schema to this file instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Print a shell completion script (e.g. `exitlab completions bash > /etc/bash_completion.d/exitlab`).
     Completions {
         /// The shell.
@@ -189,12 +198,53 @@ fn clap_error_text(rendered: &str) -> String {
 fn touches_kvm(command: &Command) -> bool {
     matches!(
         command,
-        Command::Bench(_)
+        Command::Bench { .. }
             | Command::Host { .. }
             | Command::Run(_)
             | Command::Trace(_)
             | Command::Agree(_)
     )
+}
+
+/// `exitlab schema [-o FILE]`.
+fn schema_cmd(output: Option<&std::path::Path>) -> i32 {
+    let text = exitlab_results::results::schema_text();
+    match output {
+        Some(path) => match std::fs::write(path, text) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("exitlab: cannot write {}: {e}", path.display());
+                crate::status::EXIT_CANT_WRITE
+            }
+        },
+        None => {
+            print!("{text}");
+            0
+        }
+    }
+}
+
+/// An unknown subcommand's error with clap's tip naming the closest subcommand, where
+/// clap gives none (`exitlab help benh`; `exitlab benh` has clap's own).
+fn subcommand_tip(e: &clap::Error, text: String) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::InvalidSubcommand || text.contains("tip:") {
+        return text;
+    }
+    let Some(ContextValue::String(name)) = e.get(ContextKind::InvalidSubcommand) else {
+        return text;
+    };
+    let cmd = command();
+    let names = cmd.get_subcommands().map(clap::Command::get_name);
+    match (
+        exitlab_lab::names::closest(name, names),
+        text.split_once('\n'),
+    ) {
+        (Some(near), Some((first, rest))) => {
+            format!("{first}\n\n  tip: a similar subcommand exists: '{near}'\n{rest}")
+        }
+        _ => text,
+    }
 }
 
 /// `exitlab run ...` (`run` first) parsed by a command of `run`'s and the global
@@ -232,7 +282,10 @@ fn parse_and_run() -> i32 {
             Err(e) if e.use_stderr() => {
                 // One style for every error: clap's `error: ...` becomes `exitlab: ...`, as
                 // exitlab's own errors read.
-                eprint!("{}", clap_error_text(&e.render().to_string()));
+                eprint!(
+                    "{}",
+                    subcommand_tip(&e, clap_error_text(&e.render().to_string()))
+                );
                 return EXIT_USAGE;
             }
             Err(e) => {
@@ -244,8 +297,6 @@ fn parse_and_run() -> i32 {
     };
     let g = cli.globals;
     crate::verbosity::set(g.quiet, g.verbose);
-    exitlab_vmm::seccomp::set_enabled(!g.no_seccomp);
-    exitlab_vmm::seccomp::set_strict_ioctl(g.strict_ioctl);
     if touches_kvm(&cli.command) {
         crate::host_cmd::restore_pending_module_params();
     }
@@ -254,6 +305,7 @@ fn parse_and_run() -> i32 {
             clap_complete::generate(shell, &mut command(), "exitlab", &mut std::io::stdout());
             0
         }
+        Command::Schema { output } => schema_cmd(output.as_deref()),
         Command::Man => match clap_mangen::Man::new(command()).render(&mut std::io::stdout()) {
             Ok(()) => 0,
             Err(e) => {
@@ -261,9 +313,15 @@ fn parse_and_run() -> i32 {
                 crate::status::EXIT_CANT_WRITE
             }
         },
-        Command::Bench(a) => crate::bench_cmd::bench_cmd(*a),
+        Command::Bench { args, filter } => {
+            filter.apply();
+            crate::bench_cmd::bench_cmd(*args)
+        }
         Command::Host { json } => crate::host_cmd::host_cmd(json),
-        Command::Run(a) => crate::run::run_main(a),
+        Command::Run(a) => match a.qemu_args() {
+            Some(qemu_args) => crate::qemu::qemu_cmd(qemu_args),
+            None => crate::run::run_main(a),
+        },
         Command::Compare {
             before,
             after,

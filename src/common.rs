@@ -9,6 +9,8 @@
 //!   exits with 124, as `timeout(1)` does; 0 means no limit.
 //! - `--seconds SECONDS` (trace, run --builtin chaos) is not a limit but the length of the
 //!   activity asked for: reaching it is success.
+//! - `--no-seccomp`, `--strict-ioctl` (bench, run, agree: the subcommands that run vCPU
+//!   threads in this process): the vCPU threads' seccomp filter off, or tightened.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,30 @@ impl JsonArg {
                 Err(EXIT_CANT_WRITE)
             }
         }
+    }
+}
+
+/// `--no-seccomp` and `--strict-ioctl`: the seccomp filter of the vCPU threads, for the
+/// subcommands that run VMs in this process (bench, run, agree); the others have no
+/// vCPU threads for them to mean anything to.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct VcpuFilter {
+    /// Run vCPU threads without their seccomp filter (for debugging).
+    #[arg(long)]
+    pub no_seccomp: bool,
+    /// Also check that every ioctl of a vCPU thread is a KVM ioctl (type 0xAE). Off by
+    /// default: with the check, the seccomp filter runs on every KVM_RUN (~150-200 cycles
+    /// per exit on a host like this project's), without it the kernel's action cache
+    /// skips the filter; see docs/exit-path.md.
+    #[arg(long, conflicts_with = "no_seccomp")]
+    pub strict_ioctl: bool,
+}
+
+impl VcpuFilter {
+    /// Sets the filter of the vCPU threads this process starts from now on.
+    pub fn apply(self) {
+        exitlab_vmm::seccomp::set_enabled(!self.no_seccomp);
+        exitlab_vmm::seccomp::set_strict_ioctl(self.strict_ioctl);
     }
 }
 

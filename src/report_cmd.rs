@@ -271,20 +271,75 @@ pub struct ReportArgs {
     files: Vec<PathBuf>,
     /// Output format: `text` (terminal table), `md` (Markdown for a cover letter), `csv`
     /// (one row per test and file), `openmetrics` (for Prometheus' pushgateway or
-    /// node_exporter's textfile collector), `html` (one self-contained page; the default
-    /// when -o names a .html file).
+    /// node_exporter's textfile collector), `html` (one self-contained page). Without it,
+    /// -o's extension decides: .md, .csv, .prom or .om (OpenMetrics), .html or .htm;
+    /// any other file, and standard output, get text.
     #[arg(long, value_parser = ["text", "md", "csv", "openmetrics", "html"])]
     format: Option<String>,
     /// Same as --format md.
     #[arg(long)]
     markdown: bool,
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output, in the format its extension names
+    /// unless --format says otherwise (refused when the two contradict each other).
     #[arg(short, long)]
     output: Option<PathBuf>,
 }
 
+/// The format an output file's extension names (`report -o`), if any: `.md`/`.markdown`,
+/// `.csv`, `.prom`/`.om` (OpenMetrics text, as node_exporter's textfile collector reads
+/// `*.prom`), `.html`/`.htm`. Any other extension names none (text by default).
+fn format_of_extension(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "md" | "markdown" => "md",
+        "csv" => "csv",
+        "prom" | "om" => "openmetrics",
+        "html" | "htm" => "html",
+        _ => return None,
+    })
+}
+
+/// The format `report` writes: `--format` (or `--markdown`) when given, else the one
+/// `-o`'s extension names, else text. An error when the format asked for contradicts the
+/// extension (`--format csv -o r.md`), which would otherwise write a file whose name
+/// says otherwise.
+fn output_format(
+    format: Option<&str>,
+    markdown: bool,
+    output: Option<&Path>,
+) -> Result<&'static str, String> {
+    let asked = match (format, markdown) {
+        (Some(f), true) if f != "md" => {
+            return Err(format!(
+                "--markdown contradicts --format {f}: give one of them"
+            ))
+        }
+        (Some(f), _) => Some(f),
+        (None, true) => Some("md"),
+        (None, false) => None,
+    };
+    let named = output.and_then(|o| format_of_extension(o).map(|f| (o, f)));
+    match (asked, named) {
+        (Some(a), Some((o, n))) if a != n => Err(format!(
+            "--format {a} contradicts the output file {}, whose extension names {n}: give \
+             a file name that fits the format, or leave out --format",
+            o.display()
+        )),
+        (_, Some((_, n))) => Ok(n),
+        (Some(a), None) => ["text", "md", "csv", "openmetrics", "html"]
+            .into_iter()
+            .find(|f| *f == a)
+            .ok_or_else(|| format!("unknown --format {a}")),
+        (None, None) => Ok("text"),
+    }
+}
+
 /// `exitlab report FILE... [--format F] [-o OUT]`.
 pub fn report_cmd(a: ReportArgs) -> i32 {
+    let format = match output_format(a.format.as_deref(), a.markdown, a.output.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return usage_error(e),
+    };
     let mut all = Vec::new();
     for f in &a.files {
         match load(f) {
@@ -292,14 +347,6 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
             Err(e) => return usage_error(sanitize(&e)),
         }
     }
-    let format = match (&a.format, a.markdown, &a.output) {
-        (Some(f), _, _) => f.as_str(),
-        (None, true, _) => "md",
-        (None, false, Some(o)) if o.extension().is_some_and(|e| e == "html" || e == "htm") => {
-            "html"
-        }
-        _ => "text",
-    };
     let text = match format {
         "html" => html::render(&all),
         "csv" => report::render_csv(&all),
@@ -352,5 +399,54 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
             print!("{text}");
             0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_output_files_extension_chooses_the_format_unless_format_is_given() {
+        let f = |format: Option<&str>, markdown: bool, out: Option<&str>| {
+            output_format(format, markdown, out.map(Path::new))
+        };
+        for (out, want) in [
+            ("r.md", "md"),
+            ("r.MD", "md"),
+            ("r.markdown", "md"),
+            ("r.csv", "csv"),
+            ("r.prom", "openmetrics"),
+            ("dir/r.om", "openmetrics"),
+            ("r.html", "html"),
+            ("r.htm", "html"),
+            ("r.txt", "text"),
+            ("r", "text"),
+            ("r.json", "text"),
+        ] {
+            assert_eq!(f(None, false, Some(out)), Ok(want), "{out}");
+            // The same format given as well: no contradiction.
+            assert_eq!(f(Some(want), false, Some(out)), Ok(want), "{out}");
+        }
+        assert_eq!(f(None, false, None), Ok("text"));
+        assert_eq!(f(None, true, None), Ok("md"));
+        assert_eq!(f(Some("csv"), false, None), Ok("csv"));
+        // An extension that names no format takes any.
+        assert_eq!(f(Some("csv"), false, Some("r.txt")), Ok("csv"));
+        assert_eq!(f(None, true, Some("notes.txt")), Ok("md"));
+        assert_eq!(f(None, true, Some("r.md")), Ok("md"));
+        for (format, markdown, out) in [
+            (Some("csv"), false, "r.md"),
+            (Some("text"), false, "r.html"),
+            (Some("html"), false, "r.prom"),
+            (Some("md"), false, "r.csv"),
+            (None, true, "r.csv"),
+        ] {
+            let e = f(format, markdown, Some(out)).unwrap_err();
+            assert!(e.contains("contradicts") && e.contains(out), "{e}");
+        }
+        assert!(f(Some("csv"), true, None)
+            .unwrap_err()
+            .contains("--markdown"));
     }
 }

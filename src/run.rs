@@ -37,8 +37,23 @@ pub struct RunOptions {
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Kernel image (multiboot, PVH ELF, Linux bzImage or vmlinux).
-    #[arg(required_unless_present = "builtin")]
+    #[arg(required_unless_present_any = ["builtin", "qemu_args"])]
     kernel: Option<PathBuf>,
+    /// Take QEMU's options instead of exitlab's, as the binary named `exitlab-qemu`
+    /// does: `exitlab run --qemu-args -- QEMU-OPTIONS...` (e.g. `-kernel FILE -smp 2
+    /// -append STR`). Everything after it is QEMU's, so no other option of run goes with
+    /// it; `exitlab run --qemu-args -- -help` lists the QEMU options exitlab takes.
+    #[arg(
+        long,
+        value_name = "QEMU-OPTIONS",
+        num_args = 0..,
+        allow_hyphen_values = true,
+        conflicts_with_all = [
+            "kernel", "builtin", "seconds", "seed", "initrd", "cmdline", "cpus", "mem",
+            "timeout", "serial", "exit_stats", "no_pvh", "irqchip", "no_seccomp", "strict_ioctl"
+        ]
+    )]
+    qemu_args: Option<Vec<std::ffi::OsString>>,
     /// Boot a kernel built into exitlab instead of a file (e.g. `exitlab run --builtin
     /// conformance`); `chaos` is booted again and again for --seconds.
     #[arg(long, value_name = "NAME", value_parser = builtin_names(), conflicts_with = "kernel")]
@@ -81,6 +96,8 @@ pub struct RunArgs {
     /// PIT) or split (KVM_CAP_SPLIT_IRQCHIP: exitlab's own in userspace, no PIT).
     #[arg(long, default_value = "kernel", value_parser = parse_irqchip)]
     irqchip: IrqChip,
+    #[command(flatten)]
+    filter: crate::common::VcpuFilter,
 }
 
 fn parse_irqchip(s: &str) -> Result<IrqChip, String> {
@@ -114,8 +131,22 @@ fn chaos_conflicts(a: &RunArgs) -> Option<&'static str> {
     .find_map(|(given, name)| given.then_some(name))
 }
 
-/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one).
+impl RunArgs {
+    /// The QEMU-style command line `--qemu-args` gave, for the QEMU front end. `run
+    /// --qemu-args` right after `exitlab` is taken by `crate::qemu::qemu_style` before
+    /// the parser runs; this is the option after a global one (`exitlab -v run
+    /// --qemu-args -- ...`), whose `--` the parser kept among its values.
+    pub fn qemu_args(&self) -> Option<Vec<std::ffi::OsString>> {
+        let args = self.qemu_args.as_ref()?;
+        let skip = usize::from(args.first().is_some_and(|x| x == "--"));
+        Some(args[skip..].to_vec())
+    }
+}
+
+/// Runs `exitlab run` as the arguments say (a kernel, or a built-in one; a QEMU-style
+/// command line is the QEMU front end's, [`RunArgs::qemu_args`]).
 pub fn run_main(a: RunArgs) -> i32 {
+    a.filter.apply();
     if a.builtin.as_deref() == Some("chaos") {
         if let Some(option) = chaos_conflicts(&a) {
             return usage_error(format!(
@@ -272,6 +303,38 @@ struct Checked {
     initrd: Option<Vec<u8>>,
     serial: SerialOut,
     format: ImageFormat,
+    /// The kernel is Linux (a bzImage, or a vmlinux however it is entered).
+    linux: bool,
+}
+
+/// The line `run` prints before it boots Linux on a kvm_pvm host, where Linux cannot
+/// reach userspace (docs/host-and-l1.md) and would otherwise run silently until it stops.
+const LINUX_ON_PVM: &str = "this host's KVM is kvm_pvm (no VT-x/AMD-V): it emulates guest ring 0, \
+     and its emulator lacks instructions Linux uses (lock cmpxchg16b, xrstor, int3, ...), so \
+     Linux stops in early boot here and cannot reach userspace; boot it on a host with \
+     hardware virtualization (docs/host-and-l1.md)";
+
+/// The line that leads the summary of a run ended by an emulation failure (`insn`: the
+/// instruction's bytes, possibly none): its likely cause, on a kvm_pvm host (`pvm`),
+/// whose emulator runs all guest ring-0 code and lacks instructions; `None` elsewhere,
+/// where the failure's own line says what is known.
+fn emulation_failure_cause(insn: &[u8], linux: bool, pvm: bool) -> Option<String> {
+    if !pvm {
+        return None;
+    }
+    let what = match exitlab_vmm::hook::instruction_name(insn) {
+        Some(name) => format!("`{name}`"),
+        None => "the instruction at RIP".to_string(),
+    };
+    Some(format!(
+        "likely cause: this host's KVM is kvm_pvm, which emulates guest ring 0, and its \
+         emulator cannot run {what}{}; the registers follow",
+        if linux {
+            ": Linux cannot get past early boot on this host (docs/host-and-l1.md)"
+        } else {
+            " (run it on a host with VT-x/AMD-V, or avoid that instruction in ring 0)"
+        }
+    ))
 }
 
 /// Checks every option and input of `run` before KVM is opened: the numbers, the serial
@@ -313,7 +376,8 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             exitlab_guest::builtin(name).ok_or_else(|| {
                 let names: Vec<&str> = exitlab_guest::BUILTINS.iter().map(|b| b.name).collect();
                 format!(
-                    "there is no built-in kernel {name:?}: choose one of {}",
+                    "there is no built-in kernel {name:?}{}: choose one of {}",
+                    exitlab_lab::names::did_you_mean(name, names.iter().copied()),
                     names.join(", ")
                 )
             })
@@ -374,6 +438,7 @@ fn check(o: &RunOptions) -> Result<Checked, String> {
             })?;
     }
     Ok(Checked {
+        linux: exitlab_boot::linux::is_linux(&kernel),
         kernel,
         initrd,
         serial,
@@ -424,6 +489,11 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             o.kernel.display(),
             format_name(checked.format)
         );
+    }
+    let linux = checked.linux;
+    let pvm = exitlab_host::kvm_is_pvm();
+    if linux && pvm && !o.quiet {
+        eprintln!("exitlab: {LINUX_ON_PVM}");
     }
     let serial_input = matches!(checked.serial, SerialOut::Stdio);
     if o.verbose {
@@ -503,7 +573,13 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             vcpu,
             what,
             registers,
+            emulation_failure,
         } => {
+            if let Some(cause) =
+                emulation_failure.and_then(|insn| emulation_failure_cause(&insn, linux, pvm))
+            {
+                eprintln!("exitlab: {cause}");
+            }
             eprintln!("exitlab: vCPU {vcpu}: {what}\n{registers}");
             EXIT_KVM_FAILURE
         }
@@ -516,5 +592,31 @@ pub fn run_cmd(o: RunOptions) -> i32 {
             eprintln!("exitlab: every vCPU stopped without the guest ending the run ({why})");
             EXIT_KVM_FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emulation_failure_on_kvm_pvm_leads_with_its_likely_cause() {
+        let cmpxchg16b = [0xf0, 0x48, 0x0f, 0xc7, 0x0e];
+        let linux = emulation_failure_cause(&cmpxchg16b, true, true).unwrap();
+        assert!(
+            linux.starts_with("likely cause: this host's KVM is kvm_pvm")
+                && linux.contains("cannot run `lock cmpxchg16b`: Linux cannot get past early boot")
+                && linux.contains("docs/host-and-l1.md"),
+            "{linux}"
+        );
+        assert!(!linux.contains('\n'), "one line: {linux}");
+        let other = emulation_failure_cause(&[0x0f, 0x0b], false, true).unwrap();
+        assert!(
+            other.contains("cannot run the instruction at RIP (run it on a host with VT-x/AMD-V"),
+            "{other}"
+        );
+        // A host with hardware virtualization: the failure's own line says it.
+        assert_eq!(emulation_failure_cause(&cmpxchg16b, true, false), None);
+        assert!(!LINUX_ON_PVM.contains('\n') && LINUX_ON_PVM.contains("cannot reach userspace"));
     }
 }

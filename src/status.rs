@@ -4,7 +4,9 @@
 //! QEMU's isa-debug-exit, a guest that writes V to the debug-exit port makes `run` exit
 //! with `(V << 1) | 1`: every odd code is the guest's. exitlab's own outcomes are even,
 //! each with one meaning (the classes follow sysexits: bad input, service unavailable,
-//! OS error, cannot create output, internal software error).
+//! OS error, cannot create output, internal software error). Likewise `trace -- COMMAND`
+//! passes on the exit status of a traced command that failed (as `time` does): the code
+//! is then the command's, not exitlab's.
 
 /// Success: the command did what was asked (`run`: the guest reset or powered off).
 pub const EXIT_OK: i32 = 0;
@@ -89,6 +91,7 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ("124", "run, bench: --timeout expired (bench keeps the rounds that completed)"),
     ("130", "interrupted by SIGINT/SIGTERM; the VM was torn down"),
     ("odd N", "run: the guest wrote V=(N-1)/2 to the debug-exit port 0xf4 (as QEMU isa-debug-exit; V>=127: 255)"),
+    ("N", "trace -- COMMAND: the command failed with exit status N (128+S: signal S ended it), as time(1) passes it on"),
 ];
 
 /// The exit-code table as `--help` prints it.

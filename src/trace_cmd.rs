@@ -49,9 +49,25 @@ pub struct TraceArgs {
     /// With --floor: `in` exits the guest makes per run.
     #[arg(long, default_value_t = exitlab_lab::floor::EXITS_PER_RUN, requires = "floor", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     exits: u64,
-    /// The command to run and trace (after `--`).
+    /// The command to run and trace (after `--`). When it fails, `exitlab trace` exits
+    /// with its exit status (128+N when signal N ended it), as `time` and `timeout` do,
+    /// after printing the profile; 0 when it succeeds.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// The exit status `exitlab trace -- COMMAND` passes on: the command's own exit code when
+/// it failed, 128+N when signal N ended it (as shells report it), `None` when it
+/// succeeded or did not end while traced.
+fn failed_status(status: Option<ExitStatus>) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    let s = status?;
+    match (s.code(), s.signal()) {
+        (Some(0), _) => None,
+        (Some(code), _) => Some(code),
+        (None, Some(sig)) => Some(128 + sig),
+        (None, None) => None,
+    }
 }
 
 /// Removes the tracing instances of exitlab processes that are gone; returns a note
@@ -332,8 +348,37 @@ pub fn trace_cmd(a: TraceArgs) -> i32 {
             println!("{l}");
         }
     }
-    match a.json.write(&report, "trace profile") {
-        Ok(()) => 0,
-        Err(code) => code,
+    if let Err(code) = a.json.write(&report, "trace profile") {
+        return code;
+    }
+    match failed_status(command_status) {
+        Some(code) => {
+            if crate::verbosity::level() >= 0 {
+                eprintln!(
+                    "exitlab trace: the traced command failed: exit status {code}, which exitlab trace exits with"
+                );
+            }
+            code
+        }
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_of(script: &str) -> Option<ExitStatus> {
+        Some(Command::new("sh").args(["-c", script]).status().unwrap())
+    }
+
+    #[test]
+    fn a_failed_command_passes_its_status_on_and_a_signal_gives_128_plus_its_number() {
+        assert_eq!(failed_status(status_of("exit 0")), None);
+        assert_eq!(failed_status(status_of("exit 7")), Some(7));
+        assert_eq!(failed_status(status_of("exit 1")), Some(1));
+        assert_eq!(failed_status(status_of("kill -TERM $$")), Some(128 + 15));
+        // Still running when tracing stopped (--seconds), or --pid: nothing to pass on.
+        assert_eq!(failed_status(None), None);
     }
 }

@@ -169,7 +169,11 @@ fn planned_run(
     ];
     args.extend_from_slice(extra);
     let o = exitlab(&args);
-    let v = serde_json::from_slice(&std::fs::read(&p).unwrap_or_default()).unwrap_or_default();
+    let v = if p.exists() {
+        common::read_results(&p)
+    } else {
+        serde_json::Value::Null
+    };
     (o.status.code(), format!("{}{}", stdout(&o), stderr(&o)), v)
 }
 
@@ -239,7 +243,7 @@ fn an_ab_run_is_planned_by_default_given_rounds_are_the_whole_design_and_too_few
         args.push(path.to_str().unwrap());
         args.extend_from_slice(extra);
         let o = exitlab(&args);
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let v = common::read_results(&path);
         (o.status.code(), stdout(&o), v)
     };
     // Without --precision or --rounds: the default planned design, here within 6 s.
@@ -526,7 +530,8 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         assert!(out.contains("outl_to_user"), "{out}");
         assert!(out.contains("exit check: all"), "{out}");
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+    let v = common::read_results(&a);
+    common::read_results(&b);
     assert_eq!(v["schema_version"], 3);
     // Without --batch each test ran at its own, and the file says so.
     assert_eq!(v["config"]["batch"], 0);
@@ -947,7 +952,7 @@ fn ab_run_gives_medians_changes_and_verdicts_and_the_seed_table() {
         6,
         "{out}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     assert_eq!(v["ab"]["knob"], "batch");
     assert_eq!(v["ab"]["order"][0], serde_json::json!(["a", "b"]));
     assert_eq!(v["ab"]["order"][1], serde_json::json!(["b", "a"]));
@@ -1002,7 +1007,7 @@ fn known_answer_ab(tag: &str, args: &[&str], ab: &str) -> serde_json::Value {
     ]);
     let o = exitlab(&all);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    common::read_results(&p)
 }
 
 /// Test `name` of side `side` ("a" or "b") of an A/B results file.
@@ -1179,23 +1184,11 @@ fn python_parse(format: &str, text: &str) -> String {
              print(f'{len(rows)} rows of {\",\".join(map(str, widths))} fields')\n"
         }
     };
-    // Debian's module is installed for the system interpreter, which may not be first on
-    // PATH (pyenv and the like).
-    let python = ["/usr/bin/python3", "python3"]
-        .into_iter()
-        .find(|p| {
-            Command::new(p)
-                .args(["-c", "import prometheus_client.openmetrics.parser"])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no python3 with the Prometheus client: this test needs it to check the \
-                 OpenMetrics output (apt-get install python3-prometheus-client; .ci/run \
-                 installs it)"
-            )
-        });
+    let python = common::python_with(
+        "import prometheus_client.openmetrics.parser",
+        "the Prometheus client: this test needs it to check the OpenMetrics output \
+         (apt-get install python3-prometheus-client; .ci/run installs it)",
+    );
     let mut child = Command::new(python)
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
@@ -1319,6 +1312,128 @@ fn report_formats_csv_openmetrics_and_html() {
 }
 
 #[test]
+fn report_o_writes_the_format_its_extension_names_and_refuses_a_contradicting_format() {
+    let dir = tempdir_named("report-o");
+    let a = small_run(&dir, "a.json", &[]);
+    let a_s = a.to_str().unwrap();
+    let write = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args = vec!["report", a_s, "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        (exitlab(&args), out)
+    };
+    // What each format starts or ends with, as stdout gives it with --format.
+    let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
+    for (name, format) in [
+        ("r.md", "md"),
+        ("r.csv", "csv"),
+        ("r.prom", "openmetrics"),
+        ("r.om", "openmetrics"),
+        ("r.html", "html"),
+        ("r.txt", "text"),
+    ] {
+        let (o, out) = write(name, &[]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let text = std::fs::read_to_string(&out).unwrap();
+        let expected = stdout(&exitlab(&["report", "--format", format, a_s]));
+        if format == "html" {
+            assert!(text.starts_with("<!DOCTYPE html>"), "{name}: {text}");
+        } else {
+            assert_eq!(text, expected, "{name} is not {format}");
+        }
+        if format == "md" {
+            assert_eq!(text, md);
+            assert!(text.lines().any(|l| l.starts_with("| ")), "{text}");
+        }
+    }
+    // --format that agrees with the extension, or an extension that names no format.
+    let (o, _) = write("agree.csv", &["--format", "csv"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (o, out) = write("notes.txt", &["--format", "md"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(out).unwrap(), md);
+    // --format that contradicts the extension: refused, nothing written.
+    for (name, extra) in [
+        ("bad.md", &["--format", "csv"][..]),
+        ("bad.html", &["--format", "text"]),
+        ("bad.csv", &["--markdown"]),
+        ("bad.prom", &["--format", "html"]),
+    ] {
+        let (o, out) = write(name, extra);
+        assert_eq!(o.status.code(), Some(2), "{name} {extra:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.starts_with("exitlab: ") && e.contains("contradicts") && e.contains(name),
+            "{e}"
+        );
+        assert!(!out.exists(), "{name} was written");
+    }
+}
+
+#[test]
+fn schema_prints_the_published_schema_which_takes_what_bench_writes_and_nothing_retyped() {
+    let published = std::fs::read_to_string(common::results_schema()).unwrap();
+    let o = exitlab(&["schema"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        published,
+        "exitlab schema is not docs/results.schema.json"
+    );
+    let dir = tempdir_named("schema");
+    let out = dir.join("s.json");
+    let o = exitlab(&["schema", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), published);
+    let v: serde_json::Value = serde_json::from_str(&published).unwrap();
+    assert_eq!(v["$id"], "urn:exitlab:results:schema:2");
+    assert_eq!(v["properties"]["schema_version"]["const"], 2);
+    // What bench writes matches it (small_run checks it too) ...
+    let a = small_run(&dir, "a.json", &[]);
+    let good = std::fs::read(&a).unwrap();
+    let v = common::results_json(&good, "a.json");
+    // ... fields exitlab does not know yet are allowed (an optional field added later) ...
+    let mut extra = v.clone();
+    extra["tests"][1]["a_field_added_later"] = serde_json::json!({"x": 1});
+    assert_eq!(
+        common::results_schema_errors(&serde_json::to_vec(&extra).unwrap()),
+        None
+    );
+    // ... and what it would not write is refused, naming the field.
+    for (edit, field) in [
+        (
+            Box::new(|v: &mut serde_json::Value| v["tests"][1]["cycles"]["median"] = "fast".into())
+                as Box<dyn Fn(&mut serde_json::Value)>,
+            "tests/1/cycles :",
+        ),
+        (
+            Box::new(|v| v["schema_version"] = 3.into()),
+            "schema_version",
+        ),
+        (
+            Box::new(|v| v["tests"][1]["status"] = "maybe".into()),
+            "tests/1",
+        ),
+        (
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("tests");
+            }),
+            "(the file)",
+        ),
+        (
+            Box::new(|v| v["config"]["ring"] = (-1).into()),
+            "config/ring",
+        ),
+    ] {
+        let mut bad = v.clone();
+        edit(&mut bad);
+        let errors = common::results_schema_errors(&serde_json::to_vec(&bad).unwrap())
+            .unwrap_or_else(|| panic!("{field}: the schema took a doctored file"));
+        assert!(errors.contains(field), "{field}: {errors}");
+    }
+}
+
+#[test]
 fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
     common::require_kvm();
     let dir = tempdir_named("sigint");
@@ -1384,7 +1499,7 @@ fn sigint_during_a_multi_test_bench_keeps_the_completed_rounds() {
         stdout(&o)
     );
     assert!(err.contains("(marked incomplete)"), "{err}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     assert!(
         v["incomplete"].as_str().unwrap().contains("interrupted"),
         "{v}"
@@ -1496,8 +1611,7 @@ fn bench_json_without_a_file_prints_only_the_results() {
         "--json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not only JSON ({e}): {}", stdout(&o)));
+    let v = common::results_json(&o.stdout, "bench --json's standard output");
     assert_eq!(v["schema_version"], 3);
     assert_eq!(
         v["tests"].as_array().unwrap().len(),
@@ -1528,7 +1642,7 @@ fn bench_timeout_keeps_the_completed_rounds_and_exits_124() {
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
     // It stops at the end of the test then running, not after the 1,000 rounds.
     assert!(started.elapsed() < std::time::Duration::from_secs(120));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = common::read_results(&p);
     let why = v["incomplete"].as_str().unwrap();
     assert!(
         why.starts_with("--timeout 2 s expired: interrupted during round"),
@@ -1593,6 +1707,134 @@ fn run_help_lists_every_builtin_kernel() {
         let o = exitlab(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn vcpu_filter_options_belong_to_the_subcommands_that_run_vcpus() {
+    for (sub, has) in [
+        ("bench", true),
+        ("run", true),
+        ("agree", true),
+        ("compare", false),
+        ("report", false),
+        ("host", false),
+        ("trace", false),
+        ("completions", false),
+    ] {
+        let o = exitlab(&[sub, "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{sub}: {}", stderr(&o));
+        let help = stdout(&o);
+        for option in ["--no-seccomp", "--strict-ioctl"] {
+            // An option of its own (trace's help may name run's, which --floor passes on).
+            assert_eq!(
+                help.lines()
+                    .any(|l| l.split_whitespace().next() == Some(option)),
+                has,
+                "{sub} --help and {option}:\n{help}"
+            );
+        }
+    }
+    // Where they mean nothing they are refused, as any unknown option is.
+    for args in [
+        &["--no-seccomp", "host"][..],
+        &["host", "--no-seccomp"],
+        &["compare", "--strict-ioctl", "a.json", "b.json"],
+        &["trace", "--no-seccomp", "--", "true"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("unexpected argument"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // Where they belong they still work, the one excluding the other.
+    let o = exitlab(&["run", "--no-seccomp", "--builtin", "conformance"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SUMMARY"), "{}", stdout(&o));
+    let o = exitlab(&["bench", "--no-seccomp", "--strict-ioctl", "--list"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_help_lists_qemu_args_which_works_as_it_says() {
+    let help = stdout(&exitlab(&["run", "--help"]));
+    assert!(
+        help.contains("--qemu-args [<QEMU-OPTIONS>...]")
+            && help.contains("exitlab run --qemu-args -- QEMU-OPTIONS..."),
+        "{help}"
+    );
+    // Right after `run` (taken before the parser), and after a global option (through it).
+    for args in [
+        &["run", "--qemu-args", "--", "-version"][..],
+        &["-q", "run", "--qemu-args", "--", "-version"],
+        &["run", "-q", "--qemu-args", "--", "-version"],
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(
+            stdout(&o).starts_with("QEMU-compatible exitlab version"),
+            "{args:?}: {}",
+            stdout(&o)
+        );
+    }
+    // Everything after it is QEMU's: exitlab's own run options do not go with it.
+    let o = exitlab(&[
+        "-q",
+        "run",
+        "--cpus",
+        "2",
+        "--qemu-args",
+        "--",
+        "-kernel",
+        "k",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("'--cpus <CPUS>' cannot be used with '--qemu-args"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unknown_names_get_the_closest_known_one() {
+    for (args, says) in [
+        (
+            &["bench", "--tests", "cpuid,inl_from_usr"][..],
+            "unknown test 'inl_from_usr' (did you mean 'inl_from_user'?); `exitlab bench --list` lists the tests",
+        ),
+        (
+            &["bench", "--ab", "apci=xapic,x2apic"],
+            "--ab apci=xapic,x2apic: unknown knob 'apci' (did you mean 'apic'?); knobs: ring,",
+        ),
+        (
+            &["run", "builtin:conformanc"],
+            "there is no built-in kernel \"conformanc\" (did you mean 'conformance'?): choose one of",
+        ),
+        (
+            &["run", "--builtin", "conformanc"],
+            "tip: a similar value exists: 'conformance'",
+        ),
+        (&["benhc"], "tip: a similar subcommand exists: 'bench'"),
+        (&["help", "benh"], "tip: a similar subcommand exists: 'bench'"),
+        (&["help", "reprot"], "tip: a similar subcommand exists: 'report'"),
+    ] {
+        let o = exitlab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    // The suggestion stands instead of the 40-odd test names; a name like none of them
+    // still gets the list.
+    let e = stderr(&exitlab(&["bench", "--tests", "inl_from_usr"]));
+    assert!(!e.contains("smp_bringup"), "{e}");
+    let e = stderr(&exitlab(&["bench", "--tests", "nosuchtest"]));
+    assert!(
+        !e.contains("did you mean") && e.contains("smp_bringup"),
+        "{e}"
+    );
 }
 
 #[test]

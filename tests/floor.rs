@@ -91,8 +91,7 @@ fn bench_json(extra: &[&str]) -> (Option<i32>, Value, String) {
     // only guards against a hang.
     let o = common::exitlab_guarded(&args, std::time::Duration::from_secs(600));
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    let v: Value = serde_json::from_slice(&std::fs::read(&p).expect("results written"))
-        .expect("valid results");
+    let v: Value = common::read_results(&p);
     (o.status.code(), v, stderr)
 }
 

@@ -24,7 +24,7 @@ fn bench_json(tag: &str, args: &[&str]) -> (Output, serde_json::Value) {
     all.extend_from_slice(&["--json", json.to_str().unwrap()]);
     let o = exitlab(&all);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = common::read_results(&json);
     (o, v)
 }
 
@@ -97,7 +97,7 @@ fn knobs_are_probed_and_written_into_the_results() {
     let out = text(&o.stdout);
     assert!(out.contains("interrupts: apic x2apic"), "{out}");
     assert!(out.contains("disable-exits mwait"), "{out}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = common::read_results(&json);
     assert_eq!(v["config"]["irq"]["apic"], "x2apic");
     assert_eq!(v["config"]["irq"]["disable_exits"], "mwait");
     let eoi = v["tests"]
@@ -143,7 +143,7 @@ fn the_irqchip_knob_is_probed_and_written_into_the_results() {
         out.contains("inl_from_kernel skipped: --irqchip split"),
         "the in-kernel PIC test does not run against the userspace PIC: {out}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = common::read_results(&json);
     assert_eq!(v["config"]["irq"]["irqchip"], "split");
     assert_eq!(v["config"]["knobs"]["irqchip"], "split");
 }

@@ -265,8 +265,8 @@ fn html_report_renders_in_headless_chromium() {
     assert!(dom.contains("Phases of a userspace exit"), "{dom}");
     // Phases where the host's TSC allows them (the bench turns them off, with the reason
     // in its notes, where it does not: an emulated L1, for one); the page says which.
-    let plain_json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    let plain_json = common::read_results(&plain);
+    common::read_results(&ab);
     let measured = plain_json["tests"]
         .as_array()
         .unwrap()

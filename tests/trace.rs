@@ -87,12 +87,13 @@ fn trace_counts_exactly_the_harness_exits_and_cleans_up() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let all = format!("--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    // The traced run ended as the harness asked: debug-exit 0 -> exit status 1, which
+    // trace passes on (a traced command's failure is its exit status's).
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(1),
         "exitlab trace failed (it needs root and tracefs):\n{all}"
     );
-    // The traced run ended as the harness asked: debug-exit 0 -> exit status 1.
     assert!(stdout.contains("(exit status: 1)"), "{all}");
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON profile"))
@@ -154,6 +155,51 @@ fn trace_refuses_to_run_without_a_target() {
         .expect("running exitlab trace");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--pid PID or a command"));
+}
+
+#[test]
+fn trace_exits_with_the_status_of_a_traced_command_that_failed() {
+    // Its tracing instance is live while it runs: kept apart from the tests that list
+    // what instances are left.
+    let _one_at_a_time = STALE_INSTANCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let trace = |script: &str| {
+        Command::new(EXITLAB)
+            .args(["trace", "--", "sh", "-c", script])
+            .output()
+            .expect("running exitlab trace")
+    };
+    let failed = trace("exit 7");
+    let (out, err) = (
+        String::from_utf8_lossy(&failed.stdout),
+        String::from_utf8_lossy(&failed.stderr),
+    );
+    assert_eq!(failed.status.code(), Some(7), "{out}\n{err}");
+    // The profile is printed all the same, and the status is said.
+    assert!(
+        out.contains("command: sh -c exit 7 (exit status: 7)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("the traced command failed: exit status 7, which exitlab trace exits with"),
+        "{err}"
+    );
+    let killed = trace("kill -TERM $$");
+    assert_eq!(
+        killed.status.code(),
+        Some(128 + 15),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    let ok = trace("exit 0");
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&ok.stderr).contains("failed"));
 }
 
 #[test]

@@ -119,3 +119,98 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The results schema the project publishes, `docs/results.schema.json` (a test of
+/// exitlab-results fails when it is not what the code generates).
+pub fn results_schema() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results.schema.json")
+}
+
+/// Checks `json`, a results file exitlab wrote (`what` names it in messages), against
+/// the published schema ([`results_schema_errors`]) and returns it parsed: every test
+/// that reads a results file exitlab wrote reads it through here (or [`read_results`]),
+/// so that a schema that does not describe what exitlab writes fails a test.
+pub fn results_json(json: &[u8], what: &str) -> serde_json::Value {
+    let value: serde_json::Value = serde_json::from_slice(json).unwrap_or_else(|e| {
+        panic!(
+            "{what} is not JSON ({e}): {}",
+            String::from_utf8_lossy(json)
+        )
+    });
+    if let Some(errors) = results_schema_errors(json) {
+        panic!("{what} does not match docs/results.schema.json:\n{errors}");
+    }
+    value
+}
+
+/// A python3 that can run `import` (a Python import statement): the system interpreter
+/// first, where Debian's modules are installed and which may not be first on PATH (pyenv
+/// and the like). Fails the calling test, saying "no python3 with {missing}", when there
+/// is none: the tests that need a Python module do not skip.
+pub fn python_with(import: &str, missing: &str) -> &'static str {
+    ["/usr/bin/python3", "python3"]
+        .into_iter()
+        .find(|p| {
+            std::process::Command::new(p)
+                .args(["-c", import])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| panic!("no python3 with {missing}"))
+}
+
+/// What Python's `jsonschema` (draft 2020-12) finds wrong with `json` against the
+/// published results schema, `None` when it matches. The validator is Debian's
+/// python3-jsonschema, which .ci/run installs; without it the calling test fails, it
+/// does not skip.
+pub fn results_schema_errors(json: &[u8]) -> Option<String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    const SCRIPT: &str = "import json, sys\n\
+        from jsonschema import Draft202012Validator\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        Draft202012Validator.check_schema(schema)\n\
+        doc = json.load(sys.stdin)\n\
+        errors = sorted(Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))\n\
+        for e in errors[:10]:\n    print('/'.join(map(str, e.absolute_path)) or '(the file)', ':', e.message[:300])\n\
+        sys.exit(3 if errors else 0)\n";
+    let python = python_with(
+        "from jsonschema import Draft202012Validator",
+        "jsonschema: the results files exitlab writes are checked against \
+         docs/results.schema.json with it (apt-get install python3-jsonschema; .ci/run \
+         installs it)",
+    );
+    let mut child = Command::new(python)
+        .args(["-c", SCRIPT])
+        .arg(results_schema())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .expect("python's stdin")
+        .write_all(json)
+        .expect("the results reach python");
+    let o = child.wait_with_output().expect("python3 ends");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    match o.status.code() {
+        Some(0) => None,
+        // The document does not match; anything else is the check itself failing.
+        Some(3) => Some(said),
+        _ => panic!("the schema check failed to run: {said}"),
+    }
+}
+
+/// [`results_json`] of the results file at `path`.
+pub fn read_results(path: &std::path::Path) -> serde_json::Value {
+    let bytes = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("cannot read the results file {}: {e}", path.display()));
+    results_json(&bytes, &path.display().to_string())
+}

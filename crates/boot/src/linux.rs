@@ -69,6 +69,29 @@ pub fn is_bzimage(image: &[u8]) -> bool {
     u32_at(image, HDR_MAGIC_OFFSET) == Some(HDR_MAGIC)
 }
 
+/// Xen's XEN_ELFNOTE_GUEST_OS note: the guest's OS name (`linux` in a vmlinux).
+const XEN_ELFNOTE_GUEST_OS: u32 = 6;
+
+/// Whether `image` is a Linux kernel: a bzImage, or an ELF whose notes say so (the notes
+/// named `Linux` every vmlinux carries, or Xen's GUEST_OS note `linux`, which a vmlinux
+/// with a PVH entry also has). What the loader chooses to enter it by does not matter.
+pub fn is_linux(image: &[u8]) -> bool {
+    if is_bzimage(image) {
+        return true;
+    }
+    let Ok(parsed) = elf::is_elf(image).then(|| elf::parse(image)).transpose() else {
+        return false;
+    };
+    parsed.is_some_and(|p| {
+        p.notes.iter().any(|n| {
+            n.name == b"Linux"
+                || (n.name == b"Xen"
+                    && n.kind == XEN_ELFNOTE_GUEST_OS
+                    && image[n.desc.clone()].starts_with(b"linux"))
+        })
+    })
+}
+
 /// Whether the image carries the 0xAA55 boot-sector flag at 0x1FE.
 pub fn has_boot_flag(image: &[u8]) -> bool {
     u16_at(image, BOOT_FLAG_OFFSET) == Some(BOOT_FLAG)
@@ -368,6 +391,36 @@ pub(crate) mod tests {
     use vm_memory::GuestMemoryMmap;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn linux_is_told_by_its_bzimage_header_or_its_elf_notes() {
+        assert!(is_linux(&bzimage(0x20f, 0, 4096)));
+        let load = || Ph::load(0x10_0000, vec![0xAB; 0x200], 0x3000);
+        let entry = || Ph::note("Xen", crate::pvh::XEN_ELFNOTE_PHYS32_ENTRY, &[0; 8]);
+        // A vmlinux with a PVH entry: Xen's GUEST_OS note, Linux's own notes, or both.
+        for notes in [
+            vec![Ph::note("Xen", XEN_ELFNOTE_GUEST_OS, b"linux\0"), entry()],
+            vec![Ph::note("Linux", 0x100, b"6.1.0\0"), entry()],
+            vec![Ph::note("Linux", 0x101, &[0; 4])],
+        ] {
+            let mut phs = vec![load()];
+            phs.extend(notes);
+            assert!(is_linux(&elf(true, 0x10_0000, &phs)));
+        }
+        // A PVH or multiboot test kernel is not Linux, nor is another OS's GUEST_OS.
+        assert!(!is_linux(&crate::pvh::tests::pvh_image(true)));
+        assert!(!is_linux(&elf(
+            true,
+            0x10_0000,
+            &[
+                load(),
+                Ph::note("Xen", XEN_ELFNOTE_GUEST_OS, b"netbsd\0"),
+                entry()
+            ]
+        )));
+        assert!(!is_linux(b"\x7fELF"));
+        assert!(!is_linux(&[]));
+    }
 
     /// A fake bzImage: 4 setup sectors + boot sector, then `payload` bytes of "kernel".
     pub(crate) fn bzimage(version: u16, xloadflags: u16, payload: usize) -> Vec<u8> {

@@ -9,7 +9,7 @@ macro_rules! exit_counts {
     ($($(#[doc = $doc:literal])* $field:ident),+ $(,)?) => {
         /// Userspace exits of one vCPU by reason. Plain counters owned by the vCPU thread.
         // `default`: results written before a reason existed still read (as 0).
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
         #[serde(default)]
         #[repr(C)]
         pub struct ExitCounts {
@@ -79,7 +79,9 @@ impl ExitCounts {
 /// The exits of one vCPU over a run (or a test): its userspace exits by reason and
 /// KVM's own counts, when the host has binary stats. `exitlab run` reports one per vCPU;
 /// the lab's results record them per test.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct VcpuExits {
     /// vCPU index (= APIC id).
     pub vcpu: u32,
@@ -98,7 +100,17 @@ pub struct VcpuExits {
 /// is the change the exits really got: N on average, more where the thread lost its CPU
 /// while it spun (as the emulated CPUs of a nested guest do when they share one host
 /// thread).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct InjectedWaits {
     /// Waits made: one per userspace exit handled while the control was on.
     pub waits: u64,

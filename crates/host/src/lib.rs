@@ -190,6 +190,14 @@ pub fn kvm_diagnosis() -> Option<Diagnosis> {
     access::probe(&cpu, &virtualization, &access::read_kernel_log()).diagnosis
 }
 
+/// Whether this host's KVM is the paravirtual `kvm_pvm`, which has no VT-x/AMD-V and
+/// emulates guest ring-0 code instruction by instruction (so Linux, whose kernel uses
+/// instructions that emulator lacks, cannot boot to userspace there): for a command about
+/// to boot a guest, without the whole survey.
+pub fn kvm_is_pvm() -> bool {
+    modules::has_kvm_pvm(&modules::kvm_modules(Path::new(modules::SYS_MODULE)))
+}
+
 impl HostReport {
     /// True when exit costs measured here are not hardware figures: this host is itself a
     /// guest (hypervisor CPUID bit) or its KVM is paravirtual (`kvm_pvm`).

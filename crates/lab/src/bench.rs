@@ -874,10 +874,6 @@ mod tests {
         m
     }
 
-    fn stored(loops: &[u64]) -> Stored {
-        Stored::new(round(loops), Duration::from_millis(5))
-    }
-
     #[test]
     fn a_stored_round_gives_back_its_samples() {
         let m = round(&[1000, 1010, 1020]);

@@ -449,11 +449,13 @@ mod tests {
                 vcpu: 1,
                 what: "KVM_EXIT_INTERNAL_ERROR; suberror 1".into(),
                 registers: String::new(),
+                emulation_failure: None,
             },
             RunEnd::Failure {
                 vcpu: 0,
                 what: "KVM_EXIT_FAIL_ENTRY".into(),
                 registers: String::new(),
+                emulation_failure: None,
             },
         ] {
             *a.ends.entry(end_kind(&end)).or_default() += 1;

@@ -240,7 +240,11 @@ pub fn find(name: &str) -> Option<&'static Knob> {
 pub fn parse(name: &str, value: &str) -> Result<Setting, String> {
     let knob = find(name).ok_or_else(|| {
         let names: Vec<&str> = KNOBS.iter().map(|k| k.name).collect();
-        format!("unknown knob '{name}'; knobs: {}", names.join(", "))
+        format!(
+            "unknown knob '{name}'{}; knobs: {}",
+            crate::names::did_you_mean(name, names.iter().copied()),
+            names.join(", ")
+        )
     })?;
     (knob.parse)(value)
 }
@@ -435,7 +439,8 @@ pub fn parse_ab(spec: &str, opts: &BenchOptions) -> Result<AbSpec, String> {
     } else {
         AbKnob::Run(find(name).ok_or_else(|| {
             format!(
-                "--ab {spec}: unknown knob '{name}'; knobs: {}, or a KVM module parameter as MODULE.PARAM (e.g. kvm.halt_poll_ns)",
+                "--ab {spec}: unknown knob '{name}'{}; knobs: {}, or a KVM module parameter as MODULE.PARAM (e.g. kvm.halt_poll_ns)",
+                crate::names::did_you_mean(name, KNOBS.iter().map(|k| k.name)),
                 names()
             )
         })?)
@@ -492,7 +497,7 @@ mod tests {
         assert_eq!(o2.params.ring, 3);
         let err = parse_ab("apic-mode=x,y", &o).err().unwrap();
         assert!(
-            err.contains("unknown knob 'apic-mode'") && err.contains("ring"),
+            err.contains("unknown knob 'apic-mode' (did you mean 'apic'?); knobs: ring,"),
             "{err}"
         );
         assert!(parse_ab("ring=0,2", &o)

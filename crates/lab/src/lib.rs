@@ -14,6 +14,7 @@ pub mod host_knob;
 pub mod host_survey;
 mod kernel;
 pub mod knobs;
+pub mod names;
 pub mod rounds;
 pub mod runner;
 pub mod smp;

@@ -2,7 +2,17 @@
 //! interrupt knobs of the configuration, and each test's exits per vCPU.
 
 /// How the guest drives its local APICs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ApicMode {
     /// MMIO at 0xFEE00000.
@@ -32,7 +42,17 @@ impl ApicMode {
 }
 
 /// What vCPUs waiting for an interrupt do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Idle {
     /// Spin with `pause` (the seed's idle=poll).
@@ -66,7 +86,9 @@ impl Idle {
 }
 
 /// The interrupt knobs as the results' configuration records them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct IrqConfig {
     /// APIC mode of the tests that do not fix their own.
     pub apic: ApicMode,
@@ -94,7 +116,9 @@ fn kernel_irqchip() -> String {
 }
 
 /// What a test's results record about its vCPUs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct IrqResult {
     /// APIC mode the guest ran in.
     pub apic: ApicMode,

@@ -155,6 +155,10 @@ pub enum RunEnd {
         what: String,
         /// Its registers.
         registers: String,
+        /// When KVM's instruction emulator could not run an instruction (an emulation
+        /// failure): its bytes, as KVM gave them or as read at RIP (empty when neither
+        /// could be had). `None` for every other failure.
+        emulation_failure: Option<Vec<u8>>,
     },
     /// The caller cancelled the run.
     Cancelled,
@@ -689,6 +693,7 @@ impl Supervisor {
                     vcpu: id,
                     what,
                     registers: String::new(),
+                    emulation_failure: None,
                 }),
             SleepEnd::Timeout => Some(RunEnd::Timeout {
                 registers: Vec::new(),
@@ -705,6 +710,7 @@ impl Supervisor {
                     vcpu: id,
                     what: format!("cannot restart the vCPU after the S3 resume: {e}"),
                     registers: String::new(),
+                    emulation_failure: None,
                 })
             }
         }
@@ -803,6 +809,7 @@ fn run_end(f: &Finished<NoHook>) -> Option<RunEnd> {
             vcpu,
             what: f.describe(),
             registers: f.vcpu.dump_registers(),
+            emulation_failure: f.emulation_failure(),
         }),
     }
 }

@@ -35,12 +35,29 @@ impl<H> Finished<H> {
         if let VcpuStop::InternalError { insn, .. } = &self.stop {
             if insn.is_empty() {
                 if let Some(b) = self.vcpu.bytes_at_rip() {
-                    let hex: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
-                    s += &format!("; bytes at rip: {}", hex.join(" "));
+                    s += &format!("; bytes at rip: {}", crate::hook::bytes_named(&b));
                 }
             }
         }
         s
+    }
+
+    /// When KVM's instruction emulator could not run an instruction
+    /// (KVM_INTERNAL_ERROR_EMULATION): the instruction's bytes as KVM gave them, else
+    /// those at RIP, else none. `None` for any other stop.
+    pub fn emulation_failure(&self) -> Option<Vec<u8>> {
+        match &self.stop {
+            VcpuStop::InternalError { suberror, insn, .. }
+                if *suberror == crate::hook::EMULATION_FAILURE =>
+            {
+                Some(if insn.is_empty() {
+                    self.vcpu.bytes_at_rip().unwrap_or_default()
+                } else {
+                    insn.clone()
+                })
+            }
+            _ => None,
+        }
     }
 }
 

@@ -37,7 +37,7 @@ pub enum StatsError {
 ///
 /// Percentiles follow the type 7 definition described in the module
 /// documentation. All fields are finite.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     /// Number of values.
     pub n: u64,
