@@ -1386,8 +1386,8 @@ fn schema_prints_the_published_schema_which_takes_what_bench_writes_and_nothing_
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), published);
     let v: serde_json::Value = serde_json::from_str(&published).unwrap();
-    assert_eq!(v["$id"], "urn:exitlab:results:schema:2");
-    assert_eq!(v["properties"]["schema_version"]["const"], 2);
+    assert_eq!(v["$id"], "urn:exitlab:results:schema:3");
+    assert_eq!(v["properties"]["schema_version"]["const"], 3);
     // What bench writes matches it (small_run checks it too) ...
     let a = small_run(&dir, "a.json", &[]);
     let good = std::fs::read(&a).unwrap();
@@ -1407,7 +1407,7 @@ fn schema_prints_the_published_schema_which_takes_what_bench_writes_and_nothing_
             "tests/1/cycles :",
         ),
         (
-            Box::new(|v| v["schema_version"] = 3.into()),
+            Box::new(|v| v["schema_version"] = 4.into()),
             "schema_version",
         ),
         (

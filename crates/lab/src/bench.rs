@@ -146,14 +146,50 @@ pub fn run(
     notes: Vec<String>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Results, RunError> {
+    run_in(kvm, image, opts, host, notes, None, progress)
+}
+
+/// One round of exactly `opts.tests` (no empty loop added), its VMs left to `teardown`
+/// to close with others: a step of a design that runs each test on its own, such as an
+/// A/B run whose pairs are each test's two sides back to back.
+pub fn run_step(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &BenchOptions,
+    host: serde_json::Value,
+    teardown: &Arc<Teardown>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Results, RunError> {
+    let one = BenchOptions {
+        rounds: 1,
+        precision: None,
+        overhead: false,
+        ..opts.clone()
+    };
+    run_in(kvm, image, &one, host, Vec::new(), Some(teardown), progress)
+}
+
+/// [`run`], or with `step` [`run_step`].
+fn run_in(
+    kvm: &Arc<Kvm>,
+    image: &[u8],
+    opts: &BenchOptions,
+    host: serde_json::Value,
+    notes: Vec<String>,
+    step: Option<&Arc<Teardown>>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Results, RunError> {
     let started = Instant::now();
     let started_at_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let tests = suite_order(&opts.tests);
+    let tests = match step {
+        Some(_) => opts.tests.clone(),
+        None => suite_order(&opts.tests),
+    };
     let rounds = u64::from(opts.rounds.max(1)).min(opts.params.samples.max(1));
-    let collected = collect(kvm, image, &tests, opts, rounds, started, progress)?;
+    let collected = collect(kvm, image, &tests, opts, rounds, started, step, progress)?;
     let assembled = assemble(&tests, collected.per_test, opts, &host);
     let mut notes = notes;
     if let Some(e) = &assembled.pin_error {
@@ -234,6 +270,7 @@ pub fn run(
 /// ([`plan::pilot_size`]) and then the rounds the plan gives each test. The rounds' VMs
 /// are closed in batches between rounds ([`one_round`]), the last batch before this
 /// returns.
+#[allow(clippy::too_many_arguments)]
 fn collect(
     kvm: &Arc<Kvm>,
     image: &[u8],
@@ -241,10 +278,19 @@ fn collect(
     opts: &BenchOptions,
     rounds: u64,
     started: Instant,
+    shared: Option<&Arc<Teardown>>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Collected, RunError> {
-    // Every VM of the run is closed by the time this returns (the teardown's drop).
-    let teardown = &Teardown::new();
+    // Every VM of the run is closed by the time this returns (the teardown's drop), but
+    // for a step's, which its caller's teardown closes with others.
+    let own;
+    let teardown = match shared {
+        Some(t) => t,
+        None => {
+            own = Teardown::new();
+            &own
+        }
+    };
     // A planned design's pilot; each round takes a planned round's share of the samples.
     let pilot = match opts.precision {
         Some(_) => plan::pilot_size(rounds as usize) as u64,
@@ -445,7 +491,7 @@ fn sampling_seconds(samples: &[Sample], tsc_khz: Option<u32>) -> Option<f64> {
 
 /// The tests in the order they run: the baseline (the empty loop) first, added if
 /// missing, because every other figure is reported net of it.
-fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
+pub fn suite_order(requested: &[&'static TestDef]) -> Vec<&'static TestDef> {
     let mut tests = requested.to_vec();
     if !tests.iter().any(|t| t.baseline) {
         tests.insert(0, catalogue::baseline());

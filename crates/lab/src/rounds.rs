@@ -14,14 +14,21 @@ pub enum Order {
     Alternate,
     /// The sides' order in every round.
     Fixed,
+    /// Sides in pairs (0 1, 2 3, ...), pair after pair; within each pair A B in the first
+    /// round, B A in the second, and so on: the A/B run of several tests, each test's two
+    /// sides back to back.
+    AlternatePairs,
 }
 
 impl Order {
     /// The sides (indices below `sides`) in the order round `round` (1-based) runs them.
     pub fn sequence(self, round: u32, sides: usize) -> Vec<usize> {
         let mut s: Vec<usize> = (0..sides).collect();
-        if self == Order::Alternate && round.is_multiple_of(2) {
-            s.reverse();
+        let even = round.is_multiple_of(2);
+        match self {
+            Order::Alternate if even => s.reverse(),
+            Order::AlternatePairs if even => s.chunks_mut(2).for_each(<[usize]>::reverse),
+            _ => {}
         }
         s
     }
@@ -150,6 +157,13 @@ mod tests {
             [(1, 0), (1, 1), (2, 1), (2, 0), (3, 0), (3, 1)]
         );
         assert_eq!(steps.len(), 9, "a Round step per round");
+    }
+
+    #[test]
+    fn paired_sides_alternate_within_each_pair() {
+        assert_eq!(Order::AlternatePairs.sequence(1, 6), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(Order::AlternatePairs.sequence(2, 6), [1, 0, 3, 2, 5, 4]);
+        assert_eq!(Order::AlternatePairs.sequence(3, 4), [0, 1, 2, 3]);
     }
 
     #[test]
