@@ -91,6 +91,9 @@ pub struct Comparison {
     pub threshold_pct: f64,
     /// For runs: the runs given on each side.
     pub runs: Option<[usize; 2]>,
+    /// Why the figures are not hardware figures (a side's host is nested or its KVM
+    /// paravirtual), once per distinct reason.
+    pub caveats: Vec<String>,
 }
 
 impl Comparison {
@@ -313,8 +316,10 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
         signs: Vec::new(),
         threshold_pct,
         runs: None,
+        caveats: Vec::new(),
     };
     cmp.runs = Some([before.len(), after.len()]);
+    cmp.caveats = caveats(before.iter().chain(after).map(|r| r.results));
     cmp.warnings = side_warnings(before, after);
     let names = test_names(before);
     cmp.only_before = names
@@ -433,7 +438,22 @@ fn empty(design: Design, before: &Results, after: &Results, threshold_pct: f64) 
         signs: Vec::new(),
         threshold_pct,
         runs: None,
+        caveats: caveats([before, after]),
     }
+}
+
+/// The "not hardware figures" caveats of the hosts of `sides`, each said once.
+fn caveats<'a>(sides: impl IntoIterator<Item = &'a Results>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in sides
+        .into_iter()
+        .filter_map(|r| crate::format::caveat(&r.host))
+    {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn not_compared(b: &TestResult, a: &TestResult) -> NotCompared {
@@ -766,6 +786,10 @@ pub fn gate_lines(cmp: &Comparison, g: &Gate) -> Vec<String> {
 /// reasons and unmatched tests after it. `labels` names the two sides.
 pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     let mut out = String::new();
+    for c in &cmp.caveats {
+        out.push_str(c);
+        out.push('\n');
+    }
     for w in &cmp.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
@@ -881,6 +905,86 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             out.push_str(&line);
             out.push('\n');
         }
+    }
+    crate::format::wrap(&out, crate::format::MAX_LINE)
+}
+
+/// For an A/B run: a line per test whose two sides' figures (each side's median of its
+/// rounds) differ by a ratio outside the interval of the change (the median of the
+/// pairs' ratios), so that a reader of the table sees why its columns and its change
+/// tell different stories: the rounds fall into groups, or into host states, that the
+/// pairs do not share alike.
+pub fn disagreement_lines(cmp: &Comparison) -> Vec<String> {
+    if cmp.design != Design::Pairs {
+        return Vec::new();
+    }
+    cmp.tests
+        .iter()
+        .filter_map(|t| {
+            let c = &t.change;
+            let [lo, hi] = c.ci95_pct?;
+            let sides = (c.figures[1] / c.figures[0] - 1.0) * 100.0;
+            (sides.is_finite() && (sides < lo || sides > hi)).then(|| {
+                format!(
+                    "{}: the sides' medians differ by {}, outside the change's interval ({}): its rounds fall in groups; the change is the pairs'",
+                    t.name,
+                    fmt_pct_signed(sides),
+                    fmt_ci_pct(c.ci95_pct)
+                )
+            })
+        })
+        .collect()
+}
+
+/// A comparison as GitHub-flavoured Markdown: the table, then its lines (caveats,
+/// warnings, signs, reasons, the gate) in a code block.
+pub fn render_comparison_md(cmp: &Comparison, labels: [&str; 2]) -> String {
+    let cell = crate::report::md_cell;
+    let unit = cmp.tests.first().map_or(Unit::Round, |t| t.change.unit);
+    let mut out = format!(
+        "| test | {} | {} | change | 95% CI | min detectable | {} | verdict |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n",
+        cell(labels[0]),
+        cell(labels[1]),
+        unit.name(2)
+    );
+    for t in &cmp.tests {
+        let c = &t.change;
+        out.push_str(&format!(
+            "| `{}`{} | {} | {} | {} | {} | {} | {} | {} |\n",
+            t.name.replace('`', "'"),
+            if t.figure == Figure::Raw {
+                " (raw)"
+            } else {
+                ""
+            },
+            fmt_cycles(c.figures[0]),
+            fmt_cycles(c.figures[1]),
+            c.pct.map(fmt_pct_signed).unwrap_or_else(|| "-".into()),
+            fmt_ci_pct(c.ci95_pct),
+            fmt_mdc(c.min_detectable_pct),
+            c.units[0].min(c.units[1]),
+            c.verdict.as_str()
+        ));
+    }
+    out.push_str(&format!("\n{}\n", cell(&figure_line(cmp))));
+    let text = render_comparison(cmp, labels);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("verdict:"))
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let head: Vec<String> = cmp.caveats.iter().chain(&cmp.warnings).cloned().collect();
+    if !lines.is_empty() || !head.is_empty() {
+        let block: String = head
+            .iter()
+            .map(String::as_str)
+            .chain(lines)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push_str("\n```\n");
+        out.push_str(&crate::format::wrap(&block, crate::format::MAX_LINE));
+        out.push_str("```\n");
     }
     out
 }
@@ -1154,6 +1258,41 @@ mod tests {
         assert_eq!(c.gate(Some(&only)).no_verdict, ["nosuch"]);
         // Two single files never gate.
         assert!(!c.design.gates());
+    }
+
+    #[test]
+    fn an_ab_table_whose_side_medians_disagree_with_its_pairs_says_why_and_a_vm_host_is_named() {
+        // Rounds in two groups 8.7x apart, each pair in one group: the sides' medians
+        // fall in different groups while every pair's ratio is about 1.
+        let mut rng = SmallRng::seed_from_u64(37);
+        let mut r = ab_run(&mut rng, &mut Host::new(0.01, 0.0, 0.0), 20, 1.0);
+        let ab = r.ab.as_mut().unwrap();
+        for (i, (a, b)) in r.tests[0]
+            .rounds
+            .iter_mut()
+            .zip(&mut ab.b_tests[0].rounds)
+            .enumerate()
+        {
+            let g = if i < 9 { 8.7 } else { 1.0 };
+            let g_b = if i < 11 { 8.7 } else { 1.0 };
+            a.net_median = a.net_median.map(|v| v * g);
+            b.net_median = b.net_median.map(|v| v * g_b);
+        }
+        let cmp = compare_ab_run(&r, THRESHOLD_PCT).unwrap();
+        let lines = disagreement_lines(&cmp);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("t00: the sides' medians differ by +"),
+            "{}",
+            lines[0]
+        );
+        // Every report of the comparison carries the host's caveat.
+        r.host = serde_json::json!({"virtualization": {"kind": "nested"}});
+        let text = render_comparison(&compare_ab_run(&r, THRESHOLD_PCT).unwrap(), ["A", "B"]);
+        assert!(
+            text.starts_with("not hardware figures: this host is a VM"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1331,7 +1331,7 @@ pub(crate) mod tests {
             host: serde_json::json!({
                 "cpu": { "model_name": "Test CPU @ 3.00GHz" },
                 "kernel": { "release": "6.8.0-test" },
-                "virtualization": { "summary": "nested, paravirtual" }
+                "virtualization": { "summary": "nested, paravirtual", "kind": "nested_paravirtual" }
             }),
             config: BenchConfig {
                 tests: vec![
