@@ -800,15 +800,27 @@ pub fn render_markdown(results: &Results) -> String {
     out
 }
 
-/// An A/B run's comparison as Markdown: the knob, a table of the tests' figures, changes
-/// and verdicts, and its lines (signs, gate, plan) in a code block.
-pub fn render_ab_markdown(results: &Results) -> Option<String> {
+/// An A/B run's knob, its comparison and its sides' labels (`KNOB=VALUE`).
+fn ab_comparison(
+    results: &Results,
+) -> Option<(
+    &crate::results::AbRun,
+    crate::compare::Comparison,
+    [String; 2],
+)> {
     let ab = results.ab.as_ref()?;
     let cmp = crate::compare::compare_ab_run(results, crate::stats::model::THRESHOLD_PCT)?;
     let labels = [
         format!("{}={}", ab.knob, ab.a),
         format!("{}={}", ab.knob, ab.b),
     ];
+    Some((ab, cmp, labels))
+}
+
+/// An A/B run's comparison as Markdown: the knob, a table of the tests' figures, changes
+/// and verdicts, and its lines (signs, gate, plan) in a code block.
+pub fn render_ab_markdown(results: &Results) -> Option<String> {
+    let (ab, cmp, labels) = ab_comparison(results)?;
     let mut out = format!(
         "### A/B: `{}` = {} (A) vs {} (B)\n\n{} pairs of rounds at most, each test's two sides back to back.\n\n",
         md_cell(&ab.knob),
@@ -887,12 +899,7 @@ pub fn render_runs(runs: &[(String, Results)]) -> String {
 /// its 95 % interval, the minimum detectable change and the verdict (rounds paired).
 /// `None` for a results file that is not an A/B run.
 pub fn render_ab(results: &Results) -> Option<String> {
-    let ab = results.ab.as_ref()?;
-    let cmp = crate::compare::compare_ab_run(results, crate::stats::model::THRESHOLD_PCT)?;
-    let labels = [
-        format!("{}={}", ab.knob, ab.a),
-        format!("{}={}", ab.knob, ab.b),
-    ];
+    let (ab, cmp, labels) = ab_comparison(results)?;
     let mut out = format!(
         "A/B: {} = {} (A) vs {} (B), {} round(s), each test's two sides back to back (A B, then B A), each in a fresh VM\n",
         ab.knob, ab.a, ab.b, results.config.rounds
@@ -1380,7 +1387,7 @@ mod tests {
         ));
         assert!(has(&text, "ipi did-not-complete: timed out after 10 s"));
         assert!(has(&text, "wr_tsc_adjust_msr failed: emulation failure"));
-        assert!(has(&text, 
+        assert!(has(&text,
             "inl_from_qemu phases (median cycles; they add up to the raw round trip): exit leg 1,050 (22.6%), VMM handling 2,050 (44.1%), entry leg 1,550 (33.3%); round trip 4,650"
         ), "{text}");
         assert!(has(&text, "inl_from_qemu: KVM_RUN per call median 4,050 cycles (the guest's time between exits included); VMM handling per exit median 1,850 cycles (in-process stamps)"));
@@ -1571,7 +1578,7 @@ mod tests {
         let text = render_table(&results);
         assert!(has(&text, "user*"), "{text}");
         assert!(has(&text, "* cpuid: handled in user, expected kernel"));
-        assert!(has(&text, 
+        assert!(has(&text,
             "exit check FAILED for cpuid: expected 0 userspace exits, observed 10100 (cpuid went to userspace)"
         ));
         assert!(!has(&text, "all 2 checked"));
@@ -1682,7 +1689,7 @@ mod tests {
         });
         let text = render_table(&results);
         assert!(has(&text, "mixed (user 6000, kernel 4100)*"), "{text}");
-        assert!(has(&text, 
+        assert!(has(&text,
             "* not observed: where the exit was handled could not be seen (no userspace exit, and KVM's exit counter counted none beyond the empty loop's); where each is expected to be handled (bench --list, column \"expected\"): cpuid (expected kernel)"
         ), "{text}");
         assert!(
@@ -1699,14 +1706,14 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(has(&text, 
+        assert!(has(&text,
             "  io_exits not counted by the host (KVM 0) in 2 tests, exitlab saw: cpuid (4), inl_from_qemu (10,101)"
         ), "{text}");
         assert!(
             !text.contains("  exits"),
             "agreeing counters are not listed: {text}"
         );
-        assert!(has(&text, 
+        assert!(has(&text,
             "spread of the rounds' medians (max/min - 1, 2 tests): median 2.3%, worst 3.4% (inl_from_qemu)"
         ), "{text}");
     }
