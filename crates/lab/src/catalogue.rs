@@ -131,18 +131,13 @@ pub struct TestDef {
 
 /// Iterations per sample of a test whose exit KVM handles in the kernel, unless
 /// `--batch` says otherwise. Such an exit costs a few thousand cycles or less, while the
-/// clock reads that bracket a sample (serialized `rdtsc` pairs) cost as much or more, and
-/// step in units of the TSC's resolution (26 cycles on the project's AMD host, 1.7 % of a
-/// 1,500-cycle exit). With one iteration a sample, what the brackets cost varied from VM
-/// to VM beyond what the paired empty loop takes out, and the rounds' figures sat on a
-/// few steps of the clock; four iterations share those costs four ways. On kvm_pvm, 10
-/// pairs of default single runs each way, interleaved (docs/notebook/2026-11-statistics.md): `compare`'s
-/// smallest detectable change (median over pairs, its 2 % threshold included) fell from
-/// 5.5-5.6 % to 3.3-3.4 % for the three ~1,500-cycle tests (CR8 both ways, TSC_ADJUST
-/// reads) and from 3.1-4.6 % to 2.9-3.1 % for the other kernel-handled ones. The figures
-/// are cycles per iteration either way; back to back they moved by -1.9 to +3.5 %.
-/// Userspace-handled tests keep one iteration a sample: their phases are stamped per
-/// exit, and their spread is the host's, not the clock's.
+/// clock reads that bracket a sample (serialized `rdtsc` pairs) cost as much or more and
+/// step in units of the TSC's resolution; with one iteration a sample, what the brackets
+/// cost varied from VM to VM beyond what the paired empty loop takes out. Four iterations
+/// share those costs four ways (the campaign that chose it: `docs/notebook/`). The figures
+/// are cycles per iteration either way. Userspace-handled tests keep one iteration a
+/// sample: their phases are stamped per exit, and their spread is the host's, not the
+/// clock's.
 pub const KERNEL_BATCH: u64 = 4;
 
 const fn t(

@@ -632,8 +632,7 @@ pub struct TestResult {
     /// KVM's counters and their cross-check with exitlab's counts, when available.
     #[serde(default)]
     pub kvm_counters: Option<KvmCounters>,
-    /// The test's rounds: how many ran, how many samples the host-noise detector left
-    /// out, and the spread of the rounds' medians.
+    /// The test's rounds: how many ran, and the spread of the rounds' medians.
     #[serde(default)]
     pub round_spread: Option<RoundSpread>,
     /// Check of the observed userspace exits against the expected count.
