@@ -12,6 +12,8 @@ use crate::results::{Results, TestResult};
 use crate::stats::describe::median;
 use crate::stats::diagnostics;
 use crate::stats::interval::{self, NoInterval, Unit};
+use crate::stats::model::AB_TARGET_HALF_WIDTH_PCT;
+use crate::stats::plan;
 use crate::stats::units::{self, central, Figure};
 use crate::stats::verdict::{self, gate, Change, Gate, Verdict};
 
@@ -94,6 +96,9 @@ pub struct Comparison {
     /// Why the figures are not hardware figures (a side's host is nested or its KVM
     /// paravirtual), once per distinct reason.
     pub caveats: Vec<String>,
+    /// For runs: the runs a side the compared tests' spread of runs asks for an interval
+    /// of ±[`AB_TARGET_HALF_WIDTH_PCT`] on every test, and the test that asks most.
+    pub runs_needed: Option<(usize, String)>,
 }
 
 impl Comparison {
@@ -317,6 +322,7 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
         threshold_pct,
         runs: None,
         caveats: Vec::new(),
+        runs_needed: None,
     };
     cmp.runs = Some([before.len(), after.len()]);
     cmp.caveats = caveats(before.iter().chain(after).map(|r| r.results));
@@ -374,12 +380,16 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
             |f: &[(String, Vec<f64>, f64)]| f.iter().map(|x| x.1.clone()).collect::<Vec<_>>();
         let change = match test_refusal(&tb, &ta) {
             Some(why) => Change::no_verdict(figures, Unit::Run, why),
-            None => verdict::judge(
-                figures,
-                interval::runs(&rounds(&fb), &rounds(&fa)),
-                Unit::Run,
-                threshold_pct,
-            ),
+            None => {
+                let est = interval::runs(&rounds(&fb), &rounds(&fa));
+                if let (Ok(e), false) = (&est, tb[0].baseline) {
+                    let m = plan::runs_for(e, AB_TARGET_HALF_WIDTH_PCT);
+                    if cmp.runs_needed.as_ref().is_none_or(|(n, _)| m > *n) {
+                        cmp.runs_needed = Some((m, name.clone()));
+                    }
+                }
+                verdict::judge(figures, est, Unit::Run, threshold_pct)
+            }
         };
         let figure = central(tb[0]).map_or(Figure::Net, |c| c.figure);
         cmp.tests.push(TestComparison {
@@ -439,6 +449,7 @@ fn empty(design: Design, before: &Results, after: &Results, threshold_pct: f64) 
         threshold_pct,
         runs: None,
         caveats: caveats([before, after]),
+        runs_needed: None,
     }
 }
 
@@ -888,6 +899,11 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             ));
         }
     }
+    if let Some((m, test)) = &cmp.runs_needed {
+        tail.push(format!(
+            "planner: {m} runs a side would give every test a 95% interval within ±{AB_TARGET_HALF_WIDTH_PCT}% at these runs' spread ({test} asks most)"
+        ));
+    }
     if cmp.design.gates() {
         tail.extend(gate_lines(cmp, &cmp.gate(None)));
     } else {
@@ -1233,6 +1249,69 @@ mod tests {
         assert!(fired <= 2, "{fired} of 40 A/A gates of runs fired");
         assert!(slower >= 32, "a 5 % change slower in {slower} of 40");
         assert!(covered >= 37, "covered in {covered} of 40");
+    }
+
+    #[test]
+    fn a_comparison_of_runs_says_how_many_runs_its_spread_asks_for() {
+        let mut rng = SmallRng::seed_from_u64(37);
+        // Three runs a side whose figures move together by `sd` per run (the run's host
+        // state), rounds quiet within a run: the planner follows the runs' spread.
+        let side = |rng: &mut SmallRng, sd: f64| -> Vec<Results> {
+            (0..3)
+                .map(|_| {
+                    let mut host = Host::new(0.002, 0.0, 0.0);
+                    let shift = 1.0 + sd * z(rng);
+                    let mut r = one_run(rng, &mut host, 24, 1.0);
+                    for t in &mut r.tests {
+                        for round in &mut t.rounds {
+                            round.net_median = round.net_median.map(|v| v * shift);
+                        }
+                    }
+                    r
+                })
+                .collect()
+        };
+        let names: Vec<String> = (0..3).map(|i| format!("run{i}")).collect();
+        let needed = |a: &[Results], b: &[Results]| {
+            let ra: Vec<Run> = a
+                .iter()
+                .zip(&names)
+                .map(|(r, name)| Run { name, results: r })
+                .collect();
+            let rb: Vec<Run> = b
+                .iter()
+                .zip(&names)
+                .map(|(r, name)| Run { name, results: r })
+                .collect();
+            let c = compare_runs(&ra, &rb, THRESHOLD_PCT);
+            let text = render_comparison(&c, ["before", "after"]);
+            let (m, test) = c.runs_needed.clone().expect("runs give a plan");
+            assert!(
+                text.contains(&format!("planner: {m} runs a side")),
+                "{text}"
+            );
+            assert!(
+                !c.tests.iter().any(|t| t.baseline && t.name == test),
+                "the empty loop is not planned for"
+            );
+            m
+        };
+        let quiet = needed(&side(&mut rng, 0.001), &side(&mut rng, 0.001));
+        let noisy = needed(&side(&mut rng, 0.03), &side(&mut rng, 0.03));
+        assert_eq!(
+            quiet,
+            crate::stats::model::MIN_RUNS,
+            "runs 0.1 % apart need no more than 3"
+        );
+        assert!(noisy > 10, "runs 3 % apart need many more: {noisy}");
+        // Pairs and screens have no runs to plan.
+        assert!(compare_ab_run(
+            &ab_run(&mut rng, &mut Host::new(0.02, 0.0, 0.0), 10, 1.0),
+            THRESHOLD_PCT
+        )
+        .unwrap()
+        .runs_needed
+        .is_none());
     }
 
     #[test]
