@@ -363,8 +363,9 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     Ok((opts, ab))
 }
 
-/// `--runs N` writes its runs into the directory `--json DIR`: it must be given, not
-/// standard output, and hold no results file yet (it is created if missing).
+/// `--runs N` writes its runs into the directory `--json DIR`: it must be given and not
+/// standard output (it is created if missing; runs already in it are checked by
+/// [`runs_in_dir`] once the host is surveyed).
 fn check_runs_dir(json: &crate::common::JsonArg) -> Result<(), String> {
     let dir =
         match &json.json {
@@ -380,18 +381,67 @@ fn check_runs_dir(json: &crate::common::JsonArg) -> Result<(), String> {
             dir.display()
         ));
     }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        if entries
+    Ok(())
+}
+
+/// The runs already in `dir` (`--runs` adds to them): each `*.json` must be a results
+/// file of one run (not an A/B run) taken on the kernel and KVM modules that `host` (this
+/// host now) has, since `compare` reads every file in a directory as one build's runs.
+/// Returns them with their paths, in name order.
+fn runs_in_dir(
+    dir: &std::path::Path,
+    host: &serde_json::Value,
+) -> Result<Vec<(String, Results)>, String> {
+    let mut paths: Vec<std::path::PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
             .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-        {
-            return Err(format!(
-                "--runs: {} already holds results files; give an empty or new directory (compare reads every *.json in it as one build's runs)",
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect(),
+        Err(_) => return Ok(Vec::new()),
+    };
+    paths.sort();
+    let now = exitlab_results::compare::host_build_ids(host);
+    let mut out = Vec::new();
+    for p in paths {
+        let r = exitlab_results::results::read(&p).map_err(|e| {
+            format!(
+                "--runs: {} is in {} but is not a results file ({e}); a directory of runs holds only runs",
+                p.display(),
                 dir.display()
+            )
+        })?;
+        if r.ab.is_some() {
+            return Err(format!(
+                "--runs: {} is an A/B run; a directory of runs holds one build's runs only",
+                p.display()
             ));
         }
+        let then = exitlab_results::compare::host_build_ids(&r.host);
+        let differs: Vec<String> = now
+            .iter()
+            .filter_map(|(name, id)| match then.get(name) {
+                Some(old) if old != id => Some(format!("{name} {old} there, {id} now")),
+                _ => None,
+            })
+            .chain(
+                then.keys()
+                    .chain(now.keys())
+                    .filter(|k| now.contains_key(*k) != then.contains_key(*k))
+                    .map(|k| format!("{k} in one of them only")),
+            )
+            .collect();
+        if !differs.is_empty() {
+            return Err(format!(
+                "--runs: {} holds runs of another build ({}: {}); compare reads every *.json in a directory as one build's runs: give an empty or new directory",
+                dir.display(),
+                p.display(),
+                differs.join("; ")
+            ));
+        }
+        out.push((p.display().to_string(), r));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// `--precision PCT [--budget SECONDS]`, checked; without `--precision`, an `--ab` run's
@@ -628,21 +678,42 @@ fn run_many(
         eprintln!("exitlab: cannot create {}: {e}", dir.display());
         return crate::status::EXIT_CANT_WRITE;
     }
-    let mut all: Vec<(String, Results)> = Vec::new();
+    let mut all = match runs_in_dir(dir, &host) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("exitlab: {e}");
+            return crate::status::EXIT_USAGE;
+        }
+    };
+    let first = all.len() as u32 + 1;
+    if !all.is_empty() && crate::verbosity::level() >= 0 {
+        eprintln!(
+            "exitlab: {} holds {} runs of this kernel and these KVM modules; adding runs {first} to {}",
+            dir.display(),
+            all.len(),
+            first + n - 1
+        );
+    }
     let mut code = 0;
-    for k in 1..=n {
+    for k in first..first + n {
         let res = match run(opts, None, host.clone(), notes.clone(), display, None) {
             Ok(r) => r,
             Err(c) => return c,
         };
-        let path = dir.join(format!("run-{k:02}.json"));
+        let mut path = dir.join(format!("run-{k:02}.json"));
+        let mut extra = 0;
+        while path.exists() {
+            extra += 1;
+            path = dir.join(format!("run-{k:02}-{extra}.json"));
+        }
         if let Err(e) = exitlab_results::results::write_atomic(&path, &res) {
             eprintln!("exitlab: {e}");
             return crate::status::EXIT_CANT_WRITE;
         }
         if crate::verbosity::level() >= 0 {
             eprintln!(
-                "run {k} of {n}: {:.1} s, results in {}",
+                "run {k} of {}: {:.1} s, results in {}",
+                first + n - 1,
                 res.wall_seconds,
                 path.display()
             );
@@ -652,7 +723,7 @@ fn run_many(
         all.push((path.display().to_string(), res));
         if let Some(why) = incomplete {
             print!("{}", report::render_runs(&all));
-            println!("incomplete: run {k} of {n}: {why}");
+            println!("incomplete: run {k} of {}: {why}", first + n - 1);
             return if limit.expired() {
                 EXIT_TIMEOUT
             } else {

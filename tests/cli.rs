@@ -905,21 +905,77 @@ fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
         .find(|l| l.starts_with("cpuid"))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains(".."), "a 95% interval over the runs: {row}");
-    // A directory that already holds results files is refused before anything runs.
+    // More runs of the same build go into the same directory, numbered on.
     let again = exitlab(&[
         "bench",
         "--tests",
         "cpuid",
+        "--samples",
+        "30",
+        "--rounds",
+        "5",
+        "--ring",
+        "3",
         "--runs",
-        "2",
+        "1",
+        "--quiet",
         "--json",
         d.to_str().unwrap(),
     ]);
-    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert!(
-        stderr(&again).contains("already holds results files"),
+        d.join("run-04.json").exists(),
+        "{:?}",
+        std::fs::read_dir(&d).unwrap().count()
+    );
+    assert!(
+        stdout(&again).contains("4 runs; each run's figure"),
         "{}",
-        stderr(&again)
+        stdout(&again)
+    );
+    // A run of another kernel in the directory: refused before anything runs, naming it.
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("run-04.json")).unwrap()).unwrap();
+    other["host"]["build_ids"]["kernel"] = serde_json::json!("00000000deadbeef");
+    let odir = tempdir_named("runs-other");
+    std::fs::write(odir.join("run-01.json"), other.to_string()).unwrap();
+    let refused = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--runs",
+        "1",
+        "--json",
+        odir.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("holds runs of another build")
+            && stderr(&refused).contains("kernel"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        std::fs::read_dir(&odir).unwrap().count(),
+        1,
+        "nothing written"
+    );
+    // A file there that is not a results file: refused too.
+    std::fs::write(odir.join("run-01.json"), "{}").unwrap();
+    let refused = exitlab(&[
+        "bench",
+        "--tests",
+        "cpuid",
+        "--runs",
+        "1",
+        "--json",
+        odir.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("is not a results file"),
+        "{}",
+        stderr(&refused)
     );
     // The directory against itself: runs as units, every test judged, the gate passes.
     let c = exitlab(&["compare", d.to_str().unwrap(), d.to_str().unwrap()]);

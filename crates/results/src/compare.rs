@@ -585,7 +585,13 @@ pub const BUILD_ID_WARNING: &str = "build ID of ";
 /// The GNU build IDs a results file's host survey recorded: `kernel` and each KVM
 /// module's.
 pub fn build_ids(r: &Results) -> std::collections::BTreeMap<String, String> {
-    let ids = r.host.get("build_ids");
+    host_build_ids(&r.host)
+}
+
+/// The GNU build IDs of a host survey (a results file's `host`): `kernel` and each KVM
+/// module's.
+pub fn host_build_ids(host: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let ids = host.get("build_ids");
     let mut out = std::collections::BTreeMap::new();
     if let Some(k) = ids.and_then(|i| i.get("kernel")).and_then(|k| k.as_str()) {
         out.insert("kernel".to_string(), k.to_string());
