@@ -767,7 +767,11 @@ pub fn open_host_knob(
                     a.knob,
                     a.asked,
                     a.in_force,
-                    if a.reloaded { "reloaded" } else { "written" },
+                    match (a.reloaded, a.changed) {
+                        (true, _) => "reloaded",
+                        (false, true) => "written",
+                        (false, false) => "already in force, checked",
+                    },
                     a.took.as_secs_f64()
                 );
             }

@@ -904,10 +904,7 @@ pub fn render_ab(results: &Results) -> Option<String> {
         "A/B: {} = {} (A) vs {} (B), {} round(s), each test's two sides back to back (A B, then B A), each in a fresh VM\n",
         ab.knob, ab.a, ab.b, results.config.rounds
     );
-    if let Some(c) = crate::format::caveat(&results.host) {
-        out.push_str(&c);
-        out.push('\n');
-    }
+    // The comparison's lines open with the host's caveat.
     out.push_str(&crate::compare::render_comparison(
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
@@ -947,9 +944,10 @@ pub fn host_switch_lines(knob: &str, sides: &[crate::results::HostSide]) -> Vec<
         v.join("/")
     };
     let mut out = vec![format!(
-        "host knob {}: {} switches ({reloads} by reloading the module), {total:.1} s in all; in force: A {}, B {}",
+        "host knob {}: {} switch{} ({reloads} by reloading the module), {total:.1} s in all; in force: A {}, B {}",
         knob,
         switches.len(),
+        if switches.len() == 1 { "" } else { "es" },
         in_force("a"),
         in_force("b")
     )];
