@@ -373,6 +373,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
         );
     }
+    lines.extend(vmexit_line(results));
     lines.extend(tests.iter().filter_map(phase_line));
     lines.extend(tests.iter().filter_map(host_time_line));
     if let Some(f) = &results.floor {
@@ -648,6 +649,28 @@ fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
         )
     }));
     lines
+}
+
+/// How the table's figures relate to kvm-unit-tests' `vmexit`, which uses the same test
+/// names: its figure is the raw median's (cycles per iteration, its loop included), and
+/// the net median subtracts the empty loop, whose raw median this run gives. `None`
+/// without a test with a figure beside the empty loop.
+pub fn vmexit_line(results: &Results) -> Option<String> {
+    results
+        .tests
+        .iter()
+        .find(|t| !t.baseline && t.cycles.is_some())?;
+    let here = results
+        .tests
+        .iter()
+        .find(|t| t.baseline)
+        .and_then(|t| t.cycles.as_ref())
+        .map_or(String::new(), |c| {
+            format!(" ({} cycles here)", fmt_cycles(c.median))
+        });
+    Some(format!(
+        "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop{here}"
+    ))
 }
 
 /// What the in-process difference rests on: full − bare in cycles and in steps of the
@@ -1551,6 +1574,30 @@ mod tests {
         assert!(
             render_table(&results).contains("exit check: no test checked; 1 could not be checked")
         );
+    }
+
+    #[test]
+    fn a_line_says_how_the_figures_relate_to_kvm_unit_tests_vmexit() {
+        let mut results = sample_results();
+        let empty = results.tests[0].cycles.as_ref().unwrap().median;
+        let line = vmexit_line(&results).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop ({} cycles here)",
+                fmt_cycles(empty)
+            )
+        );
+        assert!(line.chars().count() <= 160, "{}", line.len());
+        assert_eq!(render_table(&results).matches(&line).count(), 1);
+        // Without the empty loop's figure the line still says what the columns are.
+        results.tests[0].cycles = None;
+        assert!(vmexit_line(&results)
+            .unwrap()
+            .ends_with("net median subtracts the empty loop"));
+        // Nothing but the empty loop: nothing to relate.
+        results.tests.truncate(1);
+        assert_eq!(vmexit_line(&results), None);
     }
 
     #[test]
