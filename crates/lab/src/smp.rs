@@ -16,7 +16,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 
 use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
-use crate::catalogue::{Platform, TestDef};
+use crate::catalogue::{Platform, TestDef, Waits};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -133,6 +133,18 @@ impl IrqKnobs {
         c.apic_mode = apic_abi(self.apic_for(def));
         c.cpus = u64::from(self.cpus_for(def));
         c.idle = idle_abi(self.idle);
+    }
+
+    /// Whether a vCPU of `def`'s measured loop blocks in HLT in KVM and is woken there
+    /// (what halt polling changes): a target AP waiting in HLT, by the test's own
+    /// choice ([`Waits::HaltedTarget`]) or as `--idle hlt` makes every IPI target wait,
+    /// with an in-kernel irqchip and HLT exits not disabled.
+    pub fn wakes_from_hlt(&self, def: &TestDef) -> bool {
+        let target_halts =
+            def.waits == Waits::HaltedTarget || (def.min_cpus > 1 && self.idle == Idle::Hlt);
+        target_halts
+            && def.platform != Platform::NoIrqchip
+            && self.disable_exits & knobs::DISABLE_HLT == 0
     }
 
     /// Why `def` cannot run with these knobs, if it cannot.
