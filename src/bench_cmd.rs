@@ -198,10 +198,27 @@ impl IrqArgs {
     }
 }
 
-/// Warnings about the vCPUs' host CPUs: IPI figures mean little when vCPUs share one.
-fn irq_notes(opts: &BenchOptions) -> Vec<String> {
+/// How long bench watches the host's CPUs for idle ones before a run of several vCPUs.
+const IDLE_WATCH: Duration = Duration::from_millis(200);
+
+/// Warnings about the vCPUs' host CPUs: IPI figures mean little when vCPUs share one, or
+/// when fewer host CPUs are idle than the VM has vCPUs (`idle`: the host's idle CPUs,
+/// asked only for a run of several vCPUs).
+fn irq_notes(opts: &BenchOptions, idle: impl FnOnce() -> Option<smp::IdleCpus>) -> Vec<String> {
+    irq_notes_on(
+        opts,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        idle,
+    )
+}
+
+/// [`irq_notes`] on a host of `host_cpus` CPUs.
+fn irq_notes_on(
+    opts: &BenchOptions,
+    host_cpus: usize,
+    idle: impl FnOnce() -> Option<smp::IdleCpus>,
+) -> Vec<String> {
     let irq = &opts.params.irq;
-    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let most = opts
         .tests
         .iter()
@@ -222,6 +239,13 @@ fn irq_notes(opts: &BenchOptions) -> Vec<String> {
     } else if most as usize > host_cpus {
         notes.push(format!(
             "{most} vCPUs on {host_cpus} host CPU(s): vCPUs share host CPUs, and IPI figures mean little then"
+        ));
+    } else if let Some(i) = idle().filter(|i| most as usize > i.idle) {
+        notes.push(format!(
+            "{most} vCPUs, but {} of the {} host CPUs were idle when the run started (/proc/stat over {} ms): a vCPU's thread may wait to be scheduled, and IPI figures then fall far apart",
+            i.idle,
+            i.cpus,
+            IDLE_WATCH.as_millis()
         ));
     }
     notes
@@ -866,7 +890,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             }
         }
     }
-    notes.extend(irq_notes(&opts));
+    notes.extend(irq_notes(&opts, || smp::host_idle_cpus(IDLE_WATCH)));
     notes.extend(crate::trace_cmd::remove_stale_instances());
     let stop = arm_signals();
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
@@ -1025,6 +1049,30 @@ mod tests {
         let (o, _, chosen) = bench_options(&[]).unwrap();
         assert_eq!(o.tests, catalogue::default_suite());
         assert!(chosen.is_none());
+    }
+
+    #[test]
+    fn vcpus_outnumbering_the_idle_host_cpus_are_noted() {
+        let (ipi, _, _) = bench_options(&["--tests", "ipi"]).unwrap();
+        let idle = |idle| move || Some(smp::IdleCpus { idle, cpus: 4 });
+        assert_eq!(
+            irq_notes_on(&ipi, 4, idle(1)),
+            ["2 vCPUs, but 1 of the 4 host CPUs were idle when the run started (/proc/stat over 200 ms): a vCPU's thread may wait to be scheduled, and IPI figures then fall far apart"]
+        );
+        assert!(irq_notes_on(&ipi, 4, idle(2)).is_empty());
+        assert!(irq_notes_on(&ipi, 4, || None).is_empty());
+        // More vCPUs than host CPUs says that instead; one vCPU never asks.
+        let notes = irq_notes_on(&ipi, 1, idle(0));
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("2 vCPUs on 1 host CPU(s)"),
+            "{notes:?}"
+        );
+        let (cpuid, _, _) = bench_options(&["--tests", "cpuid"]).unwrap();
+        assert!(irq_notes_on(&cpuid, 4, || -> Option<smp::IdleCpus> {
+            panic!("a run of one vCPU does not watch the host")
+        })
+        .is_empty());
     }
 
     /// What the plain progress lines show for `rounds` planned rounds of `tests` tests,
