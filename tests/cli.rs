@@ -528,7 +528,9 @@ fn bench_writes_json_that_report_and_compare_read_back() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let out = stdout(&o);
         assert!(out.contains("outl_to_user"), "{out}");
-        assert!(out.contains("exit check: all"), "{out}");
+        // The empty loop and outl_to_user are checked at least; cpuid too where KVM's
+        // counters see its exits.
+        assert!(out.contains(" tests checked, all passed"), "{out}");
     }
     let v = common::read_results(&a);
     common::read_results(&b);

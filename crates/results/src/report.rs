@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 
 use crate::format::{fmt_cycles, fmt_cycles_signed, fmt_ns, fmt_unix_utc, host_str, layout, Align};
-use crate::results::{CounterVerdict, Handling, KvmCounters, Results, TestResult, TestStatus};
+use crate::results::{
+    CounterVerdict, ExitCheck, Handling, KvmCounters, Results, TestResult, TestStatus,
+};
 use crate::stats::describe::Summary;
 
 /// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
@@ -369,6 +371,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
             "(raw): nanoseconds of the raw median; the loop overhead is not subtracted".to_string(),
         );
     }
+    lines.extend(vmexit_line(results));
     lines.extend(tests.iter().filter_map(phase_line));
     lines.extend(tests.iter().filter_map(host_time_line));
     if let Some(f) = &results.floor {
@@ -600,41 +603,75 @@ fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
     lines
 }
 
-/// The exit check: one line when every checked test passed, else one per failure.
+/// The exit check: one line counting the tests checked (a failure: one line each after
+/// it) and those that could not be: a test whose check passed without seeing where its
+/// exits went ([`ExitCheck::was_observed`]: no userspace exit was expected, and KVM's
+/// counters counted none) is not counted as checked.
 fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
-    let checked: Vec<&TestResult> = tests.iter().filter(|t| t.exit_check.is_some()).collect();
-    let failed: Vec<&TestResult> = checked
+    let with: Vec<(&TestResult, &ExitCheck)> = tests
         .iter()
-        .copied()
-        .filter(|t| t.exit_check.as_ref().is_some_and(|c| !c.passed))
+        .filter_map(|t| Some((t, t.exit_check.as_ref()?)))
         .collect();
-    if failed.is_empty() {
-        if checked.is_empty() {
-            return Vec::new();
-        }
-        return vec![format!(
-            "exit check: all {} checked test{} passed",
-            checked.len(),
-            if checked.len() == 1 { "" } else { "s" }
-        )];
+    if with.is_empty() {
+        return Vec::new();
     }
-    failed
-        .into_iter()
-        .filter_map(|t| {
-            let c = t.exit_check.as_ref()?;
-            Some(format!(
-                "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
-                t.name,
-                c.expected_user_exits,
-                c.observed_user_exits,
-                if c.detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", c.detail)
-                }
-            ))
-        })
-        .collect()
+    let failed: Vec<(&TestResult, &ExitCheck)> =
+        with.iter().copied().filter(|(_, c)| !c.passed).collect();
+    let unseen = with
+        .iter()
+        .filter(|(t, c)| c.passed && !c.was_observed(t))
+        .count();
+    let checked = with.len() - unseen;
+    let tests_word = |n: usize| if n == 1 { "test" } else { "tests" };
+    let mut head = match (checked, failed.len()) {
+        (0, _) => "exit check: no test checked".to_string(),
+        (n, 0) => format!("exit check: {n} {} checked, all passed", tests_word(n)),
+        (n, f) => format!("exit check: {n} {} checked, {f} FAILED", tests_word(n)),
+    };
+    if unseen > 0 {
+        let _ = write!(
+            head,
+            "; {unseen} could not be checked (no userspace exit expected, and KVM's counters counted none here: where {} exits went was not observed)",
+            if unseen == 1 { "its" } else { "their" }
+        );
+    }
+    let mut lines = vec![head];
+    lines.extend(failed.into_iter().map(|(t, c)| {
+        format!(
+            "exit check FAILED for {}: expected {} userspace exits, observed {}{}",
+            t.name,
+            c.expected_user_exits,
+            c.observed_user_exits,
+            if c.detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.detail)
+            }
+        )
+    }));
+    lines
+}
+
+/// How the table's figures relate to kvm-unit-tests' `vmexit`, which uses the same test
+/// names: its figure is the raw median's (cycles per iteration, its loop included), and
+/// the net median subtracts the empty loop, whose raw median this run gives. `None`
+/// without a test with a figure beside the empty loop.
+pub fn vmexit_line(results: &Results) -> Option<String> {
+    results
+        .tests
+        .iter()
+        .find(|t| !t.baseline && t.cycles.is_some())?;
+    let here = results
+        .tests
+        .iter()
+        .find(|t| t.baseline)
+        .and_then(|t| t.cycles.as_ref())
+        .map_or(String::new(), |c| {
+            format!(" ({} cycles here)", fmt_cycles(c.median))
+        });
+    Some(format!(
+        "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop{here}"
+    ))
 }
 
 /// What the in-process difference rests on: full − bare in cycles and in steps of the
@@ -1394,7 +1431,10 @@ mod tests {
             "{text}"
         );
         assert!(!has(&text, "1.95x"), "no in-process ratio: {text}");
-        assert!(has(&text, "exit check: all 1 checked test passed"));
+        assert!(
+            has(&text, "exit check: 1 test checked, all passed"),
+            "{text}"
+        );
         assert!(has(&text, "note: this host is nested/paravirtual"));
     }
 
@@ -1572,6 +1612,7 @@ mod tests {
             observed_user_exits: 10_100,
             passed: false,
             detail: "cpuid went to userspace".into(),
+            observed: Some(true),
         });
         let text = render_table(&results);
         assert!(has(&text, "user*"), "{text}");
@@ -1579,7 +1620,84 @@ mod tests {
         assert!(has(&text,
             "exit check FAILED for cpuid: expected 0 userspace exits, observed 10100 (cpuid went to userspace)"
         ));
-        assert!(!has(&text, "all 2 checked"));
+        assert!(
+            has(&text, "exit check: 2 tests checked, 1 FAILED"),
+            "{text}"
+        );
+        assert!(!text.contains("all passed"));
+    }
+
+    #[test]
+    fn exit_checks_that_could_not_see_where_the_exits_went_are_not_counted_as_checked() {
+        let mut results = sample_results();
+        let check = |observed| ExitCheck {
+            expected_user_exits: 0,
+            observed_user_exits: 0,
+            passed: true,
+            detail: "no userspace exit in 500 iterations (besides 1 doorbells)".into(),
+            observed,
+        };
+        // The empty loop: nothing to see but the absence of exits; cpuid: KVM's counters
+        // counted none of its exits; wr_tsc_adjust_msr, from a file written before the
+        // field: its `handled` says the same.
+        results.tests[0].exit_check = Some(check(Some(true)));
+        results.tests[1].handled = Some(Handling::NotObserved);
+        results.tests[1].exit_check = Some(check(Some(false)));
+        let old = results
+            .tests
+            .iter_mut()
+            .find(|t| t.name == "wr_tsc_adjust_msr")
+            .unwrap();
+        old.status = TestStatus::Ok;
+        old.expected_handling = Handling::Kernel;
+        old.handled = Some(Handling::NotObserved);
+        old.exit_check = Some(check(None));
+        let text = render_table(&results);
+        assert!(
+            text.contains("exit check: 2 tests checked, all passed; 2 could not be checked (no userspace exit expected, and KVM's counters counted none here: where their exits went was not observed)\n"),
+            "{text}"
+        );
+        // Counted by KVM: checked.
+        results.tests[1].handled = Some(Handling::Kernel);
+        results.tests[1].exit_check = Some(check(Some(true)));
+        let text = render_table(&results);
+        assert!(
+            text.contains("exit check: 3 tests checked, all passed; 1 could not be checked (no userspace exit expected, and KVM's counters counted none here: where its exits went was not observed)\n"),
+            "{text}"
+        );
+        // None could be.
+        for t in &mut results.tests {
+            t.exit_check = None;
+        }
+        results.tests[1].handled = Some(Handling::NotObserved);
+        results.tests[1].exit_check = Some(check(Some(false)));
+        assert!(
+            render_table(&results).contains("exit check: no test checked; 1 could not be checked")
+        );
+    }
+
+    #[test]
+    fn a_line_says_how_the_figures_relate_to_kvm_unit_tests_vmexit() {
+        let mut results = sample_results();
+        let empty = results.tests[0].cycles.as_ref().unwrap().median;
+        let line = vmexit_line(&results).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop ({} cycles here)",
+                fmt_cycles(empty)
+            )
+        );
+        assert!(line.chars().count() <= 160, "{}", line.len());
+        assert_eq!(render_table(&results).matches(&line).count(), 1);
+        // Without the empty loop's figure the line still says what the columns are.
+        results.tests[0].cycles = None;
+        assert!(vmexit_line(&results)
+            .unwrap()
+            .ends_with("net median subtracts the empty loop"));
+        // Nothing but the empty loop: nothing to relate.
+        results.tests.truncate(1);
+        assert_eq!(vmexit_line(&results), None);
     }
 
     #[test]

@@ -676,6 +676,31 @@ pub struct ExitCheck {
     pub passed: bool,
     /// Human-readable explanation.
     pub detail: String,
+    /// Whether the check saw where the test's exits went ([`ExitCheck::observed_for`]):
+    /// true for a userspace-handled test (its exits counted exactly), the empty loop (no
+    /// exit expected at all) and a kernel-handled test whose exits KVM's counters
+    /// observed; false when no userspace exit was expected and KVM's counters counted
+    /// none (some hosts count no kernel exits): its "no userspace exit" held, but where
+    /// its exits went could not be checked. Absent in files written before exitlab
+    /// recorded it (readers then take it from the test's `handled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<bool>,
+}
+
+impl ExitCheck {
+    /// Whether an exit check of a test expected to be handled `expected` and observed
+    /// as `handled` could see where its exits went: always, unless the test is expected
+    /// in the kernel and neither the VMM nor KVM's counters saw its exits.
+    pub fn observed_for(expected: Handling, handled: Option<Handling>) -> bool {
+        expected != Handling::Kernel || handled.is_some_and(|h| h != Handling::NotObserved)
+    }
+
+    /// [`ExitCheck::observed`] of a check of `t`, or for a file without it, what the
+    /// test's `handled` says.
+    pub fn was_observed(&self, t: &TestResult) -> bool {
+        self.observed
+            .unwrap_or_else(|| ExitCheck::observed_for(t.expected_handling, t.handled))
+    }
 }
 
 /// Per-phase cycle summaries of a userspace exit round trip.
@@ -1270,6 +1295,7 @@ pub(crate) mod tests {
             observed_user_exits: 10_100,
             passed: true,
             detail: "one io exit per iteration".to_string(),
+            observed: Some(true),
         });
         full.phases = Some(Phases {
             exit_leg: summary(1000.0),
