@@ -1299,7 +1299,7 @@ fn report_formats_csv_openmetrics_and_html() {
         "{text}"
     );
     assert_eq!(text.lines().count(), 4, "header and three tests: {text}");
-    assert_eq!(python_parse("csv", &text), "4 rows of 20 fields", "{text}");
+    assert_eq!(python_parse("csv", &text), "4 rows of 21 fields", "{text}");
     // Each row gives its test's iterations per sample.
     for (test, batch) in [("cpuid", 4), ("outl_to_user", 1)] {
         assert!(
@@ -1353,7 +1353,7 @@ fn report_formats_csv_openmetrics_and_html() {
     );
     assert!(text.contains(&format!("run=\"{a_s}#2\"")), "{text}");
     let csv = exitlab(&["report", "--format", "csv", a_s, b.to_str().unwrap()]);
-    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 20 fields");
+    assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 21 fields");
     // Markdown: every table row has as many cells as its header.
     let md = stdout(&exitlab(&["report", "--format", "md", a_s]));
     let mut rows = md.lines().filter(|l| l.starts_with('|'));

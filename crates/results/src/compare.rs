@@ -961,7 +961,7 @@ pub fn disagreement_lines(cmp: &Comparison) -> Vec<String> {
 /// A comparison as GitHub-flavoured Markdown: the table, then its lines (caveats,
 /// warnings, signs, reasons, the gate) in a code block.
 pub fn render_comparison_md(cmp: &Comparison, labels: [&str; 2]) -> String {
-    let cell = crate::report::md_cell;
+    let cell = crate::format::md_cell;
     let unit = cmp.tests.first().map_or(Unit::Round, |t| t.change.unit);
     let mut out = format!(
         "| test | {} | {} | change | 95% CI | min detectable | {} | verdict |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n",

@@ -202,6 +202,13 @@ pub fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option<&'a st
         .filter(|s| !s.is_empty())
 }
 
+/// Escapes text for a Markdown table cell.
+pub fn md_cell(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -795,12 +795,7 @@ pub fn render_table(results: &Results) -> String {
     crate::format::wrap(&out, crate::format::MAX_LINE)
 }
 
-/// Escapes text for a Markdown table cell.
-pub fn md_cell(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
-}
+pub use crate::format::md_cell;
 
 /// Renders `results` as GitHub-flavoured Markdown: a short host and
 /// configuration summary, a table of the tests, and the details.
