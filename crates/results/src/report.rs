@@ -1649,7 +1649,7 @@ mod tests {
         old.exit_check = Some(check(None));
         let text = render_table(&results);
         assert!(
-            text.contains("exit check: 2 tests checked, all passed; 2 could not be checked (no userspace exit expected, and KVM's counters counted none here: where their exits went was not observed)\n"),
+            has(&text, "exit check: 2 tests checked, all passed; 2 could not be checked (no userspace exit expected, and KVM's counters counted none here: where their exits went was not observed)"),
             "{text}"
         );
         // Counted by KVM: checked.
@@ -1657,7 +1657,7 @@ mod tests {
         results.tests[1].exit_check = Some(check(Some(true)));
         let text = render_table(&results);
         assert!(
-            text.contains("exit check: 3 tests checked, all passed; 1 could not be checked (no userspace exit expected, and KVM's counters counted none here: where its exits went was not observed)\n"),
+            has(&text, "exit check: 3 tests checked, all passed; 1 could not be checked (no userspace exit expected, and KVM's counters counted none here: where its exits went was not observed)"),
             "{text}"
         );
         // None could be.
