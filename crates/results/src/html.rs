@@ -216,7 +216,7 @@ pub fn render(files: &[(String, Results)]) -> String {
     page
 }
 
-const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>exitlab report</title>\n<style>\nbody{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}\ntable{border-collapse:collapse;margin:.5em 0 1em;font-size:.92em}\nth,td{border:1px solid #ccc;padding:.15em .4em;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\ntable.summary{font-size:.84em}\nth.text,td.text{text-align:left}\nth{background:#f0f0f0;white-space:normal}\n.slower{color:#b00;font-weight:bold}.faster{color:#070;font-weight:bold}\n.warn li{color:#a60}\n.fail{color:#b00;font-weight:bold}\n.caveat{background:#fff4d6;border-left:4px solid #d90;padding:.4em .8em}\n.contents a{margin-left:.8em}\nul.lines{margin:.3em 0 1em;padding-left:1.2em}\npre{background:#f7f7f7;padding:.5em;overflow-x:auto}\nh3{font-size:1em;margin:1em 0 .2em}\ndl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dt{font-weight:bold}dd{margin:0}\n.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}\n.legend{display:flex;flex-wrap:wrap;gap:.3em 1.5em;font-size:.9em}.key{display:inline-block;width:1.6em;height:.7em;margin-right:.4em;vertical-align:middle}\n.phases-wrap{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}\n.footnote{font-size:.9em}\n</style></head><body>\n";
+const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>exitlab report</title>\n<style>\nbody{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}\ntable{border-collapse:collapse;margin:.5em 0 1em;font-size:.92em}\nth,td{border:1px solid #ccc;padding:.15em .4em;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\ntable.summary{font-size:.84em}\nth:first-child,td:first-child,th.text,td.text{text-align:left}\nth{background:#f0f0f0;white-space:normal}\n.slower{color:#b00;font-weight:bold}.faster{color:#070;font-weight:bold}\n.warn li{color:#a60}\n.fail{color:#b00;font-weight:bold}\n.caveat{background:#fff4d6;border-left:4px solid #d90;padding:.4em .8em}\n.contents a{margin-left:.8em}\nul.lines{margin:.3em 0 1em;padding-left:1.2em}\npre{background:#f7f7f7;padding:.5em;white-space:pre-wrap}\nh3{font-size:1em;margin:1em 0 .2em}\ndl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dt{font-weight:bold}dd{margin:0}\n.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}\n.legend{display:flex;flex-wrap:wrap;gap:.3em 1.5em;font-size:.9em}.key{display:inline-block;width:1.6em;height:.7em;margin-right:.4em;vertical-align:middle}\n.phases-wrap{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}\n.footnote{font-size:.9em}\n</style></head><body>\n";
 
 /// The files whose host's exit costs are not hardware figures, said before anything
 /// else, once per host summary.
@@ -910,5 +910,191 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("ring=0 (A)") && page.contains("ring=3 (B)"));
+    }
+
+    /// The page's rows of the table of class `class`, each as its cells' (tag, class,
+    /// text): `th` or `td`.
+    fn rows<'a>(page: &'a str, class: &str) -> Vec<Vec<(&'a str, &'a str, &'a str)>> {
+        let start = page
+            .find(&format!("<table class=\"{class}\">"))
+            .unwrap_or_else(|| panic!("no {class} table: {page}"));
+        let table = &page[start..start + page[start..].find("</table>").unwrap()];
+        table
+            .split("<tr>")
+            .skip(1)
+            .map(|row| {
+                row.split("</t")
+                    .filter_map(|c| {
+                        let at = c.rfind("<t")?;
+                        let (open, text) = c[at..].split_once('>')?;
+                        let tag = &open[1..3];
+                        let class = open
+                            .split_once("class=\"")
+                            .map_or("", |(_, rest)| rest.split('"').next().unwrap_or(""));
+                        Some((tag, class, text))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_host_whose_figures_are_not_hardware_figures_is_said_at_the_top() {
+        let mut r = sample_results();
+        let summary = "KVM here is paravirtual (kvm_pvm): exit costs are not hardware figures";
+        r.host = serde_json::json!({
+            "virtualization": { "kind": "nested_paravirtual", "summary": summary }
+        });
+        let page = render(&[("a.json".into(), r.clone()), ("b.json".into(), r.clone())]);
+        let caveat = page
+            .find("<p class=\"caveat\"><b>Not hardware figures</b> (a.json, b.json): ")
+            .unwrap_or_else(|| panic!("{page}"));
+        // Before anything else on the page, once for both files.
+        assert!(caveat < page.find("<nav").unwrap(), "{page}");
+        assert_eq!(page.matches("<p class=\"caveat\">").count(), 1, "{page}");
+        assert!(page.contains("(host kind: nested_paravirtual)"), "{page}");
+        r.host = serde_json::json!({
+            "virtualization": { "kind": "bare_metal", "summary": "bare metal: VT-x" }
+        });
+        let page = render(&[("a.json".into(), r)]);
+        assert!(!page.contains("Not hardware figures"), "{page}");
+    }
+
+    #[test]
+    fn knobs_read_as_the_text_report_says_them_and_the_run_has_its_id() {
+        let mut r = sample_results();
+        r.config.knobs.insert("cpus".into(), "0".into());
+        r.config.knobs.insert("apic".into(), "xapic".into());
+        let page = render(&[("a.json".into(), r.clone())]);
+        assert!(page.contains("cpus=as each test needs"), "{page}");
+        assert!(!page.contains("cpus=0"), "{page}");
+        assert!(
+            page.contains(&format!(
+                "<dt>run id</dt><dd class=\"\">{}</dd>",
+                crate::identity::run_id(&r)
+            )),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn the_comparison_table_lines_up_and_says_what_the_text_says_under_it() {
+        let a = sample_results();
+        let mut b = sample_results();
+        for t in &mut b.tests {
+            for rf in &mut t.rounds {
+                rf.net_median = rf.net_median.map(|n| n * 1.5);
+                rf.median *= 1.5;
+            }
+        }
+        let page = render(&[("a.json".into(), a.clone()), ("b.json".into(), b.clone())]);
+        let rows = rows(&page, "verdicts");
+        let header = &rows[0];
+        assert_eq!(header.len(), 8, "{rows:?}");
+        assert!(header.iter().all(|c| c.0 == "th"), "{rows:?}");
+        for row in &rows[1..] {
+            assert_eq!(row.len(), header.len(), "{row:?}");
+            // Text columns (the test, the verdict) left, the figures right, in the header
+            // as in every row.
+            for (h, c) in header.iter().zip(row) {
+                assert_eq!(h.1, c.1.split(' ').next().unwrap_or(""), "{h:?} {c:?}");
+            }
+        }
+        assert_eq!(header[7], ("th", "text", "verdict"));
+        assert_eq!(header[6].2, "rounds");
+        // The empty loop's figure is raw, and the row says so, as the text's does.
+        assert!(
+            rows.iter().any(|r| r[0].2 == "loop_overhead (raw)"),
+            "{rows:?}"
+        );
+        let cmp = compare::compare(&a, &b, crate::stats::model::THRESHOLD_PCT);
+        for line in compare::comparison_notes(&cmp, ["before", "after"])
+            .into_iter()
+            .chain([compare::verdict_rule_line(&cmp), compare::figure_line(&cmp)])
+        {
+            assert!(page.contains(&esc(&line)), "{line}: {page}");
+        }
+        assert!(
+            page.contains("screen: one run a side cannot gate"),
+            "{page}"
+        );
+        assert!(page.contains("slower in this screen: "), "{page}");
+    }
+
+    #[test]
+    fn what_the_text_report_prints_below_its_table_has_a_section_on_the_page() {
+        let mut r = sample_results();
+        let dnc = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        dnc.status = crate::results::TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883 <b>".into(),
+        };
+        let cpuid = r.tests.iter_mut().find(|t| t.name == "cpuid").unwrap();
+        cpuid.exit_check = Some(crate::results::ExitCheck {
+            expected_user_exits: 0,
+            observed_user_exits: 7,
+            passed: false,
+            detail: "kernel-handled".into(),
+        });
+        cpuid.kvm_counters = Some(crate::results::KvmCounters {
+            deltas: Default::default(),
+            checks: vec![crate::results::CounterCheck {
+                counter: "io_exits".into(),
+                kvm: 3,
+                exitlab: 7,
+                verdict: crate::results::CounterVerdict::Mismatch,
+            }],
+        });
+        // A round far out: a sign.
+        cpuid.rounds[0].net_median = Some(90_000.0);
+        r.plan = Some(crate::results::Plan {
+            target_pct: 1.0,
+            by_default: false,
+            budget_seconds: 60.0,
+            pilot_units: 10,
+            seconds: 12.0,
+            tests: Vec::new(),
+        });
+        r.floor = Some(crate::results::FloorView::NotMeasured {
+            reason: "tracefs is not mounted".into(),
+        });
+        let page = render(&[("a.json".into(), r.clone())]);
+        let mut want: Vec<String> = [
+            report::exit_check_lines(&r.tests),
+            report::kvm_counter_lines(&r),
+            report::signs_lines(&r.tests),
+            report::plan_lines(&r),
+            report::render_floor(r.floor.as_ref().unwrap()),
+        ]
+        .concat();
+        want.push("ipi did-not-complete: no progress for 3.0 s".into());
+        want.push("vmcall skipped: vmcall never completes on this host".into());
+        for line in want {
+            assert!(page.contains(&esc(line.trim_start())), "{line}: {page}");
+        }
+        for section in [
+            "Skipped or not completed",
+            "Exit checks",
+            "KVM counters",
+            "Signs (reported beside the figures, never set aside)",
+            "Plan",
+            "VMM overhead",
+        ] {
+            assert!(
+                page.contains(&format!(">{section}</h3>")),
+                "{section}: {page}"
+            );
+        }
+        // A stuck vCPU's registers, escaped, folded under its test.
+        assert!(
+            page.contains("<details><summary>registers and stack</summary><pre>vCPU registers when stopped:\nrip=0x100883 &lt;b&gt;</pre></details>"),
+            "{page}"
+        );
+        assert!(page.contains("<ul class=\"lines fail\">"), "{page}");
+        // Every section is in the page's contents.
+        let nav = &page[page.find("<nav").unwrap()..page.find("</nav>").unwrap()];
+        for id in ["run-1", "summary-1", "distributions", "phases"] {
+            assert!(nav.contains(&format!("href=\"#{id}\"")), "{nav}");
+            assert!(page.contains(&format!(" id=\"{id}\"")), "{id}");
+        }
     }
 }
