@@ -1157,6 +1157,25 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
     );
 }
 
+/// Runs `cmd` with `text` on its standard input and returns its output; fails the
+/// calling test, saying `missing`, when the program cannot be started.
+fn fed(cmd: &mut Command, text: &str, missing: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?} ({e}): {missing}", cmd.get_program()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
 /// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
 /// collector and the Pushgateway read), from Debian's python3-prometheus-client, which
@@ -1164,7 +1183,6 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
 /// standard library's reader; returns what was found, or fails the test with the
 /// parser's error. A missing parser fails the test: it does not skip.
 fn python_parse(format: &str, text: &str) -> String {
-    use std::io::Write;
     let script = match format {
         "openmetrics" => {
             "import sys\n\
@@ -1196,20 +1214,11 @@ fn python_parse(format: &str, text: &str) -> String {
         "the Prometheus client: this test needs it to check the OpenMetrics output \
          (apt-get install python3-prometheus-client; .ci/run installs it)",
     );
-    let mut child = Command::new(python)
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = fed(
+        Command::new(python).args(["-c", script]),
+        text,
+        "python3 runs",
+    );
     assert!(
         o.status.success(),
         "the {format} parser refused the output: {}\n{text}",
@@ -1229,26 +1238,12 @@ fn metric_families(text: &str) -> Vec<serde_json::Value> {
 /// linter. Fails (does not skip) without promtool (Debian's prometheus package, which
 /// .ci/run installs).
 fn promtool_check(text: &str) {
-    use std::io::Write;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run promtool ({e}): this test checks the OpenMetrics output with it \
-                 (apt-get install prometheus; .ci/run installs it)"
-            )
-        });
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = fed(
+        Command::new("promtool").args(["check", "metrics"]),
+        text,
+        "this test checks the OpenMetrics output with promtool \
+         (apt-get install prometheus; .ci/run installs it)",
+    );
     assert!(
         o.status.success(),
         "promtool check metrics refused the output: {}{}\n{text}",
