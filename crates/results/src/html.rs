@@ -1,7 +1,14 @@
-//! One self-contained HTML report (`exitlab report FILE... -o report.html`): host and
-//! configuration, the summary table with confidence intervals, a CDF per test that
-//! overlays the files (or the two sides of an A/B run), the phases of userspace exits,
-//! and the comparison or A/B table with verdicts.
+//! One self-contained HTML report (`exitlab report FILE... -o report.html`), in the
+//! order a reader needs it: that the figures are not hardware figures (a nested or
+//! paravirtual host), the contents, each file's host and configuration (knob values as
+//! the text report says them, the run's id as OpenMetrics labels it) and VMM overhead,
+//! the A/B or comparison table with verdicts and the lines the text prints under it,
+//! then per file or side the text table's columns with each figure's 95 % interval
+//! over rounds and what the text prints below its table (tests skipped or stopped,
+//! where exits were handled, exit checks, KVM counters, signs, plan, host times), a
+//! CDF per test that overlays the files (or the two sides of an A/B run), and the
+//! phases of userspace exits. Every line shown is the text report's own, from the same
+//! functions of [`crate::report`] and [`crate::compare`], escaped.
 //!
 //! Nothing is fetched: styles are inline, the plots are inline SVG drawn by `plotters`,
 //! text uses the reader's own sans-serif font, and there is no script at all.
