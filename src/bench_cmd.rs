@@ -114,12 +114,10 @@ pub struct BenchArgs {
     /// overhead experiment is off unless --overhead.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100), conflicts_with = "ab")]
     runs: Option<u32>,
-    /// A/B experiment: run the suite with KNOB at value A and at value B, interleaved
-    /// round by round (A B, then B A, ...), each in fresh VMs, and give per test the
-    /// change B vs A with a 95% interval and a verdict. Knobs: ring, batch, warmup, pin,
-    /// apic, cpus, idle, disable-exits, halt-poll-ns, pv-ipi, irqchip, inject-cycles,
-    /// guest-cycles.
-    #[arg(long, value_name = "KNOB=A,B")]
+    /// A/B experiment: KNOB at value A and at value B, interleaved round by round in
+    /// fresh VMs, with the change B vs A per test and a verdict; without --tests, the
+    /// tests KNOB can affect (--help: the knobs and what each can affect).
+    #[arg(long, value_name = "KNOB=A,B", long_help = ab_long_help())]
     ab: Option<String>,
     /// With --ab: the tests the gate judges, comma-separated [default: every test but the
     /// empty loop]. The gate (exit 4) fires when a slower test survives Holm's correction
@@ -137,6 +135,18 @@ pub struct BenchArgs {
     irq: IrqArgs,
     #[command(flatten)]
     workload: crate::workload_cmd::WorkloadArgs,
+}
+
+/// `--ab`'s long help: what it does, then each knob with the tests it can affect.
+fn ab_long_help() -> String {
+    format!(
+        "A/B experiment: run the suite with KNOB at value A and at value B, interleaved round \
+         by round (A B, then B A, ...), each in fresh VMs, and give per test the change B vs A \
+         with a 95% interval and a verdict. Without --tests it runs the default suite's tests \
+         KNOB can affect (else the interrupt tests it can affect), and says which; tests named \
+         by --tests that it cannot affect run with a warning (an A/A control).\n\n{}",
+        knobs::ab_knobs_help()
+    )
 }
 
 /// The interrupt knobs (issue 9); each also settable by name (`IrqKnobs::set`, `--ab`).
@@ -188,10 +198,27 @@ impl IrqArgs {
     }
 }
 
-/// Warnings about the vCPUs' host CPUs: IPI figures mean little when vCPUs share one.
-fn irq_notes(opts: &BenchOptions) -> Vec<String> {
+/// How long bench watches the host's CPUs for idle ones before a run of several vCPUs.
+const IDLE_WATCH: Duration = Duration::from_millis(200);
+
+/// Warnings about the vCPUs' host CPUs: IPI figures mean little when vCPUs share one, or
+/// when fewer host CPUs are idle than the VM has vCPUs (`idle`: the host's idle CPUs,
+/// asked only for a run of several vCPUs).
+fn irq_notes(opts: &BenchOptions, idle: impl FnOnce() -> Option<smp::IdleCpus>) -> Vec<String> {
+    irq_notes_on(
+        opts,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        idle,
+    )
+}
+
+/// [`irq_notes`] on a host of `host_cpus` CPUs.
+fn irq_notes_on(
+    opts: &BenchOptions,
+    host_cpus: usize,
+    idle: impl FnOnce() -> Option<smp::IdleCpus>,
+) -> Vec<String> {
     let irq = &opts.params.irq;
-    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let most = opts
         .tests
         .iter()
@@ -212,6 +239,13 @@ fn irq_notes(opts: &BenchOptions) -> Vec<String> {
     } else if most as usize > host_cpus {
         notes.push(format!(
             "{most} vCPUs on {host_cpus} host CPU(s): vCPUs share host CPUs, and IPI figures mean little then"
+        ));
+    } else if let Some(i) = idle().filter(|i| most as usize > i.idle) {
+        notes.push(format!(
+            "{most} vCPUs, but {} of the {} host CPUs were idle when the run started (/proc/stat over {} ms): a vCPU's thread may wait to be scheduled, and IPI figures then fall far apart",
+            i.idle,
+            i.cpus,
+            IDLE_WATCH.as_millis()
         ));
     }
     notes
@@ -291,8 +325,11 @@ fn select_tests(names: &[String]) -> Result<Vec<&'static TestDef>, String> {
     Ok(out)
 }
 
-/// Checks the options and turns them into what the lab runs.
-fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
+/// Checks the options and turns them into what the lab runs; with `--ab`, also what
+/// to say about the tests it runs ([`knobs::ab_tests`]).
+fn options(
+    a: &BenchArgs,
+) -> Result<(BenchOptions, Option<AbSpec>, Option<knobs::AbTests>), String> {
     let tests = select_tests(&a.tests)?;
     if a.ring != 0 && a.ring != 3 {
         return Err(format!("--ring {} is not supported: use 0 or 3", a.ring));
@@ -360,11 +397,21 @@ fn options(a: &BenchArgs) -> Result<(BenchOptions, Option<AbSpec>), String> {
     if a.format == "seed" && ab.is_none() {
         return Err("--format seed needs --ab (it prints the two sides run by run)".into());
     }
-    Ok((opts, ab))
+    // An A/B run takes the tests its knob can affect (or warns about those asked for
+    // that it cannot).
+    let chosen = ab.as_ref().map(|spec| {
+        let asked = (!a.tests.is_empty()).then_some(opts.tests.as_slice());
+        knobs::ab_tests(spec, asked, &opts.params)
+    });
+    if let Some(c) = &chosen {
+        opts.tests = c.tests.clone();
+    }
+    Ok((opts, ab, chosen))
 }
 
-/// `--runs N` writes its runs into the directory `--json DIR`: it must be given, not
-/// standard output, and hold no results file yet (it is created if missing).
+/// `--runs N` writes its runs into the directory `--json DIR`: it must be given and not
+/// standard output (it is created if missing; runs already in it are checked by
+/// [`runs_in_dir`] once the host is surveyed).
 fn check_runs_dir(json: &crate::common::JsonArg) -> Result<(), String> {
     let dir =
         match &json.json {
@@ -380,18 +427,67 @@ fn check_runs_dir(json: &crate::common::JsonArg) -> Result<(), String> {
             dir.display()
         ));
     }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        if entries
+    Ok(())
+}
+
+/// The runs already in `dir` (`--runs` adds to them): each `*.json` must be a results
+/// file of one run (not an A/B run) taken on the kernel and KVM modules that `host` (this
+/// host now) has, since `compare` reads every file in a directory as one build's runs.
+/// Returns them with their paths, in name order.
+fn runs_in_dir(
+    dir: &std::path::Path,
+    host: &serde_json::Value,
+) -> Result<Vec<(String, Results)>, String> {
+    let mut paths: Vec<std::path::PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
             .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-        {
-            return Err(format!(
-                "--runs: {} already holds results files; give an empty or new directory (compare reads every *.json in it as one build's runs)",
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect(),
+        Err(_) => return Ok(Vec::new()),
+    };
+    paths.sort();
+    let now = exitlab_results::compare::host_build_ids(host);
+    let mut out = Vec::new();
+    for p in paths {
+        let r = exitlab_results::results::read(&p).map_err(|e| {
+            format!(
+                "--runs: {} is in {} but is not a results file ({e}); a directory of runs holds only runs",
+                p.display(),
                 dir.display()
+            )
+        })?;
+        if r.ab.is_some() {
+            return Err(format!(
+                "--runs: {} is an A/B run; a directory of runs holds one build's runs only",
+                p.display()
             ));
         }
+        let then = exitlab_results::compare::host_build_ids(&r.host);
+        let differs: Vec<String> = now
+            .iter()
+            .filter_map(|(name, id)| match then.get(name) {
+                Some(old) if old != id => Some(format!("{name} {old} there, {id} now")),
+                _ => None,
+            })
+            .chain(
+                then.keys()
+                    .chain(now.keys())
+                    .filter(|k| now.contains_key(*k) != then.contains_key(*k))
+                    .map(|k| format!("{k} in one of them only")),
+            )
+            .collect();
+        if !differs.is_empty() {
+            return Err(format!(
+                "--runs: {} holds runs of another build ({}: {}); compare reads every *.json in a directory as one build's runs: give an empty or new directory",
+                dir.display(),
+                p.display(),
+                differs.join("; ")
+            ));
+        }
+        out.push((p.display().to_string(), r));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// `--precision PCT [--budget SECONDS]`, checked; without `--precision`, an `--ab` run's
@@ -628,21 +724,42 @@ fn run_many(
         eprintln!("exitlab: cannot create {}: {e}", dir.display());
         return crate::status::EXIT_CANT_WRITE;
     }
-    let mut all: Vec<(String, Results)> = Vec::new();
+    let mut all = match runs_in_dir(dir, &host) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("exitlab: {e}");
+            return crate::status::EXIT_USAGE;
+        }
+    };
+    let first = all.len() as u32 + 1;
+    if !all.is_empty() && crate::verbosity::level() >= 0 {
+        eprintln!(
+            "exitlab: {} holds {} runs of this kernel and these KVM modules; adding runs {first} to {}",
+            dir.display(),
+            all.len(),
+            first + n - 1
+        );
+    }
     let mut code = 0;
-    for k in 1..=n {
+    for k in first..first + n {
         let res = match run(opts, None, host.clone(), notes.clone(), display, None) {
             Ok(r) => r,
             Err(c) => return c,
         };
-        let path = dir.join(format!("run-{k:02}.json"));
+        let mut path = dir.join(format!("run-{k:02}.json"));
+        let mut extra = 0;
+        while path.exists() {
+            extra += 1;
+            path = dir.join(format!("run-{k:02}-{extra}.json"));
+        }
         if let Err(e) = exitlab_results::results::write_atomic(&path, &res) {
             eprintln!("exitlab: {e}");
             return crate::status::EXIT_CANT_WRITE;
         }
         if crate::verbosity::level() >= 0 {
             eprintln!(
-                "run {k} of {n}: {:.1} s, results in {}",
+                "run {k} of {}: {:.1} s, results in {}",
+                first + n - 1,
                 res.wall_seconds,
                 path.display()
             );
@@ -652,7 +769,7 @@ fn run_many(
         all.push((path.display().to_string(), res));
         if let Some(why) = incomplete {
             print!("{}", report::render_runs(&all));
-            println!("incomplete: run {k} of {n}: {why}");
+            println!("incomplete: run {k} of {}: {why}", first + n - 1);
             return if limit.expired() {
                 EXIT_TIMEOUT
             } else {
@@ -662,47 +779,6 @@ fn run_many(
     }
     print!("{}", report::render_runs(&all));
     code
-}
-
-/// Opens the module parameter `spec` of an A/B run as a session: every refusal comes
-/// before anything on the host changes (exit 14; a value the module does not take or
-/// keep, 2), each of `values` is set once and read back, and the originals are put back.
-pub fn open_host_knob(
-    spec: &exitlab_host::ParamSpec,
-    values: Option<[&str; 2]>,
-) -> Result<exitlab_host::ParamSession, i32> {
-    use exitlab_host::KnobError;
-    let code = |e: &KnobError| match e {
-        KnobError::BadSpec { .. }
-        | KnobError::BadValue { .. }
-        | KnobError::NotKept { .. }
-        | KnobError::ValueRefused { .. } => crate::status::EXIT_USAGE,
-        KnobError::RestoreFailed { .. } => crate::status::EXIT_HOST_NOT_RESTORED,
-        _ => crate::status::EXIT_HOST_REFUSED,
-    };
-    let mut s = exitlab_host::ParamSession::open_real(spec).map_err(|e| {
-        eprintln!("exitlab: {e}");
-        code(&e)
-    })?;
-    if let Some(v) = values {
-        let tried = s.validate(&v).map_err(|e| {
-            eprintln!("exitlab: {e}");
-            code(&e)
-        })?;
-        if crate::verbosity::level() >= 0 {
-            for a in tried {
-                eprintln!(
-                    "exitlab: {} = {} tried: {} in force ({} in {:.2} s)",
-                    a.knob,
-                    a.asked,
-                    a.in_force,
-                    if a.reloaded { "reloaded" } else { "written" },
-                    a.took.as_secs_f64()
-                );
-            }
-        }
-    }
-    Ok(s)
 }
 
 /// Runs the suite or the A/B experiment.
@@ -809,11 +885,21 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
         };
         return crate::workload_cmd::workload_cmd(&a.workload, shared);
     }
-    let (mut opts, ab) = match options(&a) {
+    let (mut opts, ab, chosen) = match options(&a) {
         Ok(o) => o,
         Err(e) => return usage_error(e),
     };
     let (host, mut notes, phases_off) = host_context();
+    if let Some(c) = chosen {
+        if crate::verbosity::level() >= 0 {
+            c.chosen.iter().for_each(|l| eprintln!("exitlab: {l}"));
+            c.warning
+                .iter()
+                .for_each(|w| eprintln!("exitlab: warning: {w}"));
+        }
+        // A reader of the file should know which tests were A/A controls.
+        notes.extend(c.warning);
+    }
     opts.phases_off = phases_off;
     if let Ok(kvm) = exitlab_vmm::open_kvm() {
         // Both sides of an A/B run are probed: a knob the host lacks is refused before
@@ -834,7 +920,7 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
             }
         }
     }
-    notes.extend(irq_notes(&opts));
+    notes.extend(irq_notes(&opts, || smp::host_idle_cpus(IDLE_WATCH)));
     notes.extend(crate::trace_cmd::remove_stale_instances());
     let stop = arm_signals();
     let limit = crate::common::TimeoutWatch::start(a.timeout, stop.clone());
@@ -873,8 +959,10 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
     // tried once and read back, then restored; the run switches it between side-runs, and
     // dropping the session at the end puts every original value back.
     let mut session = match ab.as_ref().and_then(|s| s.knob.module()) {
-        Some(spec) => match open_host_knob(spec, ab.as_ref().map(|s| [s.a.as_str(), s.b.as_str()]))
-        {
+        Some(spec) => match crate::host_cmd::open_host_knob(
+            spec,
+            ab.as_ref().map(|s| [s.a.as_str(), s.b.as_str()]),
+        ) {
             Ok(s) => Some(s),
             Err(code) => return code,
         },
@@ -942,6 +1030,82 @@ pub fn bench_cmd(a: BenchArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// `exitlab bench ARGS`'s options, checked.
+    fn bench_options(
+        args: &[&str],
+    ) -> Result<(BenchOptions, Option<AbSpec>, Option<knobs::AbTests>), String> {
+        #[derive(clap::Parser)]
+        struct Bench {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        let a = Bench::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        options(&a.args)
+    }
+
+    fn test_names(o: &BenchOptions) -> Vec<&'static str> {
+        o.tests.iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn an_ab_run_without_tests_takes_the_tests_its_knob_can_affect() {
+        let (o, ab, chosen) =
+            bench_options(&["--ab", "halt-poll-ns=0,200000", "--rounds", "2"]).unwrap();
+        assert!(ab.is_some());
+        assert_eq!(test_names(&o), ["ipi_halt", "hlt_wake"]);
+        let chosen = chosen.unwrap();
+        assert_eq!(
+            chosen.chosen.as_deref(),
+            Some("--ab halt-poll-ns: runs the 2 tests it can affect (none of the default suite's): ipi_halt, hlt_wake (--tests to choose)")
+        );
+        // The rule sees the other options: --idle hlt makes every IPI target halt.
+        let (o, _, _) = bench_options(&["--ab", "halt-poll-ns=0,1", "--idle", "hlt"]).unwrap();
+        let names = test_names(&o);
+        assert!(
+            names.contains(&"ipi") && names.contains(&"ipi_halt") && !names.contains(&"eoi"),
+            "{names:?}"
+        );
+        // Tests asked for run as asked, with a warning for those it cannot affect.
+        let (o, _, chosen) =
+            bench_options(&["--tests", "cpuid,ipi_halt", "--ab", "halt-poll-ns=0,1"]).unwrap();
+        assert_eq!(test_names(&o), ["cpuid", "ipi_halt"]);
+        let warning = chosen.unwrap().warning.unwrap();
+        assert!(
+            warning.starts_with("--ab halt-poll-ns cannot affect cpuid (halt-poll-ns affects "),
+            "{warning}"
+        );
+        // Without --ab, the default suite.
+        let (o, _, chosen) = bench_options(&[]).unwrap();
+        assert_eq!(o.tests, catalogue::default_suite());
+        assert!(chosen.is_none());
+    }
+
+    #[test]
+    fn vcpus_outnumbering_the_idle_host_cpus_are_noted() {
+        let (ipi, _, _) = bench_options(&["--tests", "ipi"]).unwrap();
+        let idle = |idle| move || Some(smp::IdleCpus { idle, cpus: 4 });
+        assert_eq!(
+            irq_notes_on(&ipi, 4, idle(1)),
+            ["2 vCPUs, but 1 of the 4 host CPUs were idle when the run started (/proc/stat over 200 ms): a vCPU's thread may wait to be scheduled, and IPI figures then fall far apart"]
+        );
+        assert!(irq_notes_on(&ipi, 4, idle(2)).is_empty());
+        assert!(irq_notes_on(&ipi, 4, || None).is_empty());
+        // More vCPUs than host CPUs says that instead; one vCPU never asks.
+        let notes = irq_notes_on(&ipi, 1, idle(0));
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("2 vCPUs on 1 host CPU(s)"),
+            "{notes:?}"
+        );
+        let (cpuid, _, _) = bench_options(&["--tests", "cpuid"]).unwrap();
+        assert!(irq_notes_on(&cpuid, 4, || -> Option<smp::IdleCpus> {
+            panic!("a run of one vCPU does not watch the host")
+        })
+        .is_empty());
+    }
 
     /// What the plain progress lines show for `rounds` planned rounds of `tests` tests,
     /// then the planned rounds `precision` gives (round, tests), then one overhead step.

@@ -96,7 +96,8 @@ read or an argument is refused.")]
         accept_no_verdict: bool,
         /// What the sides are meant to differ in, comma-separated: `kernel` and KVM module
         /// names (e.g. kernel,kvm_amd). Builds whose GNU build IDs differ are warned about
-        /// unless named here; a build named here whose ID is the same on both sides is.
+        /// unless named here; a build named here whose ID is the same on both sides is warned
+        /// about too (the change you meant to test is not in the runs).
         #[arg(long, value_delimiter = ',', value_name = "BUILDS")]
         changed: Vec<String>,
     },

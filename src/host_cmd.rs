@@ -47,3 +47,48 @@ pub fn restore_pending_module_params() {
         eprintln!("exitlab: {}", p.line());
     }
 }
+
+/// Opens the module parameter `spec` of an A/B run as a session: every refusal comes
+/// before anything on the host changes (exit 14; a value the module does not take or
+/// keep, 2), each of `values` is set once and read back, and the originals are put back.
+pub fn open_host_knob(
+    spec: &exitlab_host::ParamSpec,
+    values: Option<[&str; 2]>,
+) -> Result<exitlab_host::ParamSession, i32> {
+    use exitlab_host::KnobError;
+    let code = |e: &KnobError| match e {
+        KnobError::BadSpec { .. }
+        | KnobError::BadValue { .. }
+        | KnobError::NotKept { .. }
+        | KnobError::ValueRefused { .. } => crate::status::EXIT_USAGE,
+        KnobError::RestoreFailed { .. } => crate::status::EXIT_HOST_NOT_RESTORED,
+        _ => crate::status::EXIT_HOST_REFUSED,
+    };
+    let mut s = exitlab_host::ParamSession::open_real(spec).map_err(|e| {
+        eprintln!("exitlab: {e}");
+        code(&e)
+    })?;
+    if let Some(v) = values {
+        let tried = s.validate(&v).map_err(|e| {
+            eprintln!("exitlab: {e}");
+            code(&e)
+        })?;
+        if crate::verbosity::level() >= 0 {
+            for a in tried {
+                eprintln!(
+                    "exitlab: {} = {} tried: {} in force ({} in {:.2} s)",
+                    a.knob,
+                    a.asked,
+                    a.in_force,
+                    match (a.reloaded, a.changed) {
+                        (true, _) => "reloaded",
+                        (false, true) => "written",
+                        (false, false) => "already in force, checked",
+                    },
+                    a.took.as_secs_f64()
+                );
+            }
+        }
+    }
+    Ok(s)
+}

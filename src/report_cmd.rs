@@ -138,11 +138,32 @@ fn side_files(p: &Path, label: &str) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Loads one side of `compare` ([`side_files`]).
+/// Loads one side of `compare` ([`side_files`]). Two files of a directory with the same
+/// bytes are one run counted twice, whose zero spread would narrow the interval: refused.
 fn load_side(p: &Path, label: &str) -> Result<Vec<(String, Results)>, String> {
     let dir = p.is_dir();
     let mut out = Vec::new();
+    let mut seen: Vec<(u64, PathBuf)> = Vec::new();
     for f in side_files(p, label)? {
+        if dir {
+            use std::hash::{Hash, Hasher};
+            let bytes =
+                std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            let key = h.finish();
+            if let Some((_, twin)) = seen
+                .iter()
+                .find(|(k, other)| *k == key && std::fs::read(other).is_ok_and(|b| b == bytes))
+            {
+                return Err(format!(
+                    "{} and {} in the {label} directory are the same run, byte for byte: a run counted twice would narrow the interval; remove the copy",
+                    twin.display(),
+                    f.display()
+                ));
+            }
+            seen.push((key, f.clone()));
+        }
         let r = load(&f)?;
         if dir && r.ab.is_some() {
             return Err(format!(
@@ -351,6 +372,35 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
         "html" => html::render(&all),
         "csv" => report::render_csv(&all),
         "openmetrics" => openmetrics::render(&all),
+        "md" => {
+            // One section per file under its own heading, then, for two or more plain
+            // files, each compared with the first (a screen: one run a side).
+            let mut s: String = all
+                .iter()
+                .map(|(name, r)| {
+                    let mut s = format!("## {}\n\n", report::md_cell(name));
+                    s.push_str(&report::render_markdown(r));
+                    if let Some(why) = &r.incomplete {
+                        s.push_str(&format!("\nIncomplete: {}\n", report::md_cell(why)));
+                    }
+                    s
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            if all.len() >= 2 && all.iter().all(|(_, r)| r.ab.is_none()) {
+                let (first, base) = &all[0];
+                for (name, other) in &all[1..] {
+                    let cmp = compare::compare(base, other, compare::DEFAULT_THRESHOLD_PCT);
+                    s.push_str(&format!(
+                        "\n## Comparison: {} → {}\n\n",
+                        report::md_cell(first),
+                        report::md_cell(name)
+                    ));
+                    s.push_str(&compare::render_comparison_md(&cmp, ["before", "after"]));
+                }
+            }
+            s
+        }
         _ => all
             .iter()
             .map(|(name, r)| {
@@ -358,11 +408,7 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
                 if all.len() > 1 {
                     s.push_str(&format!("== {name}\n"));
                 }
-                s.push_str(&if format == "md" {
-                    report::render_markdown(r)
-                } else {
-                    report::render_table(r)
-                });
+                s.push_str(&report::render_table(r));
                 if let Some(ab) = report::render_ab(r) {
                     s.push('\n');
                     s.push_str(&ab);

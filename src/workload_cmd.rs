@@ -98,7 +98,7 @@ pub fn workload_cmd(w: &WorkloadArgs, s: Shared<'_>) -> i32 {
                 Ok(s) => s,
                 Err(e) => return usage_error(e.to_string()),
             };
-            match crate::bench_cmd::open_host_knob(&spec, Some([ab.a.as_str(), ab.b.as_str()])) {
+            match crate::host_cmd::open_host_knob(&spec, Some([ab.a.as_str(), ab.b.as_str()])) {
                 Ok(s) => Some(s),
                 Err(code) => return code,
             }

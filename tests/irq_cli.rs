@@ -233,3 +233,57 @@ fn hlt_without_an_irqchip_is_skipped_in_x2apic_mode_saying_why() {
         "{hlt}"
     );
 }
+
+#[test]
+fn an_ab_run_without_tests_runs_only_the_tests_its_knob_can_affect_and_says_so() {
+    // Halt polling changes only where a vCPU is woken from HLT in KVM: no default test
+    // (the HLT test has no in-kernel irqchip), so the two IPI tests whose target halts.
+    let (o, v) = bench_json(
+        "ab-halt-poll",
+        &[
+            &["--ab", "halt-poll-ns=0,200000", "--accept-no-verdict"][..],
+            &["--samples", "5", "--warmup", "1", "--rounds", "2"],
+        ]
+        .concat(),
+    );
+    let err = text(&o.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("--ab")).collect();
+    assert_eq!(
+        said,
+        ["exitlab: --ab halt-poll-ns: runs the 2 tests it can affect (none of the default suite's): ipi_halt, hlt_wake (--tests to choose)"],
+        "{err}"
+    );
+    let names = |tests: &serde_json::Value| -> Vec<String> {
+        tests
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let ran = ["loop_overhead", "ipi_halt", "hlt_wake"];
+    assert_eq!(names(&v["tests"]), ran, "side A");
+    assert_eq!(names(&v["ab"]["b_tests"]), ran, "side B");
+}
+
+#[test]
+fn an_ab_run_warns_once_about_tests_its_knob_cannot_affect_and_runs_them() {
+    let (o, v) = bench_json(
+        "ab-cannot",
+        &[
+            &["--tests", "cpuid,eoi", "--ab", "idle=poll,hlt"][..],
+            &["--accept-no-verdict", "--samples", "5", "--warmup", "1"],
+            &["--rounds", "1"],
+        ]
+        .concat(),
+    );
+    let err = text(&o.stderr);
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(
+        warned,
+        ["exitlab: warning: --ab idle cannot affect cpuid, eoi (idle affects the tests whose IPI targets wait as --idle says): they run anyway, as an A/A control"],
+        "{err}"
+    );
+    assert_eq!(test_named(&v, "eoi")["status"], "ok");
+    assert_eq!(test_named(&v, "cpuid")["status"], "ok");
+}

@@ -33,6 +33,8 @@ pub struct Applied {
     pub in_force: String,
     /// Whether the module was reloaded (the parameter is read-only at run time).
     pub reloaded: bool,
+    /// Whether anything had to change (false: every value was in force already).
+    pub changed: bool,
     /// How long the switch took, measured.
     pub took: Duration,
     /// Other parameters that no longer hold their original values, one line each.
@@ -249,6 +251,7 @@ impl<L: ModuleLoader> ParamSession<L> {
             asked: value.to_string(),
             in_force,
             reloaded: !outcome.reloaded.is_empty(),
+            changed: !outcome.before.is_empty(),
             took: outcome.took,
             warnings,
         })

@@ -687,15 +687,29 @@ impl Agreement {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "agreement with the second harness: {} interleaved rounds; harness 2^{} iterations x {} blocks per test per round, exitlab {} samples per test per round; net cycles per iteration",
+            "agreement with the second harness: {} rounds interleaved; harness 2^{} iterations x {} blocks, exitlab {} samples, per test and round; net cycles per iteration",
             self.rounds, self.k, self.reps, self.samples
         );
         let fmt = |v: Option<f64>| v.map_or("-".into(), fmt_cycles);
         let ratio = |v: Option<f64>| v.map_or("-".into(), |r| format!("{r:.2}"));
+        // A verdict's first words in its cell, the whole of a longer one under the table.
+        let mut footnotes: Vec<String> = Vec::new();
         let rows: Vec<Vec<String>> = self
             .rows
             .iter()
             .map(|r| {
+                let short = r.verdict.split([':', '(', ';']).next().unwrap_or("").trim();
+                let cell = if short == r.verdict {
+                    short.to_string()
+                } else {
+                    footnotes.push(format!(
+                        "[{}] {}: {}",
+                        footnotes.len() + 1,
+                        r.test,
+                        r.verdict
+                    ));
+                    format!("{short} [{}]", footnotes.len())
+                };
                 vec![
                     r.test.clone(),
                     fmt(r.harness.as_ref().map(|h| h.median)),
@@ -707,7 +721,7 @@ impl Agreement {
                     ratio(r.ratio),
                     ratio(r.ratio_reload),
                     ratio(r.ratio_mean),
-                    r.verdict.clone(),
+                    cell,
                 ]
             })
             .collect();
@@ -740,6 +754,9 @@ impl Agreement {
             ],
             &rows,
         ));
+        for f in &footnotes {
+            let _ = writeln!(s, "{f}");
+        }
         let _ = writeln!(
             s,
             "empty loop per iteration: harness {} (median over blocks), exitlab loop_overhead {} (median)",
@@ -757,7 +774,7 @@ impl Agreement {
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
-        s
+        exitlab_results::format::wrap(&s, exitlab_results::format::MAX_LINE)
     }
 
     /// Whether every test with figures on both sides agrees within the tolerance.

@@ -106,6 +106,8 @@ pub fn exit_check(m: &Measurement) -> ExitCheck {
         observed_user_exits: observed_user,
         passed,
         detail,
+        // Whether where the exits went was seen needs the run's baseline: [`analyse`].
+        observed: None,
     }
 }
 
@@ -285,11 +287,12 @@ pub fn analyse(m: &Measurement, base: &Baseline, tsc_khz: u64, raw: bool) -> Tes
         .collect();
     r.kvm_exits = m.kvm_exits();
     r.kvm_counters = kvm_cross_check(m);
+    r.handled = Some(observed_handling(m, base));
     r.exit_check = Some(exit_check(m));
     if let Some(c) = r.exit_check.as_mut() {
         check_disabled_exits(m, c);
+        c.observed = Some(ExitCheck::observed_for(r.expected_handling, r.handled));
     }
-    r.handled = Some(observed_handling(m, base));
     net_figures(&mut r, m, samples, tsc_khz);
     userspace_figures(&mut r, m, samples, rounds);
     if raw {
@@ -618,6 +621,43 @@ mod tests {
         // 400 cycles at 2 GHz are 200 ns.
         assert_eq!(r.median_ns, Some(200.0));
         assert!(r.median_ns_is_net);
+    }
+
+    #[test]
+    fn an_exit_check_records_whether_it_saw_where_the_exits_went() {
+        // 25 iterations (15 warm-up + 10) of a kernel-handled test, no userspace exit but
+        // the doorbell: the check passes either way; it saw where the exits went only
+        // where KVM's counters counted them.
+        let kernel = |name: &str| {
+            let mut m = Measurement::new(catalogue::find(name).unwrap(), params(10, 1, 15));
+            m.samples = (1..=10)
+                .map(|i| Sample {
+                    seq_delta: 0,
+                    ..sample(i * 1000, 500, 100, 1, 1, 0)
+                })
+                .collect();
+            m.counts.doorbell = 1;
+            m.doorbells = 1;
+            m
+        };
+        let check = |m: &Measurement| {
+            analyse(m, &Baseline::default(), 0, false)
+                .exit_check
+                .unwrap()
+        };
+        let uncounted = check(&with_kvm(kernel("cpuid"), &[("exits", 1)]));
+        assert!(uncounted.passed, "{}", uncounted.detail);
+        assert_eq!(uncounted.observed, Some(false));
+        assert_eq!(check(&kernel("cpuid")).observed, Some(false), "no stats");
+        let counted = check(&with_kvm(kernel("cpuid"), &[("exits", 1 + 25)]));
+        assert!(counted.passed);
+        assert_eq!(counted.observed, Some(true));
+        // Where no exit is expected at all, and where the VMM counts every one, the check
+        // saw everything there was to see.
+        assert_eq!(check(&kernel("loop_overhead")).observed, Some(true));
+        let user = check(&user_round(25, 0, 1, 1, 1));
+        assert!(user.passed);
+        assert_eq!(user.observed, Some(true));
     }
 
     #[test]

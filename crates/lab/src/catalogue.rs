@@ -63,6 +63,33 @@ pub enum Platform {
     MmioIoeventfd,
 }
 
+/// How a test's measured loop uses the local APIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lapic {
+    /// Not at all.
+    No,
+    /// Its registers only, with no interrupt delivered: the TPR (through CR8), an EOI with
+    /// nothing in service.
+    Registers,
+    /// Interrupts are delivered in it: IPIs, self-IPIs, timers.
+    Interrupts,
+}
+
+/// What the vCPUs of a test wait for in its measured loop: where HLT, MWAIT and PAUSE,
+/// the idle mode and halt polling come into the figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waits {
+    /// Nothing: the measured instruction exits and returns.
+    Nothing,
+    /// vCPU 0 spins with PAUSE until an interrupt arrives or the APs acknowledge one;
+    /// the target APs (when the test has any, `min_cpus` > 1) wait as `--idle` says.
+    Spins,
+    /// As `Spins`, but the target AP waits in HLT whatever `--idle` says.
+    HaltedTarget,
+    /// vCPU 0 executes HLT with an interrupt already pending: it halts without blocking.
+    PendingHlt,
+}
+
 /// What the control page's `arg0` carries for a test (the host fills it in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestArg {
@@ -127,22 +154,23 @@ pub struct TestDef {
     /// Iterations per sample when `--batch` is not given ([`KERNEL_BATCH`] for the
     /// instructions KVM handles in the kernel, 1 for the rest).
     pub batch: u64,
+    /// How the measured loop uses the local APIC (what `--apic` and `--irqchip` can
+    /// change).
+    pub lapic: Lapic,
+    /// What its vCPUs wait for in the measured loop (what `--idle`, `--halt-poll-ns` and
+    /// `--disable-exits` can change).
+    pub waits: Waits,
 }
 
 /// Iterations per sample of a test whose exit KVM handles in the kernel, unless
 /// `--batch` says otherwise. Such an exit costs a few thousand cycles or less, while the
-/// clock reads that bracket a sample (serialized `rdtsc` pairs) cost as much or more, and
-/// step in units of the TSC's resolution (26 cycles on the project's AMD host, 1.7 % of a
-/// 1,500-cycle exit). With one iteration a sample, what the brackets cost varied from VM
-/// to VM beyond what the paired empty loop takes out, and the rounds' figures sat on a
-/// few steps of the clock; four iterations share those costs four ways. On kvm_pvm, 10
-/// pairs of default single runs each way, interleaved (docs/notebook/2026-11-statistics.md): `compare`'s
-/// smallest detectable change (median over pairs, its 2 % threshold included) fell from
-/// 5.5-5.6 % to 3.3-3.4 % for the three ~1,500-cycle tests (CR8 both ways, TSC_ADJUST
-/// reads) and from 3.1-4.6 % to 2.9-3.1 % for the other kernel-handled ones. The figures
-/// are cycles per iteration either way; back to back they moved by -1.9 to +3.5 %.
-/// Userspace-handled tests keep one iteration a sample: their phases are stamped per
-/// exit, and their spread is the host's, not the clock's.
+/// clock reads that bracket a sample (serialized `rdtsc` pairs) cost as much or more and
+/// step in units of the TSC's resolution; with one iteration a sample, what the brackets
+/// cost varied from VM to VM beyond what the paired empty loop takes out. Four iterations
+/// share those costs four ways (the campaign that chose it: `docs/notebook/`). The figures
+/// are cycles per iteration either way. Userspace-handled tests keep one iteration a
+/// sample: their phases are stamped per exit, and their spread is the host's, not the
+/// clock's.
 pub const KERNEL_BATCH: u64 = 4;
 
 const fn t(
@@ -177,16 +205,27 @@ const fn t(
             Where::Kernel => KERNEL_BATCH,
             Where::User | Where::Nowhere => 1,
         },
+        lapic: Lapic::No,
+        waits: Waits::Nothing,
     }
 }
 
-/// An interrupt test: ring 0, handled in the kernel, not in the default suite. One
-/// iteration a sample: an iteration is a delivery, whose figure the test defines.
-const fn irq(name: &'static str, id: u64, what: &'static str, min_cpus: u32) -> TestDef {
+/// An interrupt test: ring 0, handled in the kernel, not in the default suite, delivering
+/// interrupts. One iteration a sample: an iteration is a delivery, whose figure the test
+/// defines.
+const fn irq(
+    name: &'static str,
+    id: u64,
+    what: &'static str,
+    min_cpus: u32,
+    waits: Waits,
+) -> TestDef {
     TestDef {
         default: false,
         min_cpus,
         batch: 1,
+        lapic: Lapic::Interrupts,
+        waits,
         ..t(
             name,
             id,
@@ -213,37 +252,46 @@ const SELF_IPI_STI_NOP: TestDef = irq(
     abi::TEST_SELF_IPI_STI_NOP,
     "self-IPI with IF=0, then STI; NOP (the handler runs in the window)",
     1,
+    Waits::Nothing,
 );
 const SELF_IPI_STI_HLT: TestDef = irq(
     "self_ipi_sti_hlt",
     abi::TEST_SELF_IPI_STI_HLT,
     "self-IPI with IF=0, then STI; HLT (pending: HLT does not block)",
     1,
+    Waits::PendingHlt,
 );
 const SELF_IPI_TPR: TestDef = irq(
     "self_ipi_tpr",
     abi::TEST_SELF_IPI_TPR,
     "TPR 0xF0, self-IPI (held), TPR 0: delivered at once (IF=1)",
     1,
+    Waits::Spins,
 );
 const SELF_IPI_TPR_STI_NOP: TestDef = irq(
     "self_ipi_tpr_sti_nop",
     abi::TEST_SELF_IPI_TPR_STI_NOP,
     "TPR 0xF0, self-IPI, TPR 0 with IF=0, then STI; NOP",
     1,
+    Waits::Nothing,
 );
 const SELF_IPI_TPR_STI_HLT: TestDef = irq(
     "self_ipi_tpr_sti_hlt",
     abi::TEST_SELF_IPI_TPR_STI_HLT,
     "TPR 0xF0, self-IPI, TPR 0 with IF=0, then STI; HLT",
     1,
+    Waits::PendingHlt,
 );
-const EOI: TestDef = irq(
-    "eoi",
-    abi::TEST_EOI,
-    "an EOI write with nothing in service",
-    1,
-);
+const EOI: TestDef = TestDef {
+    lapic: Lapic::Registers,
+    ..irq(
+        "eoi",
+        abi::TEST_EOI,
+        "an EOI write with nothing in service",
+        1,
+        Waits::Nothing,
+    )
+};
 
 /// The interrupt tests: IPIs between vCPUs, self-IPIs, EOI, LAPIC timers.
 pub const IRQ_TESTS: &[TestDef] = &[
@@ -252,12 +300,14 @@ pub const IRQ_TESTS: &[TestDef] = &[
         abi::TEST_IPI,
         "fixed IPI to vCPU 1 (idling as --idle says) until its handler acknowledges",
         2,
+        Waits::Spins,
     ),
     irq(
         "ipi_halt",
         abi::TEST_IPI_HALT,
         "fixed IPI to vCPU 1 waiting in HLT, until its handler acknowledges",
         2,
+        Waits::HaltedTarget,
     ),
     TestDef {
         one_way: true,
@@ -266,6 +316,7 @@ pub const IRQ_TESTS: &[TestDef] = &[
             abi::TEST_IPI_ONE_WAY,
             "fixed IPI to vCPU 1: send (TSC before the ICR write) to handler entry",
             2,
+            Waits::Spins,
         )
     },
     TestDef {
@@ -275,6 +326,7 @@ pub const IRQ_TESTS: &[TestDef] = &[
             abi::TEST_HLT_WAKE,
             "fixed IPI to vCPU 1 in HLT: send to its first instruction after HLT",
             2,
+            Waits::HaltedTarget,
         )
     },
     irq(
@@ -282,12 +334,14 @@ pub const IRQ_TESTS: &[TestDef] = &[
         abi::TEST_BROADCAST_IPI,
         "all-but-self fixed IPI until every other vCPU acknowledges",
         2,
+        Waits::Spins,
     ),
     irq(
         "broadcast_lock",
         abi::TEST_BROADCAST_LOCK,
         "all-but-self IPI; each handler takes one shared spinlock",
         2,
+        Waits::Spins,
     ),
     TestDef {
         pv_ipi: true,
@@ -297,6 +351,7 @@ pub const IRQ_TESTS: &[TestDef] = &[
             abi::TEST_PV_SEND_IPI,
             "KVM_HC_SEND_IPI hypercall to vCPU 1 until its handler acknowledges",
             2,
+            Waits::Spins,
         )
     },
     SELF_IPI_STI_NOP,
@@ -316,25 +371,33 @@ pub const IRQ_TESTS: &[TestDef] = &[
         abi::TEST_TSCDEADLINE_IMMED,
         "TSC deadline armed in the past: interrupt at once",
         1,
+        Waits::Spins,
     ),
     irq(
         "tscdeadline",
         abi::TEST_TSCDEADLINE,
         "TSC deadline armed 10,000 cycles ahead: arm to delivery",
         1,
+        Waits::Spins,
     ),
     irq(
         "lapic_timer_oneshot",
         abi::TEST_LAPIC_TIMER_ONESHOT,
         "one-shot LAPIC timer, count 1, divide 1: arm to delivery",
         1,
+        Waits::Spins,
     ),
-    irq(
-        "smp_bringup",
-        abi::TEST_SMP_BRINGUP,
-        "INIT-SIPI-SIPI of every AP before READY; then the empty loop",
-        1,
-    ),
+    // Its APs are brought up before READY: the loop it measures is the empty one.
+    TestDef {
+        lapic: Lapic::No,
+        ..irq(
+            "smp_bringup",
+            abi::TEST_SMP_BRINGUP,
+            "INIT-SIPI-SIPI of every AP before READY; then the empty loop",
+            1,
+            Waits::Nothing,
+        )
+    },
 ];
 
 /// Every test, in the order the default suite runs them.
@@ -507,24 +570,30 @@ pub const TESTS: &[TestDef] = &[
         false,
         Platform::UserMsr,
     ),
-    t(
-        "mov_from_cr8",
-        abi::TEST_MOV_FROM_CR8,
-        "MOV from CR8 (TPR)",
-        Where::Kernel,
-        None,
-        false,
-        Platform::Irqchip,
-    ),
-    t(
-        "mov_to_cr8",
-        abi::TEST_MOV_TO_CR8,
-        "MOV to CR8 (TPR, 0)",
-        Where::Kernel,
-        None,
-        false,
-        Platform::Irqchip,
-    ),
+    TestDef {
+        lapic: Lapic::Registers,
+        ..t(
+            "mov_from_cr8",
+            abi::TEST_MOV_FROM_CR8,
+            "MOV from CR8 (TPR)",
+            Where::Kernel,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
+    TestDef {
+        lapic: Lapic::Registers,
+        ..t(
+            "mov_to_cr8",
+            abi::TEST_MOV_TO_CR8,
+            "MOV to CR8 (TPR, 0)",
+            Where::Kernel,
+            None,
+            false,
+            Platform::Irqchip,
+        )
+    },
 ];
 
 /// Guest self-tests used by the integration tests; not benchmarks.
@@ -671,6 +740,37 @@ mod tests {
             ]
         );
         assert!(all().all(|t| t.batch == 1 || t.batch == KERNEL_BATCH));
+        let lapic =
+            |l: Lapic| -> Vec<&str> { all().filter(|t| t.lapic == l).map(|t| t.name).collect() };
+        assert_eq!(
+            lapic(Lapic::Registers),
+            ["mov_from_cr8", "mov_to_cr8", "eoi", "x2apic_eoi"]
+        );
+        // Every interrupt test delivers interrupts but EOI and the bring-up (whose loop
+        // is the empty one); no other test does.
+        let delivering = lapic(Lapic::Interrupts);
+        assert_eq!(delivering.len(), IRQ_TESTS.len() - 3);
+        assert!(delivering
+            .iter()
+            .all(|n| IRQ_TESTS.iter().any(|t| t.name == *n)));
+        let waits =
+            |w: Waits| -> Vec<&str> { all().filter(|t| t.waits == w).map(|t| t.name).collect() };
+        assert_eq!(waits(Waits::HaltedTarget), ["ipi_halt", "hlt_wake"]);
+        assert_eq!(
+            waits(Waits::PendingHlt),
+            [
+                "self_ipi_sti_hlt",
+                "self_ipi_tpr_sti_hlt",
+                "x2apic_self_ipi_sti_hlt",
+                "x2apic_self_ipi_tpr_sti_hlt"
+            ]
+        );
+        assert!(TESTS.iter().all(|t| t.waits == Waits::Nothing));
+        // An IPI target waits: every test with one, vCPU 0 spinning (or the target in HLT).
+        assert!(IRQ_TESTS
+            .iter()
+            .filter(|t| t.min_cpus > 1)
+            .all(|t| matches!(t.waits, Waits::Spins | Waits::HaltedTarget)));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use exitlab_vmm::knobs::{disable_exits_names, parse_disable_exits};
 use exitlab_vmm::vm::IrqChip;
 
 use crate::bench::BenchOptions;
+use crate::catalogue::{self, Lapic, TestDef, UserExit, Waits};
 use crate::runner::RunParams;
 use crate::smp::IrqKnobs;
 
@@ -95,7 +96,7 @@ impl Setting {
     }
 }
 
-/// One knob: its name, a line of help, and its parser.
+/// One knob: its name, a line of help, its parser, and the tests it can affect.
 pub struct Knob {
     /// Name as `--ab` takes it.
     pub name: &'static str,
@@ -103,7 +104,15 @@ pub struct Knob {
     pub help: &'static str,
     /// Parses its text; the error says which values are valid.
     pub parse: fn(&str) -> Result<Setting, String>,
+    /// Whether it can change the figure of a test (its catalogue row) in a run with the
+    /// other settings `params`: a rule over the row's fields, never a list of names.
+    pub affects: fn(&TestDef, &RunParams) -> bool,
+    /// [`Knob::affects`] in words, for help and messages ("the tests that ...").
+    pub reach: &'static str,
 }
+
+/// The reach of a knob that changes every test.
+const EVERY_TEST: &str = "every test";
 
 impl Knob {
     /// Sets this knob in `opts` from text.
@@ -134,16 +143,22 @@ pub const KNOBS: &[Knob] = &[
             "3" => Ok(Setting::Ring(3)),
             _ => Err(format!("ring={v}: expected 0 or 3")),
         },
+        affects: |def, _| def.ring3,
+        reach: "the tests that can run at ring 3",
     },
     Knob {
         name: "batch",
         help: "iterations of the measured instruction per sample: 1 to 1000000",
         parse: |v| parse_u64("batch", v, 1, 1_000_000).map(Setting::Batch),
+        affects: |_, _| true,
+        reach: EVERY_TEST,
     },
     Knob {
         name: "warmup",
         help: "unmeasured iterations before the first sample: 0 to 10000000",
         parse: |v| parse_u64("warmup", v, 0, 10_000_000).map(Setting::Warmup),
+        affects: |_, _| true,
+        reach: EVERY_TEST,
     },
     Knob {
         name: "pin",
@@ -157,11 +172,15 @@ pub const KNOBS: &[Knob] = &[
                 parse_u64("pin", v, 0, n as u64 - 1)? as usize,
             )))
         },
+        affects: |_, _| true,
+        reach: EVERY_TEST,
     },
     Knob {
         name: "apic",
         help: "APIC mode of the interrupt tests: xapic or x2apic",
         parse: |v| ApicMode::parse(v).map(Setting::Apic),
+        affects: |def, _| def.lapic != Lapic::No && def.apic.is_none(),
+        reach: "the tests whose loop uses the local APIC, in the mode --apic sets",
     },
     Knob {
         name: "cpus",
@@ -176,11 +195,15 @@ pub const KNOBS: &[Knob] = &[
             }
             Ok(Setting::Cpus(n))
         },
+        affects: |def, _| def.min_cpus > 1,
+        reach: "the tests that send IPIs to other vCPUs",
     },
     Knob {
         name: "idle",
         help: "what waiting vCPUs do: poll, hlt or mwait",
         parse: |v| Idle::parse(v).map(Setting::Idle),
+        affects: |def, _| def.min_cpus > 1 && def.waits != Waits::HaltedTarget,
+        reach: "the tests whose IPI targets wait as --idle says",
     },
     Knob {
         name: "disable-exits",
@@ -192,6 +215,8 @@ pub const KNOBS: &[Knob] = &[
                 parse_disable_exits(v).map(Setting::DisableExits)
             }
         },
+        affects: |def, _| def.waits != Waits::Nothing || def.user_exit == Some(UserExit::Hlt),
+        reach: "the tests whose loop runs HLT, MWAIT or PAUSE",
     },
     Knob {
         name: "halt-poll-ns",
@@ -202,6 +227,8 @@ pub const KNOBS: &[Knob] = &[
                 .map(|n| Setting::HaltPollNs(Some(n)))
                 .map_err(|_| format!("halt-poll-ns '{v}' is not a number of ns"))
         },
+        affects: |def, p| p.irq.wakes_from_hlt(def),
+        reach: "the tests that wake a vCPU from HLT in KVM (an IPI target in HLT)",
     },
     Knob {
         name: "pv-ipi",
@@ -211,16 +238,22 @@ pub const KNOBS: &[Knob] = &[
             "off" => Ok(Setting::PvIpi(Some(false))),
             o => Err(format!("pv-ipi '{o}': use on or off")),
         },
+        affects: |def, _| def.pv_ipi,
+        reach: "the tests that send IPIs by the PV hypercall",
     },
     Knob {
         name: "irqchip",
         help: "where the I/O APIC and PIC are emulated: kernel or split (KVM_CAP_SPLIT_IRQCHIP)",
         parse: |v| IrqChip::parse(v).map(Setting::Irqchip),
+        affects: |def, _| def.kernel_pic || def.lapic == Lapic::Interrupts,
+        reach: "the tests that use the in-kernel PIC or deliver interrupts",
     },
     Knob {
         name: "inject-cycles",
         help: "known-answer control: host cycles the VMM's busy-wait adds per userspace exit: 0 (off) to 100000000",
         parse: |v| parse_u64("inject-cycles", v, 0, exitlab_vmm::vcpu::MAX_INJECT_CYCLES).map(Setting::InjectCycles),
+        affects: |def, _| def.user_exit.is_some(),
+        reach: "the userspace-handled tests",
     },
     Knob {
         name: "guest-cycles",
@@ -228,6 +261,10 @@ pub const KNOBS: &[Knob] = &[
         parse: |v| {
             parse_u64("guest-cycles", v, 0, abi::MAX_WORK_CYCLES).map(Setting::GuestCycles)
         },
+        affects: |def, p| {
+            crate::runner::guest_work_cycles(def, &RunParams { guest_cycles: 1, ..*p }) != 0
+        },
+        reach: "the kernel-handled tests that are not one-way",
     },
 ];
 
@@ -396,6 +433,132 @@ impl AbKnob {
             AbKnob::Module(p) => Some(p),
             AbKnob::Run(_) => None,
         }
+    }
+
+    /// Whether this knob can change `def`'s figure in a run with `params` ([`Knob::affects`];
+    /// a module parameter: every test, as exitlab cannot know what it changes).
+    pub fn affects(&self, def: &TestDef, params: &RunParams) -> bool {
+        match self {
+            AbKnob::Run(k) => (k.affects)(def, params),
+            AbKnob::Module(_) => true,
+        }
+    }
+
+    /// [`AbKnob::affects`] in words.
+    pub fn reach(&self) -> &'static str {
+        match self {
+            AbKnob::Run(k) => k.reach,
+            AbKnob::Module(_) => MODULE_REACH,
+        }
+    }
+}
+
+/// The reach of a KVM module parameter as a knob.
+const MODULE_REACH: &str =
+    "every test (a KVM module parameter: exitlab cannot know which it changes)";
+
+/// `bench --ab`'s help on the knobs: each with the tests it can affect, knobs of the
+/// same reach together.
+pub fn ab_knobs_help() -> String {
+    let mut groups: Vec<(Vec<&str>, &str)> = Vec::new();
+    for k in KNOBS {
+        match groups.last_mut() {
+            Some((names, reach)) if *reach == k.reach => names.push(k.name),
+            _ => groups.push((vec![k.name], k.reach)),
+        }
+    }
+    groups.push((vec!["MODULE.PARAM"], MODULE_REACH));
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(names, reach)| format!("{}: {reach}", names.join(", ")))
+        .collect();
+    format!(
+        "Knobs, each with the tests it can affect: {}.",
+        parts.join("; ")
+    )
+}
+
+/// The tests an A/B run runs ([`ab_tests`]) and what to say about the choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbTests {
+    /// The tests to run (every suite runs the empty loop as well).
+    pub tests: Vec<&'static TestDef>,
+    /// Without `--tests`: one line naming the tests chosen, when they are not the default
+    /// suite.
+    pub chosen: Option<String>,
+    /// With `--tests`: a warning naming those the knob cannot affect, which run anyway
+    /// (an A/A control).
+    pub warning: Option<String>,
+}
+
+/// The tests an A/B run of `spec` runs with the other settings `params`. With the tests
+/// the user asked for (`asked`), those, with a warning naming any the knob cannot
+/// affect. Without, the default suite's tests it can affect; when it can affect none of
+/// them, the interrupt tests it can affect; when none of those either, the default
+/// suite (an A/A control), saying so. The empty loop is never named: it always runs.
+pub fn ab_tests(spec: &AbSpec, asked: Option<&[&'static TestDef]>, params: &RunParams) -> AbTests {
+    let knob = spec.knob.name();
+    let reach = spec.knob.reach();
+    let can = |d: &&'static TestDef| d.baseline || spec.knob.affects(d, params);
+    let named = |tests: &[&'static TestDef]| -> Vec<&'static str> {
+        tests
+            .iter()
+            .filter(|d| !d.baseline)
+            .map(|d| d.name)
+            .collect()
+    };
+    let plural = |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
+    if let Some(asked) = asked {
+        let cannot: Vec<&'static TestDef> = asked.iter().copied().filter(|d| !can(d)).collect();
+        let cannot = named(&cannot);
+        let warning = (!cannot.is_empty()).then(|| {
+            format!(
+                "--ab {knob} cannot affect {} ({knob} affects {reach}): {} anyway, as an A/A control",
+                cannot.join(", "),
+                plural(cannot.len(), "it runs", "they run")
+            )
+        });
+        return AbTests {
+            tests: asked.to_vec(),
+            chosen: None,
+            warning,
+        };
+    }
+    let default = catalogue::default_suite();
+    let in_default: Vec<&'static TestDef> = default.iter().copied().filter(can).collect();
+    if in_default.len() == default.len() {
+        return AbTests {
+            tests: default,
+            chosen: None,
+            warning: None,
+        };
+    }
+    let (tests, whence) = if !named(&in_default).is_empty() {
+        (in_default, "")
+    } else {
+        let irq: Vec<&'static TestDef> = catalogue::IRQ_TESTS.iter().filter(can).collect();
+        if irq.is_empty() {
+            return AbTests {
+                tests: default,
+                chosen: Some(format!(
+                    "--ab {knob}: it can affect no test with these options ({knob} affects {reach}): runs the default suite, as an A/A control"
+                )),
+                warning: None,
+            };
+        }
+        (irq, " (none of the default suite's)")
+    };
+    let names = named(&tests);
+    let chosen = format!(
+        "--ab {knob}: runs the {} {} it can affect{whence}: {} (--tests to choose)",
+        names.len(),
+        plural(names.len(), "test", "tests"),
+        names.join(", ")
+    );
+    AbTests {
+        tests,
+        chosen: Some(chosen),
+        warning: None,
     }
 }
 
@@ -606,6 +769,219 @@ mod tests {
             .apply(Setting::GuestCycles(1))
             .unwrap_err();
         assert!(e.contains("not an interrupt knob"), "{e}");
+    }
+
+    /// The tests of `tests` knob `name` can affect with the settings of `o`.
+    fn affected(name: &str, o: &BenchOptions, tests: &[TestDef]) -> Vec<&'static str> {
+        let k = find(name).unwrap();
+        tests
+            .iter()
+            .filter(|d| (k.affects)(d, &o.params))
+            .map(|d| d.name)
+            .collect()
+    }
+
+    #[test]
+    fn each_knob_affects_the_tests_its_rule_gives() {
+        let o = opts();
+        let default = catalogue::TESTS;
+        let irq = catalogue::IRQ_TESTS;
+        for every in ["batch", "warmup", "pin"] {
+            assert_eq!(affected(every, &o, default).len(), default.len(), "{every}");
+            assert_eq!(affected(every, &o, irq).len(), irq.len(), "{every}");
+        }
+        let user = [
+            "hlt",
+            "inl_from_user",
+            "outl_to_user",
+            "mmio_read_user",
+            "mmio_write_user",
+            "rdmsr_user",
+            "wrmsr_user",
+        ];
+        assert_eq!(affected("inject-cycles", &o, default), user);
+        assert!(affected("inject-cycles", &o, irq).is_empty());
+        // The kernel-handled tests and their calibration, the empty loop; not the
+        // one-way IPI latencies.
+        let guest = affected("guest-cycles", &o, default);
+        assert!(guest.iter().all(|n| !user.contains(n)), "{guest:?}");
+        assert_eq!(guest.len(), default.len() - user.len(), "{guest:?}");
+        let guest_irq = affected("guest-cycles", &o, irq);
+        assert!(!guest_irq.contains(&"ipi_one_way") && !guest_irq.contains(&"hlt_wake"));
+        assert_eq!(guest_irq.len(), irq.len() - 2);
+        assert_eq!(
+            affected("ring", &o, default),
+            [
+                "loop_overhead",
+                "cpuid",
+                "cpuid_0xd",
+                "vmcall",
+                "inl_from_kernel",
+                "outl_to_kernel",
+                "inl_from_user",
+                "outl_to_user",
+                "mmio_read_user",
+                "mmio_write_user",
+                "mmio_write_ioeventfd"
+            ]
+        );
+        assert!(affected("ring", &o, irq).is_empty());
+        // The local APIC: the TPR through CR8 and the interrupt tests, but not those
+        // that fix x2APIC mode nor the bring-up, whose loop is the empty one.
+        assert_eq!(
+            affected("apic", &o, default),
+            ["mov_from_cr8", "mov_to_cr8"]
+        );
+        let apic = affected("apic", &o, irq);
+        assert!(apic.iter().all(|n| !n.starts_with("x2apic_")), "{apic:?}");
+        assert!(!apic.contains(&"smp_bringup") && apic.contains(&"eoi"));
+        assert_eq!(apic.len(), irq.len() - 6 - 1);
+        assert_eq!(
+            affected("irqchip", &o, default),
+            ["inl_from_kernel", "outl_to_kernel"]
+        );
+        let chip = affected("irqchip", &o, irq);
+        assert!(
+            !chip.contains(&"eoi") && !chip.contains(&"smp_bringup"),
+            "{chip:?}"
+        );
+        let ipis = [
+            "ipi",
+            "ipi_halt",
+            "ipi_one_way",
+            "hlt_wake",
+            "broadcast_ipi",
+            "broadcast_lock",
+            "pv_send_ipi",
+        ];
+        assert_eq!(affected("cpus", &o, irq), ipis);
+        let idle = [
+            "ipi",
+            "ipi_one_way",
+            "broadcast_ipi",
+            "broadcast_lock",
+            "pv_send_ipi",
+        ];
+        assert_eq!(affected("idle", &o, irq), idle);
+        assert_eq!(affected("pv-ipi", &o, irq), ["pv_send_ipi"]);
+        for k in ["cpus", "idle", "pv-ipi", "halt-poll-ns"] {
+            assert!(affected(k, &o, default).is_empty(), "{k}");
+        }
+        // HLT, MWAIT or PAUSE in the loop: the HLT test, and every interrupt test that
+        // waits or halts.
+        assert_eq!(affected("disable-exits", &o, default), ["hlt"]);
+        let dis = affected("disable-exits", &o, irq);
+        for n in [
+            "self_ipi_sti_nop",
+            "self_ipi_tpr_sti_nop",
+            "eoi",
+            "smp_bringup",
+        ] {
+            assert!(!dis.contains(&n), "{n} in {dis:?}");
+        }
+        assert!(dis.contains(&"self_ipi_sti_hlt") && dis.contains(&"tscdeadline"));
+        // Halt polling: where a target wakes from HLT in KVM; with --idle hlt every IPI
+        // target; none when HLT does not exit.
+        assert_eq!(affected("halt-poll-ns", &o, irq), ["ipi_halt", "hlt_wake"]);
+        let mut hlt = opts();
+        hlt.params.irq.idle = Idle::Hlt;
+        assert_eq!(affected("halt-poll-ns", &hlt, irq), ipis);
+        hlt.params.irq.disable_exits = exitlab_vmm::knobs::DISABLE_HLT;
+        assert!(affected("halt-poll-ns", &hlt, irq).is_empty());
+        // A module parameter: every test.
+        let m = parse_ab("kvm.halt_poll_ns=0,1", &o).unwrap();
+        assert!(default
+            .iter()
+            .chain(irq)
+            .all(|d| m.knob.affects(d, &o.params)));
+    }
+
+    fn ab(spec: &str, o: &BenchOptions, asked: Option<&[&str]>) -> AbTests {
+        let asked: Option<Vec<&'static TestDef>> =
+            asked.map(|a| a.iter().map(|n| catalogue::find(n).unwrap()).collect());
+        ab_tests(&parse_ab(spec, o).unwrap(), asked.as_deref(), &o.params)
+    }
+
+    fn names(t: &AbTests) -> Vec<&'static str> {
+        t.tests.iter().map(|d| d.name).collect()
+    }
+
+    #[test]
+    fn without_tests_an_ab_run_runs_the_tests_its_knob_can_affect_and_says_so() {
+        let o = opts();
+        // halt-poll-ns affects no default test: the interrupt tests it can affect.
+        let t = ab("halt-poll-ns=0,200000", &o, None);
+        assert_eq!(names(&t), ["ipi_halt", "hlt_wake"]);
+        assert_eq!(
+            t.chosen.as_deref(),
+            Some("--ab halt-poll-ns: runs the 2 tests it can affect (none of the default suite's): ipi_halt, hlt_wake (--tests to choose)")
+        );
+        assert_eq!(t.warning, None);
+        // Some default tests: those, and the empty loop (not named).
+        let t = ab("inject-cycles=0,500", &o, None);
+        assert_eq!(names(&t)[0], "loop_overhead");
+        assert_eq!(t.tests.len(), 8);
+        assert_eq!(
+            t.chosen.as_deref(),
+            Some("--ab inject-cycles: runs the 7 tests it can affect: hlt, inl_from_user, outl_to_user, mmio_read_user, mmio_write_user, rdmsr_user, wrmsr_user (--tests to choose)")
+        );
+        // A knob that affects every test, or a module parameter: the default suite, quietly.
+        for spec in ["batch=1,4", "kvm.halt_poll_ns=0,1"] {
+            let t = ab(spec, &o, None);
+            assert_eq!(t.tests, catalogue::default_suite(), "{spec}");
+            assert_eq!((t.chosen, t.warning), (None, None), "{spec}");
+        }
+        // No test at all: the default suite, as an A/A control, said.
+        let mut none = opts();
+        none.params.irq.disable_exits = exitlab_vmm::knobs::DISABLE_HLT;
+        let t = ab("halt-poll-ns=0,200000", &none, None);
+        assert_eq!(t.tests, catalogue::default_suite());
+        let said = t.chosen.unwrap();
+        assert!(
+            said.starts_with("--ab halt-poll-ns: it can affect no test with these options (halt-poll-ns affects the tests that wake a vCPU from HLT")
+                && said.ends_with("runs the default suite, as an A/A control"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn asked_for_tests_a_knob_cannot_affect_run_with_one_warning_naming_them() {
+        let o = opts();
+        let t = ab(
+            "inject-cycles=0,500",
+            &o,
+            Some(&["loop_overhead", "cpuid", "inl_from_user", "mov_to_cr8"]),
+        );
+        assert_eq!(
+            names(&t),
+            ["loop_overhead", "cpuid", "inl_from_user", "mov_to_cr8"]
+        );
+        assert_eq!(t.chosen, None);
+        assert_eq!(
+            t.warning.as_deref(),
+            Some("--ab inject-cycles cannot affect cpuid, mov_to_cr8 (inject-cycles affects the userspace-handled tests): they run anyway, as an A/A control")
+        );
+        let t = ab("halt-poll-ns=0,1", &o, Some(&["ipi_halt", "cpuid"]));
+        assert!(t
+            .warning
+            .unwrap()
+            .starts_with("--ab halt-poll-ns cannot affect cpuid ("));
+        // Every test asked for can be affected: nothing to say.
+        let t = ab("ring=0,3", &o, Some(&["cpuid", "inl_from_user"]));
+        assert_eq!((t.chosen, t.warning), (None, None));
+    }
+
+    #[test]
+    fn the_ab_help_gives_every_knob_with_what_it_can_affect() {
+        let h = ab_knobs_help();
+        for k in KNOBS {
+            assert!(h.contains(k.name) && h.contains(k.reach), "{}: {h}", k.name);
+        }
+        assert!(h.contains("batch, warmup, pin: every test;"), "{h}");
+        assert!(
+            h.contains("MODULE.PARAM: every test (a KVM module parameter"),
+            "{h}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 
 use exitlab_results::irq::{ApicMode, Idle, IrqConfig};
 
-use crate::catalogue::{Platform, TestDef};
+use crate::catalogue::{Platform, TestDef, Waits};
 
 /// Most host CPUs `--pin` can name for the APs.
 pub const MAX_AP_PINS: usize = 15;
@@ -135,6 +135,18 @@ impl IrqKnobs {
         c.idle = idle_abi(self.idle);
     }
 
+    /// Whether a vCPU of `def`'s measured loop blocks in HLT in KVM and is woken there
+    /// (what halt polling changes): a target AP waiting in HLT, by the test's own
+    /// choice ([`Waits::HaltedTarget`]) or as `--idle hlt` makes every IPI target wait,
+    /// with an in-kernel irqchip and HLT exits not disabled.
+    pub fn wakes_from_hlt(&self, def: &TestDef) -> bool {
+        let target_halts =
+            def.waits == Waits::HaltedTarget || (def.min_cpus > 1 && self.idle == Idle::Hlt);
+        target_halts
+            && def.platform != Platform::NoIrqchip
+            && self.disable_exits & knobs::DISABLE_HLT == 0
+    }
+
     /// Why `def` cannot run with these knobs, if it cannot.
     pub fn skip_reason(&self, def: &TestDef) -> Option<String> {
         let n = self.cpus_for(def);
@@ -243,6 +255,67 @@ pub fn shared_host_cpus(pin: Option<usize>, knobs: &IrqKnobs, cpus: u32) -> Vec<
     shared
 }
 
+/// How many host CPUs were idle over an interval ([`idle_cpus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleCpus {
+    /// CPUs idle for at least [`IDLE_SHARE`] of the interval.
+    pub idle: usize,
+    /// CPUs /proc/stat lists in both readings.
+    pub cpus: usize,
+}
+
+/// The share of an interval a host CPU must have been idle (idle or waiting for I/O) to
+/// count as idle.
+pub const IDLE_SHARE: f64 = 0.75;
+
+/// Each CPU's (name, idle jiffies, all jiffies) from /proc/stat's `cpuN` lines: idle is
+/// `idle` + `iowait`, all is `user` to `steal` (`guest` time is in `user` already).
+fn cpu_times(stat: &str) -> Vec<(&str, u64, u64)> {
+    stat.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let name = f.next()?;
+            let n = name.strip_prefix("cpu")?;
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            // Kernels since 2.6.11 give at least user..steal; older lines are not counted.
+            (v.len() == 8).then(|| (name, v[3] + v[4], v.iter().sum()))
+        })
+        .collect()
+}
+
+/// The host CPUs idle between two readings of /proc/stat (`before`, `after`): those idle
+/// for at least [`IDLE_SHARE`] of the jiffies that passed on them. `None` when no CPU is
+/// in both, or no time passed on any.
+pub fn idle_cpus(before: &str, after: &str) -> Option<IdleCpus> {
+    let before = cpu_times(before);
+    let mut idle = 0;
+    let mut cpus = 0;
+    let mut passed = false;
+    for (name, i1, t1) in cpu_times(after) {
+        let Some(&(_, i0, t0)) = before.iter().find(|c| c.0 == name) else {
+            continue;
+        };
+        cpus += 1;
+        let (di, dt) = (i1.saturating_sub(i0), t1.saturating_sub(t0));
+        passed |= dt > 0;
+        if dt > 0 && di as f64 >= IDLE_SHARE * dt as f64 {
+            idle += 1;
+        }
+    }
+    (cpus > 0 && passed).then_some(IdleCpus { idle, cpus })
+}
+
+/// The host CPUs idle now: /proc/stat read twice, `gap` apart.
+pub fn host_idle_cpus(gap: std::time::Duration) -> Option<IdleCpus> {
+    let before = std::fs::read_to_string("/proc/stat").ok()?;
+    std::thread::sleep(gap);
+    let after = std::fs::read_to_string("/proc/stat").ok()?;
+    idle_cpus(&before, &after)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +376,49 @@ mod tests {
             None
         );
         assert_eq!(k.skip_reason(crate::catalogue::find("eoi").unwrap()), None);
+    }
+
+    /// /proc/stat with the given (user, system, idle, iowait) jiffies per CPU.
+    fn stat(cpus: &[(u64, u64, u64, u64)]) -> String {
+        let all: u64 = cpus.iter().map(|c| c.0 + c.1 + c.2 + c.3).sum();
+        let mut s = format!("cpu  {all} 0 0 0 0 0 0 0 0 0\n");
+        for (i, (u, sys, idle, io)) in cpus.iter().enumerate() {
+            s += &format!("cpu{i} {u} 0 {sys} {idle} {io} 0 0 0 0 0\n");
+        }
+        s + "intr 12345 0 0\nctxt 999\nbtime 1700000000\nprocs_running 3\n"
+    }
+
+    #[test]
+    fn idle_host_cpus_are_counted_from_two_readings_of_proc_stat() {
+        let before = stat(&[(100, 50, 1000, 10), (100, 50, 1000, 10)]);
+        // 20 jiffies each: CPU 0 busy the whole time, CPU 1 idle 16 (with 1 of I/O wait).
+        let after = stat(&[(118, 52, 1000, 10), (102, 52, 1015, 11)]);
+        assert_eq!(
+            idle_cpus(&before, &after),
+            Some(IdleCpus { idle: 1, cpus: 2 })
+        );
+        // Idle 14 of 20 is under three quarters: busy.
+        let after = stat(&[(118, 52, 1000, 10), (103, 53, 1014, 10)]);
+        assert_eq!(
+            idle_cpus(&before, &after),
+            Some(IdleCpus { idle: 0, cpus: 2 })
+        );
+        // Idle 15 of 20 is three quarters: idle.
+        let after = stat(&[(100, 50, 1020, 10), (103, 52, 1015, 10)]);
+        assert_eq!(
+            idle_cpus(&before, &after),
+            Some(IdleCpus { idle: 2, cpus: 2 })
+        );
+        // A CPU in one reading only is not counted; no time passed, or nothing to read:
+        // no answer.
+        let three = stat(&[(100, 50, 1020, 10), (118, 52, 1000, 10), (0, 0, 20, 0)]);
+        assert_eq!(
+            idle_cpus(&before, &three),
+            Some(IdleCpus { idle: 1, cpus: 2 })
+        );
+        assert_eq!(idle_cpus(&before, &before), None);
+        assert_eq!(idle_cpus("", &before), None);
+        assert_eq!(idle_cpus("cpu0 1 2\n", "cpu0 3 4\n"), None);
     }
 
     #[test]

@@ -12,6 +12,8 @@ use crate::results::{Results, TestResult};
 use crate::stats::describe::median;
 use crate::stats::diagnostics;
 use crate::stats::interval::{self, NoInterval, Unit};
+use crate::stats::model::AB_TARGET_HALF_WIDTH_PCT;
+use crate::stats::plan;
 use crate::stats::units::{self, central, Figure};
 use crate::stats::verdict::{self, gate, Change, Gate, Verdict};
 
@@ -91,6 +93,12 @@ pub struct Comparison {
     pub threshold_pct: f64,
     /// For runs: the runs given on each side.
     pub runs: Option<[usize; 2]>,
+    /// Why the figures are not hardware figures (a side's host is nested or its KVM
+    /// paravirtual), once per distinct reason.
+    pub caveats: Vec<String>,
+    /// For runs: the runs a side the compared tests' spread of runs asks for an interval
+    /// of ±[`AB_TARGET_HALF_WIDTH_PCT`] on every test, and the test that asks most.
+    pub runs_needed: Option<(usize, String)>,
 }
 
 impl Comparison {
@@ -313,8 +321,11 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
         signs: Vec::new(),
         threshold_pct,
         runs: None,
+        caveats: Vec::new(),
+        runs_needed: None,
     };
     cmp.runs = Some([before.len(), after.len()]);
+    cmp.caveats = caveats(before.iter().chain(after).map(|r| r.results));
     cmp.warnings = side_warnings(before, after);
     let names = test_names(before);
     cmp.only_before = names
@@ -369,12 +380,16 @@ pub fn compare_runs(before: &[Run], after: &[Run], threshold_pct: f64) -> Compar
             |f: &[(String, Vec<f64>, f64)]| f.iter().map(|x| x.1.clone()).collect::<Vec<_>>();
         let change = match test_refusal(&tb, &ta) {
             Some(why) => Change::no_verdict(figures, Unit::Run, why),
-            None => verdict::judge(
-                figures,
-                interval::runs(&rounds(&fb), &rounds(&fa)),
-                Unit::Run,
-                threshold_pct,
-            ),
+            None => {
+                let est = interval::runs(&rounds(&fb), &rounds(&fa));
+                if let (Ok(e), false) = (&est, tb[0].baseline) {
+                    let m = plan::runs_for(e, AB_TARGET_HALF_WIDTH_PCT);
+                    if cmp.runs_needed.as_ref().is_none_or(|(n, _)| m > *n) {
+                        cmp.runs_needed = Some((m, name.clone()));
+                    }
+                }
+                verdict::judge(figures, est, Unit::Run, threshold_pct)
+            }
         };
         let figure = central(tb[0]).map_or(Figure::Net, |c| c.figure);
         cmp.tests.push(TestComparison {
@@ -433,7 +448,23 @@ fn empty(design: Design, before: &Results, after: &Results, threshold_pct: f64) 
         signs: Vec::new(),
         threshold_pct,
         runs: None,
+        caveats: caveats([before, after]),
+        runs_needed: None,
     }
+}
+
+/// The "not hardware figures" caveats of the hosts of `sides`, each said once.
+fn caveats<'a>(sides: impl IntoIterator<Item = &'a Results>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in sides
+        .into_iter()
+        .filter_map(|r| crate::format::caveat(&r.host))
+    {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn not_compared(b: &TestResult, a: &TestResult) -> NotCompared {
@@ -554,7 +585,13 @@ pub const BUILD_ID_WARNING: &str = "build ID of ";
 /// The GNU build IDs a results file's host survey recorded: `kernel` and each KVM
 /// module's.
 pub fn build_ids(r: &Results) -> std::collections::BTreeMap<String, String> {
-    let ids = r.host.get("build_ids");
+    host_build_ids(&r.host)
+}
+
+/// The GNU build IDs of a host survey (a results file's `host`): `kernel` and each KVM
+/// module's.
+pub fn host_build_ids(host: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let ids = host.get("build_ids");
     let mut out = std::collections::BTreeMap::new();
     if let Some(k) = ids.and_then(|i| i.get("kernel")).and_then(|k| k.as_str()) {
         out.insert("kernel".to_string(), k.to_string());
@@ -766,6 +803,10 @@ pub fn gate_lines(cmp: &Comparison, g: &Gate) -> Vec<String> {
 /// reasons and unmatched tests after it. `labels` names the two sides.
 pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
     let mut out = String::new();
+    for c in &cmp.caveats {
+        out.push_str(c);
+        out.push('\n');
+    }
     for w in &cmp.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
@@ -829,7 +870,7 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             out.push('\n');
         }
     }
-    out
+    crate::format::wrap(&out, crate::format::MAX_LINE)
 }
 
 /// What the verdicts of a comparison mean, in one line.
@@ -885,6 +926,11 @@ pub fn comparison_notes(cmp: &Comparison, labels: [&str; 2]) -> Vec<String> {
             ));
         }
     }
+    if let Some((m, test)) = &cmp.runs_needed {
+        tail.push(format!(
+            "planner: {m} runs a side would give every test a 95% interval within ±{AB_TARGET_HALF_WIDTH_PCT}% at these runs' spread ({test} asks most)"
+        ));
+    }
     if cmp.design.gates() {
         tail.extend(gate_lines(cmp, &cmp.gate(None)));
     } else {
@@ -897,6 +943,86 @@ pub fn comparison_notes(cmp: &Comparison, labels: [&str; 2]) -> Vec<String> {
         );
     }
     tail
+}
+
+/// For an A/B run: a line per test whose two sides' figures (each side's median of its
+/// rounds) differ by a ratio outside the interval of the change (the median of the
+/// pairs' ratios), so that a reader of the table sees why its columns and its change
+/// tell different stories: the rounds fall into groups, or into host states, that the
+/// pairs do not share alike.
+pub fn disagreement_lines(cmp: &Comparison) -> Vec<String> {
+    if cmp.design != Design::Pairs {
+        return Vec::new();
+    }
+    cmp.tests
+        .iter()
+        .filter_map(|t| {
+            let c = &t.change;
+            let [lo, hi] = c.ci95_pct?;
+            let sides = (c.figures[1] / c.figures[0] - 1.0) * 100.0;
+            (sides.is_finite() && (sides < lo || sides > hi)).then(|| {
+                format!(
+                    "{}: the sides' medians differ by {}, outside the change's interval ({}): its rounds fall in groups; the change is the pairs'",
+                    t.name,
+                    fmt_pct_signed(sides),
+                    fmt_ci_pct(c.ci95_pct)
+                )
+            })
+        })
+        .collect()
+}
+
+/// A comparison as GitHub-flavoured Markdown: the table, then its lines (caveats,
+/// warnings, signs, reasons, the gate) in a code block.
+pub fn render_comparison_md(cmp: &Comparison, labels: [&str; 2]) -> String {
+    let cell = crate::report::md_cell;
+    let unit = cmp.tests.first().map_or(Unit::Round, |t| t.change.unit);
+    let mut out = format!(
+        "| test | {} | {} | change | 95% CI | min detectable | {} | verdict |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n",
+        cell(labels[0]),
+        cell(labels[1]),
+        unit.name(2)
+    );
+    for t in &cmp.tests {
+        let c = &t.change;
+        out.push_str(&format!(
+            "| `{}`{} | {} | {} | {} | {} | {} | {} | {} |\n",
+            t.name.replace('`', "'"),
+            if t.figure == Figure::Raw {
+                " (raw)"
+            } else {
+                ""
+            },
+            fmt_cycles(c.figures[0]),
+            fmt_cycles(c.figures[1]),
+            c.pct.map(fmt_pct_signed).unwrap_or_else(|| "-".into()),
+            fmt_ci_pct(c.ci95_pct),
+            fmt_mdc(c.min_detectable_pct),
+            c.units[0].min(c.units[1]),
+            c.verdict.as_str()
+        ));
+    }
+    out.push_str(&format!("\n{}\n", cell(&figure_line(cmp))));
+    let text = render_comparison(cmp, labels);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("verdict:"))
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let head: Vec<String> = cmp.caveats.iter().chain(&cmp.warnings).cloned().collect();
+    if !lines.is_empty() || !head.is_empty() {
+        let block: String = head
+            .iter()
+            .map(String::as_str)
+            .chain(lines)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push_str("\n```\n");
+        out.push_str(&crate::format::wrap(&block, crate::format::MAX_LINE));
+        out.push_str("```\n");
+    }
+    out
 }
 
 /// The median of a test's round figures' empty loops, where recorded.
@@ -1146,6 +1272,69 @@ mod tests {
     }
 
     #[test]
+    fn a_comparison_of_runs_says_how_many_runs_its_spread_asks_for() {
+        let mut rng = SmallRng::seed_from_u64(37);
+        // Three runs a side whose figures move together by `sd` per run (the run's host
+        // state), rounds quiet within a run: the planner follows the runs' spread.
+        let side = |rng: &mut SmallRng, sd: f64| -> Vec<Results> {
+            (0..3)
+                .map(|_| {
+                    let mut host = Host::new(0.002, 0.0, 0.0);
+                    let shift = 1.0 + sd * z(rng);
+                    let mut r = one_run(rng, &mut host, 24, 1.0);
+                    for t in &mut r.tests {
+                        for round in &mut t.rounds {
+                            round.net_median = round.net_median.map(|v| v * shift);
+                        }
+                    }
+                    r
+                })
+                .collect()
+        };
+        let names: Vec<String> = (0..3).map(|i| format!("run{i}")).collect();
+        let needed = |a: &[Results], b: &[Results]| {
+            let ra: Vec<Run> = a
+                .iter()
+                .zip(&names)
+                .map(|(r, name)| Run { name, results: r })
+                .collect();
+            let rb: Vec<Run> = b
+                .iter()
+                .zip(&names)
+                .map(|(r, name)| Run { name, results: r })
+                .collect();
+            let c = compare_runs(&ra, &rb, THRESHOLD_PCT);
+            let text = render_comparison(&c, ["before", "after"]);
+            let (m, test) = c.runs_needed.clone().expect("runs give a plan");
+            assert!(
+                text.contains(&format!("planner: {m} runs a side")),
+                "{text}"
+            );
+            assert!(
+                !c.tests.iter().any(|t| t.baseline && t.name == test),
+                "the empty loop is not planned for"
+            );
+            m
+        };
+        let quiet = needed(&side(&mut rng, 0.001), &side(&mut rng, 0.001));
+        let noisy = needed(&side(&mut rng, 0.03), &side(&mut rng, 0.03));
+        assert_eq!(
+            quiet,
+            crate::stats::model::MIN_RUNS,
+            "runs 0.1 % apart need no more than 3"
+        );
+        assert!(noisy > 10, "runs 3 % apart need many more: {noisy}");
+        // Pairs and screens have no runs to plan.
+        assert!(compare_ab_run(
+            &ab_run(&mut rng, &mut Host::new(0.02, 0.0, 0.0), 10, 1.0),
+            THRESHOLD_PCT
+        )
+        .unwrap()
+        .runs_needed
+        .is_none());
+    }
+
+    #[test]
     fn a_gate_fails_closed_on_a_test_missing_or_failed_on_one_side_but_not_on_one_the_host_never_ran(
     ) {
         let r = sample_results();
@@ -1168,6 +1357,41 @@ mod tests {
         assert_eq!(c.gate(Some(&only)).no_verdict, ["nosuch"]);
         // Two single files never gate.
         assert!(!c.design.gates());
+    }
+
+    #[test]
+    fn an_ab_table_whose_side_medians_disagree_with_its_pairs_says_why_and_a_vm_host_is_named() {
+        // Rounds in two groups 8.7x apart, each pair in one group: the sides' medians
+        // fall in different groups while every pair's ratio is about 1.
+        let mut rng = SmallRng::seed_from_u64(37);
+        let mut r = ab_run(&mut rng, &mut Host::new(0.01, 0.0, 0.0), 20, 1.0);
+        let ab = r.ab.as_mut().unwrap();
+        for (i, (a, b)) in r.tests[0]
+            .rounds
+            .iter_mut()
+            .zip(&mut ab.b_tests[0].rounds)
+            .enumerate()
+        {
+            let g = if i < 9 { 8.7 } else { 1.0 };
+            let g_b = if i < 11 { 8.7 } else { 1.0 };
+            a.net_median = a.net_median.map(|v| v * g);
+            b.net_median = b.net_median.map(|v| v * g_b);
+        }
+        let cmp = compare_ab_run(&r, THRESHOLD_PCT).unwrap();
+        let lines = disagreement_lines(&cmp);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("t00: the sides' medians differ by +"),
+            "{}",
+            lines[0]
+        );
+        // Every report of the comparison carries the host's caveat.
+        r.host = serde_json::json!({"virtualization": {"kind": "nested"}});
+        let text = render_comparison(&compare_ab_run(&r, THRESHOLD_PCT).unwrap(), ["A", "B"]);
+        assert!(
+            text.starts_with("not hardware figures: this host is a VM"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -11,6 +11,68 @@ pub enum Align {
     Right,
 }
 
+/// The widest line a terminal report prints: longer lines are wrapped ([`wrap`]).
+pub const MAX_LINE: usize = 160;
+
+/// `text` with every line longer than `width` characters wrapped at spaces, the
+/// continuation lines indented two spaces more than the line they continue (a word
+/// longer than the width stays whole). Lines that fit are left as they are.
+pub fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= width {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let cont = " ".repeat(indent + 2);
+        let mut cur = String::new();
+        let mut first = true;
+        for word in body.trim_start().split(' ') {
+            let lead = if first {
+                " ".repeat(indent)
+            } else {
+                cont.clone()
+            };
+            if cur.is_empty() {
+                cur = format!("{lead}{word}");
+            } else if cur.chars().count() + 1 + word.chars().count() <= width {
+                cur.push(' ');
+                cur.push_str(word);
+            } else {
+                out.push_str(&cur);
+                out.push('\n');
+                first = false;
+                cur = format!("{cont}{word}");
+            }
+        }
+        out.push_str(&cur);
+        out.push_str(nl);
+    }
+    out
+}
+
+/// The caveat every report carries on a host whose figures are not hardware figures
+/// (nested, or a paravirtual KVM), from the host survey; `None` on bare metal or when
+/// the survey does not say.
+pub fn caveat(host: &serde_json::Value) -> Option<String> {
+    let kind = host_str(host, "/virtualization/kind")?;
+    let what = match kind {
+        "bare_metal" => return None,
+        "nested" => "this host is a VM (nested hardware virtualization)",
+        "paravirtual" => "KVM here is paravirtual (kvm_pvm): guest ring 0 is emulated",
+        "nested_paravirtual" => {
+            "this host is a VM and its KVM is paravirtual (kvm_pvm): guest ring 0 is emulated"
+        }
+        other => return Some(format!("not hardware figures: virtualization {other}")),
+    };
+    Some(format!("not hardware figures: {what}"))
+}
+
 /// Lays out a fixed-width table: a header row, a rule, then the rows.
 /// Columns are separated by two spaces; trailing spaces are trimmed.
 pub fn layout(headers: &[&str], aligns: &[Align], rows: &[Vec<String>]) -> String {
@@ -142,6 +204,44 @@ pub fn host_str<'a>(host: &'a serde_json::Value, pointer: &str) -> Option<&'a st
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn long_lines_are_wrapped_at_spaces_with_a_hanging_indent_and_short_ones_kept() {
+        let long = format!("  {}", ["word"; 60].join(" "));
+        let text = format!("short\n{long}\nlast");
+        let w = super::wrap(&text, 40);
+        let lines: Vec<&str> = w.lines().collect();
+        assert_eq!(lines[0], "short");
+        assert_eq!(*lines.last().unwrap(), "last");
+        assert!(lines.iter().all(|l| l.chars().count() <= 40), "{w}");
+        assert!(
+            lines[1].starts_with("  word") && lines[2].starts_with("    word"),
+            "{w}"
+        );
+        assert_eq!(
+            w.split_whitespace().count(),
+            text.split_whitespace().count()
+        );
+        // A word longer than the width stays whole, on a line of its own.
+        let one = "x".repeat(50);
+        assert_eq!(
+            super::wrap(&format!("a {one} b"), 10),
+            format!("a\n  {one}\n  b")
+        );
+    }
+
+    #[test]
+    fn the_caveat_names_nested_and_paravirtual_hosts_and_not_bare_metal() {
+        let host = |kind: &str| serde_json::json!({"virtualization": {"kind": kind}});
+        assert_eq!(super::caveat(&host("bare_metal")), None);
+        assert!(super::caveat(&host("nested_paravirtual"))
+            .unwrap()
+            .starts_with("not hardware figures: "));
+        assert!(super::caveat(&host("paravirtual"))
+            .unwrap()
+            .contains("kvm_pvm"));
+        assert_eq!(super::caveat(&serde_json::json!({})), None);
+    }
+
     use super::*;
 
     #[test]

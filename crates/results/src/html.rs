@@ -110,7 +110,7 @@ pub fn render(files: &[(String, Results)]) -> String {
             );
             let _ = writeln!(
                 p.body,
-                "<p>{} rounds interleaved (A B, then B A, ...), each side in fresh VMs; rounds paired.</p>",
+                "<p>{} round(s), each test's two sides back to back (A B, then B A), each in a fresh VM; pairs of rounds are the units.</p>",
                 r.config.rounds
             );
             let labels = [
@@ -118,12 +118,13 @@ pub fn render(files: &[(String, Results)]) -> String {
                 format!("{}={}", ab.knob, ab.b),
             ];
             comparison_table(&mut p.body, &cmp, &labels);
-            // A host knob's switches, and a planned design's target, pilot, and the
-            // tests short of the target.
+            // Tests whose sides' medians and change disagree, a host knob's switches,
+            // and a planned design's target, pilot, and the tests short of the target.
             lines(
                 &mut p.body,
                 "",
                 &[
+                    compare::disagreement_lines(&cmp),
                     crate::report::host_switch_lines(&ab.knob, &ab.host),
                     crate::report::plan_lines(r),
                 ]
@@ -226,16 +227,17 @@ pub fn render(files: &[(String, Results)]) -> String {
 const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>exitlab report</title>\n<style>\nbody{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}\ntable{border-collapse:collapse;margin:.5em 0 1em;font-size:.92em}\nth,td{border:1px solid #ccc;padding:.15em .4em;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\ntable.summary{font-size:.84em}\nth:first-child,td:first-child,th.text,td.text{text-align:left}\nth{background:#f0f0f0;white-space:normal}\n.slower{color:#b00;font-weight:bold}.faster{color:#070;font-weight:bold}\n.warn li{color:#a60}\n.fail{color:#b00;font-weight:bold}\n.caveat{background:#fff4d6;border-left:4px solid #d90;padding:.4em .8em}\n.contents a{margin-left:.8em}\nul.lines{margin:.3em 0 1em;padding-left:1.2em}\npre{background:#f7f7f7;padding:.5em;white-space:pre-wrap}\nh3{font-size:1em;margin:1em 0 .2em}\ndl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dt{font-weight:bold}dd{margin:0}\n.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}\n.legend{display:flex;flex-wrap:wrap;gap:.3em 1.5em;font-size:.9em}.key{display:inline-block;width:1.6em;height:.7em;margin-right:.4em;vertical-align:middle}\n.phases-wrap{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}\n.footnote{font-size:.9em}\n</style></head><body>\n";
 
 /// The files whose host's exit costs are not hardware figures, said before anything
-/// else, once per host summary.
+/// else in the text report's words ([`crate::format::caveat`]), once per caveat.
 fn caveat(page: &mut String, files: &[(String, Results)]) {
     let mut hosts: Vec<(String, Vec<&str>)> = Vec::new();
     for (name, r) in files {
-        let (kind, hardware) = crate::identity::host_kind(r);
-        if hardware != "no" {
+        let Some(c) = crate::format::caveat(&r.host) else {
             continue;
-        }
-        let why = host_str(&r.host, "/virtualization/summary")
-            .map_or_else(|| format!("the host is {kind}"), str::to_string);
+        };
+        let why = c
+            .strip_prefix("not hardware figures: ")
+            .unwrap_or(&c)
+            .to_string();
         match hosts.iter_mut().find(|(w, _)| *w == why) {
             Some((_, names)) => names.push(name),
             None => hosts.push((why, vec![name])),
@@ -520,6 +522,9 @@ fn summary_table(page: &mut String, s: &Series, footnotes: &mut Footnotes) {
         "<p class=\"footnote\">{}; 95% CI (rounds): its 95% interval with rounds as units; median to sd: raw cycles per iteration over all samples, the empty loop not subtracted.</p>",
         esc(report::FIGURE_LINE)
     );
+    }
+    if let Some(line) = report::vmexit_line(&s.results) {
+        let _ = writeln!(page, "<p class=\"footnote\">{}</p>", esc(&line));
     }
     if starred && !std::mem::replace(&mut footnotes.starred, true) {
         page.push_str(
@@ -880,11 +885,15 @@ mod tests {
     fn a_note_that_repeats_the_virtualization_row_is_shown_once() {
         let mut r = sample_results();
         let summary = "nested, paravirtual: exit costs are not hardware figures";
-        r.host = serde_json::json!({ "virtualization": { "summary": summary } });
+        r.host = serde_json::json!({ "virtualization": { "summary": summary, "kind": "nested" } });
         r.notes = vec![summary.to_string(), "another note".to_string()];
         let page = render(&[("a.json".into(), r)]);
-        // Once as the page's caveat, once in the host's rows; never as a note.
-        assert_eq!(page.matches(summary).count(), 2, "{page}");
+        // Once in the host's rows, never as a note; the caveat is in the text's words.
+        assert_eq!(page.matches(summary).count(), 1, "{page}");
+        assert!(
+            page.contains("<b>Not hardware figures</b> (a.json): this host is a VM"),
+            "{page}"
+        );
         assert!(
             !page.contains(&format!("<dt>note</dt><dd class=\"\">{summary}")),
             "{page}"
@@ -1041,6 +1050,7 @@ mod tests {
             observed_user_exits: 7,
             passed: false,
             detail: "kernel-handled".into(),
+            observed: Some(true),
         });
         cpuid.kvm_counters = Some(crate::results::KvmCounters {
             deltas: Default::default(),

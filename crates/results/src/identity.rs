@@ -60,15 +60,15 @@ pub fn run_id(r: &Results) -> String {
 }
 
 /// What a host's figures are: its kind (the survey's `virtualization.kind`) and
-/// whether exit costs measured there are hardware figures (`yes`, `no`, `unknown`).
+/// whether exit costs measured there are hardware figures: `yes` on bare metal, `no`
+/// where every report carries [`crate::format::caveat`], `unknown` where the survey does
+/// not say.
 pub fn host_kind(r: &Results) -> (String, &'static str) {
     let kind = host_str(&r.host, "/virtualization/kind");
-    let summary = host_str(&r.host, "/virtualization/summary").unwrap_or("");
-    let hardware = match kind {
-        Some("bare_metal") => "yes",
-        Some(_) => "no",
-        None if summary.contains("not hardware figures") => "no",
-        None => "unknown",
+    let hardware = match (kind, crate::format::caveat(&r.host)) {
+        (None, _) => "unknown",
+        (Some(_), Some(_)) => "no",
+        (Some(_), None) => "yes",
     };
     (kind.unwrap_or("unknown").to_string(), hardware)
 }

@@ -1,8 +1,8 @@
 //! Sample records packed losslessly while a run's rounds accumulate.
 //!
-//! `bench` keeps every round of every test until the last round has run (the host-noise
-//! limit comes from the typical round of the whole run, and the figures from all
-//! rounds), and a sample record is seven 64-bit TSC values, 56 bytes. Consecutive
+//! `bench` keeps every round of every test until the last round has run (a planned
+//! design's pilot is read before its rounds, and the figures come from all rounds), and
+//! a sample record is seven 64-bit TSC values, 56 bytes. Consecutive
 //! records differ little in each field (the stamps advance by about one sample's
 //! length, the loop and exit counts barely move), so each field is stored as the
 //! zigzag LEB128 varint of its difference from the same field of the record before:

@@ -632,8 +632,7 @@ pub struct TestResult {
     /// KVM's counters and their cross-check with exitlab's counts, when available.
     #[serde(default)]
     pub kvm_counters: Option<KvmCounters>,
-    /// The test's rounds: how many ran, how many samples the host-noise detector left
-    /// out, and the spread of the rounds' medians.
+    /// The test's rounds: how many ran, and the spread of the rounds' medians.
     #[serde(default)]
     pub round_spread: Option<RoundSpread>,
     /// Check of the observed userspace exits against the expected count.
@@ -677,6 +676,31 @@ pub struct ExitCheck {
     pub passed: bool,
     /// Human-readable explanation.
     pub detail: String,
+    /// Whether the check saw where the test's exits went ([`ExitCheck::observed_for`]):
+    /// true for a userspace-handled test (its exits counted exactly), the empty loop (no
+    /// exit expected at all) and a kernel-handled test whose exits KVM's counters
+    /// observed; false when no userspace exit was expected and KVM's counters counted
+    /// none (some hosts count no kernel exits): its "no userspace exit" held, but where
+    /// its exits went could not be checked. Absent in files written before exitlab
+    /// recorded it (readers then take it from the test's `handled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<bool>,
+}
+
+impl ExitCheck {
+    /// Whether an exit check of a test expected to be handled `expected` and observed
+    /// as `handled` could see where its exits went: always, unless the test is expected
+    /// in the kernel and neither the VMM nor KVM's counters saw its exits.
+    pub fn observed_for(expected: Handling, handled: Option<Handling>) -> bool {
+        expected != Handling::Kernel || handled.is_some_and(|h| h != Handling::NotObserved)
+    }
+
+    /// [`ExitCheck::observed`] of a check of `t`, or for a file without it, what the
+    /// test's `handled` says.
+    pub fn was_observed(&self, t: &TestResult) -> bool {
+        self.observed
+            .unwrap_or_else(|| ExitCheck::observed_for(t.expected_handling, t.handled))
+    }
 }
 
 /// Per-phase cycle summaries of a userspace exit round trip.
@@ -1271,6 +1295,7 @@ pub(crate) mod tests {
             observed_user_exits: 10_100,
             passed: true,
             detail: "one io exit per iteration".to_string(),
+            observed: Some(true),
         });
         full.phases = Some(Phases {
             exit_leg: summary(1000.0),
@@ -1331,7 +1356,7 @@ pub(crate) mod tests {
             host: serde_json::json!({
                 "cpu": { "model_name": "Test CPU @ 3.00GHz" },
                 "kernel": { "release": "6.8.0-test" },
-                "virtualization": { "summary": "nested, paravirtual" }
+                "virtualization": { "summary": "nested, paravirtual", "kind": "nested_paravirtual" }
             }),
             config: BenchConfig {
                 tests: vec![

@@ -6,7 +6,7 @@
 //! its interval does not rest on the pilot alone.
 
 use super::interval::{t_quantile, Estimate};
-use super::model::{CONFIDENCE, MIN_PLANNED_UNITS, PILOT_UNITS};
+use super::model::{CONFIDENCE, MIN_PLANNED_UNITS, MIN_RUNS, PILOT_UNITS};
 
 /// What the pilot says of one test.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +52,25 @@ pub fn units_for(e: &Estimate, target_pct: f64) -> usize {
         n = ((t * sd / h).powi(2)).ceil().max(2.0);
     }
     n.min(1e6) as usize
+}
+
+/// Runs a side whose 95 % interval of the change between two sets of runs has a
+/// half-width of `target_pct` percent, when one run has the spread the estimate `e` of a
+/// comparison of runs shows (its standard error over `sqrt(1/m_a + 1/m_b)`), with
+/// Student's quantile at `2m − 2` degrees of freedom; at least [`MIN_RUNS`].
+pub fn runs_for(e: &Estimate, target_pct: f64) -> usize {
+    let [ma, mb] = e.units;
+    let sd = e.se / (1.0 / ma.max(1) as f64 + 1.0 / mb.max(1) as f64).sqrt();
+    let h = (target_pct / 100.0).ln_1p();
+    if !(sd.is_finite() && h > 0.0) {
+        return MIN_RUNS;
+    }
+    let mut m = MIN_RUNS as f64;
+    for _ in 0..6 {
+        let t = t_quantile(0.5 + CONFIDENCE / 2.0, 2.0 * m - 2.0);
+        m = (2.0 * (t * sd / h).powi(2)).ceil().max(MIN_RUNS as f64);
+    }
+    m.min(1e6) as usize
 }
 
 /// The units each of `pilots` gets: what its target needs ([`units_for`]), at least
@@ -149,6 +168,30 @@ mod tests {
         let e2 = pilot("a", 6.0, 10, 0.1).estimate.unwrap();
         let n2 = units_for(&e2, 1.2);
         assert!((n2 as f64 / n as f64 - 4.0).abs() < 0.3, "{n} {n2}");
+    }
+
+    #[test]
+    fn runs_for_a_target_follow_the_spread_of_runs() {
+        // Three runs a side whose run figures spread by 2 %: se = 2 % × sqrt(2/3).
+        let e = Estimate {
+            log: 0.0,
+            se: 0.02 * (2.0_f64 / 3.0).sqrt(),
+            df: 4.0,
+            units: [3, 3],
+            unit: Unit::Run,
+        };
+        // m = 2 (t × 2 / 1.2)² with t ≈ 2.0 at 2m − 2 ≈ 24 df: about 24 runs a side.
+        let m = runs_for(&e, 1.2);
+        assert!((22..=26).contains(&m), "{m}");
+        // A target already met asks for no more than the fewest runs a verdict needs.
+        assert_eq!(runs_for(&e, 50.0), MIN_RUNS);
+        // Unequal sides: the spread of one run is the same, so is the answer.
+        let e2 = Estimate {
+            se: 0.02 * (1.0_f64 / 3.0 + 1.0 / 6.0).sqrt(),
+            units: [3, 6],
+            ..e
+        };
+        assert_eq!(runs_for(&e2, 1.2), m);
     }
 
     #[test]
