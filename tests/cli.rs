@@ -1232,6 +1232,25 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
     );
 }
 
+/// Runs `cmd` with `text` on its standard input and returns its output; fails the
+/// calling test, saying `missing`, when the program cannot be started.
+fn fed(cmd: &mut Command, text: &str, missing: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?} ({e}): {missing}", cmd.get_program()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Parses `text` with Python: `openmetrics` with the Prometheus client's OpenMetrics
 /// parser and its parser of the older text format 0.0.4 (what node_exporter's textfile
 /// collector and the Pushgateway read), from Debian's python3-prometheus-client, which
@@ -1239,7 +1258,6 @@ fn inject_cycles_ab_records_what_the_vmm_waits_added() {
 /// standard library's reader; returns what was found, or fails the test with the
 /// parser's error. A missing parser fails the test: it does not skip.
 fn python_parse(format: &str, text: &str) -> String {
-    use std::io::Write;
     let script = match format {
         "openmetrics" => {
             "import sys\n\
@@ -1251,6 +1269,13 @@ fn python_parse(format: &str, text: &str) -> String {
              old = list(text_0_0_4(text))\n\
              assert sum(len(f.samples) for f in old) == n, 'text format 0.0.4 reads otherwise'\n\
              print(f'{len(fams)} families, {n} samples')\n"
+        }
+        "openmetrics-families" => {
+            "import sys, json\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+             fams = list(text_string_to_metric_families(sys.stdin.read()))\n\
+             print(json.dumps([{'name': f.name, 'type': f.type, 'unit': f.unit, 'samples': \
+             [{'name': s.name, 'labels': s.labels, 'value': s.value} for s in f.samples]} for f in fams]))\n"
         }
         _ => {
             "import sys, csv\n\
@@ -1264,26 +1289,56 @@ fn python_parse(format: &str, text: &str) -> String {
         "the Prometheus client: this test needs it to check the OpenMetrics output \
          (apt-get install python3-prometheus-client; .ci/run installs it)",
     );
-    let mut child = Command::new(python)
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = fed(
+        Command::new(python).args(["-c", script]),
+        text,
+        "python3 runs",
+    );
     assert!(
         o.status.success(),
         "the {format} parser refused the output: {}\n{text}",
         stderr(&o)
     );
     stdout(&o).trim().to_string()
+}
+
+/// The metric families of an OpenMetrics text as Prometheus' OpenMetrics parser reads
+/// them: `[{"name", "type", "unit", "samples": [{"name", "labels", "value"}]}]`.
+fn metric_families(text: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(&python_parse("openmetrics-families", text)).unwrap()
+}
+
+/// Checks `text` with Prometheus' `promtool check metrics`: the text-format 0.0.4 parser
+/// that node_exporter's textfile collector and the Pushgateway read with, and its
+/// linter. Fails (does not skip) without promtool (Debian's prometheus package, which
+/// .ci/run installs).
+fn promtool_check(text: &str) {
+    let o = fed(
+        Command::new("promtool").args(["check", "metrics"]),
+        text,
+        "this test checks the OpenMetrics output with promtool \
+         (apt-get install prometheus; .ci/run installs it)",
+    );
+    assert!(
+        o.status.success(),
+        "promtool check metrics refused the output: {}{}\n{text}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+/// The value of the label `name` on the first sample line of family `family`.
+fn label_of<'a>(text: &'a str, family: &str, name: &str) -> &'a str {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{family}{{")))
+        .unwrap_or_else(|| panic!("no {family}: {text}"));
+    let at = line
+        .find(&format!("{name}=\""))
+        .unwrap_or_else(|| panic!("no {name}: {line}"))
+        + name.len()
+        + 2;
+    &line[at..at + line[at..].find('"').unwrap()]
 }
 
 #[test]
@@ -1310,9 +1365,12 @@ fn report_formats_csv_openmetrics_and_html() {
     let om = exitlab(&["report", "--format", "openmetrics", a_s]);
     let text = stdout(&om);
     assert!(text.ends_with("# EOF\n"), "{text}");
+    // The run is named by its own id, not by the path as typed.
+    let run = label_of(&text, "exitlab_run_info", "run").to_string();
+    assert!(!text.contains(a_s) && !text.contains("a.json"), "{text}");
     assert!(
         text.contains(&format!(
-            "exitlab_exit_net_cycles{{run=\"{a_s}\",test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""
+            "exitlab_exit_net_median_cycles{{run=\"{run}\",test=\"cpuid\",ring=\"3\",apic=\"xapic\",host=\""
         )),
         "{text}"
     );
@@ -1322,18 +1380,30 @@ fn report_formats_csv_openmetrics_and_html() {
         let series = text
             .lines()
             .find(|l| {
-                l.starts_with("exitlab_exit_net_cycles{") && l.contains(&format!("test=\"{test}\""))
+                l.starts_with("exitlab_exit_net_median_cycles{")
+                    && l.contains(&format!("test=\"{test}\""))
             })
             .unwrap_or_else(|| panic!("{test}: {text}"));
-        assert!(series.contains(&format!(",batch=\"{batch}\",")), "{series}");
+        assert!(series.contains(&format!(",batch=\"{batch}\"")), "{series}");
     }
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
     assert_eq!(
         python_parse("openmetrics", &text),
-        format!("3 families, {samples} samples")
+        format!("{families} families, {samples} samples")
     );
-    // Several files (one of them twice): every series keeps its own labels, and the
-    // Prometheus client's parser takes it.
+    promtool_check(&text);
+    // The same file named otherwise, or a copy of it: the same series.
+    let copy = dir.join("copy.json");
+    std::fs::copy(&a, &copy).unwrap();
+    let other_path = format!("{}/./a.json", dir.display());
+    for name in [other_path.as_str(), copy.to_str().unwrap()] {
+        let o = exitlab(&["report", "--format", "openmetrics", name]);
+        assert_eq!(stdout(&o), text, "{name}");
+    }
+    // Several files (one of them twice): every run keeps its own labels, a file given
+    // twice is one run, two plain files are compared as a screen that cannot gate, and
+    // both of Prometheus' parsers take it.
     let b = small_run(&dir, "b.json", &[]);
     let om = exitlab(&[
         "report",
@@ -1341,17 +1411,30 @@ fn report_formats_csv_openmetrics_and_html() {
         "openmetrics",
         a_s,
         b.to_str().unwrap(),
-        a_s,
+        &other_path,
     ]);
     assert_eq!(om.status.code(), Some(0), "{}", stderr(&om));
     let text = stdout(&om);
     let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
     assert_eq!(
         python_parse("openmetrics", &text),
-        format!("3 families, {samples} samples"),
+        format!("{families} families, {samples} samples"),
         "{text}"
     );
-    assert!(text.contains(&format!("run=\"{a_s}#2\"")), "{text}");
+    promtool_check(&text);
+    let runs: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("exitlab_run_info{"))
+        .map(|l| l.split('"').nth(1).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "{text}");
+    assert!(runs.contains(run.as_str()), "{text}");
+    assert!(!text.contains("#2\""), "{text}");
+    assert!(
+        text.contains("design=\"screen\"") && text.contains("outcome=\"cannot_gate\"} 1\n"),
+        "{text}"
+    );
     let csv = exitlab(&["report", "--format", "csv", a_s, b.to_str().unwrap()]);
     assert_eq!(python_parse("csv", &stdout(&csv)), "7 rows of 21 fields");
     // Markdown: every table row has as many cells as its header.
@@ -1384,6 +1467,145 @@ fn report_formats_csv_openmetrics_and_html() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<figure class=\"cdf\"").count(), 3);
     assert!(!page.contains("<script"));
+}
+
+#[test]
+fn report_openmetrics_of_two_ab_runs_has_quantiles_an_info_metric_verdicts_and_the_gate() {
+    let dir = tempdir_named("om-ab");
+    // Two small A/B runs; bench exits 0, 4 (the gate fires) or 12 (no verdict).
+    let mut runs = Vec::new();
+    for (name, knob) in [("ab1.json", "batch=1,2"), ("ab2.json", "warmup=200,201")] {
+        let (code, out, v) = planned_run(&dir, name, &["--rounds", "5", "--ab", knob]);
+        assert!(matches!(code, Some(0 | 4 | 12)), "{code:?}: {out}");
+        runs.push((dir.join(name), code, v));
+    }
+    let names: Vec<&str> = runs.iter().map(|r| r.0.to_str().unwrap()).collect();
+    let om = exitlab(&["report", "--format", "openmetrics", names[0], names[1]]);
+    assert_eq!(om.status.code(), Some(0), "{}", stderr(&om));
+    let text = stdout(&om);
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+    assert_eq!(
+        python_parse("openmetrics", &text),
+        format!("{types} families, {samples} samples")
+    );
+    promtool_check(&text);
+    let families = metric_families(&text);
+    let family = |name: &str| -> &serde_json::Value {
+        families
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no family {name}: {text}"))
+    };
+    let samples_of = |name: &str| family(name)["samples"].as_array().unwrap().clone();
+    // The info metric: one per run, value 1, saying what the run is and whether its
+    // figures are hardware figures.
+    let info = samples_of("exitlab_run_info");
+    assert_eq!(info.len(), 2, "{text}");
+    let mut ids = Vec::new();
+    for (s, (_, _, v)) in info.iter().zip(&runs) {
+        assert_eq!(s["value"], 1.0, "{s}");
+        let l = &s["labels"];
+        for key in [
+            "version",
+            "revision",
+            "kernel",
+            "host_kind",
+            "started",
+            "ab_knob",
+        ] {
+            assert!(l[key].as_str().is_some_and(|x| !x.is_empty()), "{key}: {s}");
+        }
+        let kind = v["host"]["virtualization"]["kind"].as_str().unwrap();
+        assert_eq!(l["host_kind"], kind, "{s}");
+        let hardware = if kind == "bare_metal" { "yes" } else { "no" };
+        assert_eq!(l["hardware_figures"], hardware, "{s}");
+        assert_eq!(l["ab_knob"], v["ab"]["knob"], "{s}");
+        ids.push(l["run"].as_str().unwrap().to_string());
+    }
+    assert_ne!(ids[0], ids[1]);
+    // Percentiles as a summary's quantiles, on both sides of both runs.
+    assert_eq!(family("exitlab_exit_cycles")["type"], "summary");
+    assert_eq!(family("exitlab_exit_cycles")["unit"], "cycles");
+    let cycles = samples_of("exitlab_exit_cycles");
+    for id in &ids {
+        let mut sides = std::collections::BTreeSet::new();
+        for q in ["0.1", "0.5", "0.9", "0.99"] {
+            let hits: Vec<&serde_json::Value> = cycles
+                .iter()
+                .filter(|s| s["labels"]["run"] == id.as_str() && s["labels"]["quantile"] == q)
+                .collect();
+            assert!(!hits.is_empty(), "{id} {q}: {text}");
+            sides.extend(hits.iter().map(|s| s["labels"]["side"].to_string()));
+        }
+        assert_eq!(sides.len(), 2, "{id}: {sides:?}");
+    }
+    for name in [
+        "exitlab_exit_mean_cycles",
+        "exitlab_exit_net_median_cycles",
+        "exitlab_exit_net_median_ci95_lower_cycles",
+        "exitlab_exit_net_median_ci95_upper_cycles",
+    ] {
+        assert!(!samples_of(name).is_empty(), "{name}");
+        assert!(
+            samples_of(name)
+                .iter()
+                .all(|s| s["labels"]["quantile"].is_null()),
+            "{name}"
+        );
+    }
+    // Each test of each run has exactly one verdict, and each run's gate one outcome:
+    // the one bench exited with.
+    let verdicts = samples_of("exitlab_change_verdict");
+    let gates = samples_of("exitlab_gate");
+    for (id, (_, code, v)) in ids.iter().zip(&runs) {
+        let mine: Vec<&serde_json::Value> = verdicts
+            .iter()
+            .filter(|s| s["labels"]["run"] == id.as_str())
+            .collect();
+        let tests: std::collections::BTreeSet<String> = mine
+            .iter()
+            .map(|s| s["labels"]["test"].as_str().unwrap().to_string())
+            .collect();
+        assert!(tests.len() >= 2, "{id}: {tests:?}");
+        for t in &tests {
+            let on: Vec<&&serde_json::Value> = mine
+                .iter()
+                .filter(|s| s["labels"]["test"] == t.as_str() && s["value"] == 1.0)
+                .collect();
+            assert_eq!(on.len(), 1, "{id} {t}: {mine:?}");
+        }
+        let outcome: Vec<&str> = gates
+            .iter()
+            .filter(|s| s["labels"]["run"] == id.as_str() && s["value"] == 1.0)
+            .map(|s| s["labels"]["outcome"].as_str().unwrap())
+            .collect();
+        let want = match code {
+            Some(4) => "fires",
+            Some(12) => "no_verdict",
+            _ => "passes",
+        };
+        assert_eq!(outcome, [want], "{id} (bench exited {code:?}): {text}");
+        assert_eq!(
+            gates
+                .iter()
+                .find(|s| s["labels"]["run"] == id.as_str())
+                .unwrap()["labels"]["a"],
+            format!(
+                "{}={}",
+                v["ab"]["knob"].as_str().unwrap(),
+                v["ab"]["a"].as_str().unwrap()
+            )
+        );
+    }
+    for name in [
+        "exitlab_change_ratio",
+        "exitlab_change_ci95_lower_ratio",
+        "exitlab_change_ci95_upper_ratio",
+        "exitlab_change_min_detectable_ratio",
+    ] {
+        assert!(!samples_of(name).is_empty(), "{name}: {text}");
+    }
 }
 
 #[test]

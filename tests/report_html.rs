@@ -1,6 +1,8 @@
 //! The HTML report opened in headless Chromium: it renders, logs nothing to the console,
 //! holds the summary table, the A/B verdicts and one SVG plot per test, no legend covers
-//! a plot's data, no bar of a chart is under a pixel, and its screenshot is not blank.
+//! a plot's data, no bar of a chart is under a pixel, every table's rows line up with
+//! its header and fit the window, a host that gives no hardware figures is said on the
+//! first screen, and its screenshot is not blank.
 //! Needs Debian's `chromium` (installed by `.ci/run`) and /dev/kvm (the report is made
 //! from real runs).
 
@@ -54,7 +56,10 @@ fn console_lines(o: &Output) -> Vec<String> {
 /// rectangle in an SVG, or an element of class `legend` in the page), and the size of
 /// every filled rectangle. Appended to a copy of the page (the report itself has no
 /// script); writes `{"svgs":..,"points":..,"bars":..,"legends":..,"problems":[..]}` into
-/// `<pre id="layout-check">`, which `--dump-dom` shows.
+/// `<pre id="layout-check">`, which `--dump-dom` shows. It also checks every table: each
+/// row has as many cells as its header, each column is aligned alike in the header and
+/// the rows, and no table runs past the window; and it says where the caveat of figures
+/// that are not hardware figures is (`"caveat":{"top":..,"height":..,"text":..}`).
 const LAYOUT_CHECK: &str = r#"<script>
 (function () {
   const problems = [];
@@ -105,9 +110,36 @@ const LAYOUT_CHECK: &str = r#"<script>
       }
     });
   });
+  // Tables: every row has its header's cells, and each column is aligned alike in the
+  // header and the rows.
+  document.querySelectorAll('table').forEach((t, i) => {
+    const rows = [...t.rows];
+    const width = r => [...r.cells].reduce((n, c) => n + c.colSpan, 0);
+    const head = rows[0];
+    const name = 'table ' + (t.className || i);
+    rows.slice(1).forEach((r, k) => {
+      if (width(r) !== width(head)) {
+        problems.push(name + ': row ' + (k + 1) + ' has ' + width(r) + ' cells, its header ' + width(head));
+      }
+      [...r.cells].forEach((c, j) => {
+        const h = head.cells[j];
+        const [ha, ca] = [h, c].map(e => e && getComputedStyle(e).textAlign);
+        if (h && ha !== ca) {
+          problems.push(name + ': column ' + h.textContent + ' is aligned ' + ha + ' in its header, ' + ca + ' in row ' + (k + 1));
+        }
+      });
+    });
+    const right = t.getBoundingClientRect().right;
+    if (right > window.innerWidth) {
+      problems.push(name + ': ends at ' + right.toFixed(0) + ' px, past the window (' + window.innerWidth + ' px)');
+    }
+  });
+  // The caveat of figures that are not hardware figures: where it is, and its text.
+  const c = document.querySelector('.caveat');
+  const caveat = c ? {top: c.getBoundingClientRect().top, height: c.getBoundingClientRect().height, text: c.textContent} : null;
   const pre = document.createElement('pre');
   pre.id = 'layout-check';
-  pre.textContent = JSON.stringify({svgs: document.querySelectorAll('svg').length, points, bars, legends, problems});
+  pre.textContent = JSON.stringify({svgs: document.querySelectorAll('svg').length, points, bars, legends, caveat, problems});
   document.body.appendChild(pre);
 })();
 </script>"#;
@@ -130,7 +162,7 @@ fn layout_check(dir: &Path, page: &Path) -> serde_json::Value {
         &checked,
         &[
             "--dump-dom",
-            "--window-size=1400,2400",
+            "--window-size=1200,2400",
             "--virtual-time-budget=5000",
         ],
     );
@@ -180,12 +212,19 @@ fn html_report_renders_in_headless_chromium() {
         "--ring",
         "3",
         "--quiet",
-        "--no-overhead",
     ];
+    // The plain run with the VMM-overhead experiment, which the page must show (measured,
+    // or why not where tracefs is missing).
     let o = exitlab(
         &[
             &common[..],
-            &["--rounds", "5", "--json", plain.to_str().unwrap()],
+            &[
+                "--overhead",
+                "--rounds",
+                "5",
+                "--json",
+                plain.to_str().unwrap(),
+            ],
         ]
         .concat(),
     );
@@ -199,6 +238,7 @@ fn html_report_renders_in_headless_chromium() {
         &[
             &common[..],
             &[
+                "--no-overhead",
                 "--rounds",
                 "5",
                 "--ab",
@@ -262,6 +302,18 @@ fn html_report_renders_in_headless_chromium() {
         assert!(figure.matches("<polyline").count() >= 3, "{test}: {figure}");
     }
     assert_eq!(dom.matches("<figure class=\"cdf\"").count(), 4);
+    // What the text report prints below its table has its sections, and the page says
+    // the knobs as the text does (no "cpus=0" for "as each test needs").
+    for section in [
+        "Exit checks</h3>",
+        "VMM overhead</h3>",
+        "<nav class=\"contents\">",
+    ] {
+        assert!(dom.contains(section), "{section}: {dom}");
+    }
+    assert!(dom.contains("cpus=as each test needs"), "{dom}");
+    assert!(!dom.contains("cpus=0"), "{dom}");
+    assert!(dom.contains("<th class=\"text\">verdict</th>"), "{dom}");
     assert!(dom.contains("Phases of a userspace exit"), "{dom}");
     // Phases where the host's TSC allows them (the bench turns them off, with the reason
     // in its notes, where it does not: an emulated L1, for one); the page says which.
@@ -291,13 +343,29 @@ fn html_report_renders_in_headless_chromium() {
          <polyline fill=\"none\" stroke=\"#1F77B4\" stroke-width=\"2\" points=\"10,50 190,50\"/>\
          <rect x=\"20\" y=\"70\" width=\"0.4\" height=\"10\" fill=\"#D62728\"/>\
          <rect x=\"100\" y=\"40\" width=\"60\" height=\"20\" fill=\"none\" stroke=\"#000000\"/>\
-         </svg></figure></body></html>",
+         </svg></figure>\
+         <table class=\"planted\"><tr><th>test</th><th style=\"text-align:right\">verdict</th></tr>\
+         <tr><td>a</td><td style=\"text-align:left\">slower</td><td>extra</td></tr></table>\
+         <table class=\"wide\" style=\"width:3000px\"><tr><th>a</th></tr><tr><td>1</td></tr></table>\
+         </body></html>",
     )
     .unwrap();
     let planted = layout_check(&dir, &planted);
     let problems = planted["problems"].to_string();
     assert!(problems.contains("a legend covers data"), "{planted}");
     assert!(problems.contains("under a pixel"), "{planted}");
+    assert!(
+        problems.contains("table planted: row 1 has 3 cells, its header 2"),
+        "{planted}"
+    );
+    assert!(
+        problems.contains(
+            "table planted: column verdict is aligned right in its header, left in row 1"
+        ),
+        "{planted}"
+    );
+    assert!(problems.contains("table wide: ends at"), "{planted}");
+    assert_eq!(planted["caveat"], serde_json::Value::Null, "{planted}");
 
     // The report: no legend covers data, no bar is under a pixel; and the check saw
     // what it checks (the plots' lines, the phases' bars where measured, the legends).
@@ -308,6 +376,24 @@ fn html_report_renders_in_headless_chromium() {
     assert!(layout["legends"].as_u64().unwrap() >= 1, "{layout}");
     if measured {
         assert!(layout["bars"].as_u64().unwrap() >= 3, "{layout}");
+    }
+    // A nested or paravirtual host's figures are not hardware figures: the page says so
+    // first, on the first screen.
+    let kind = plain_json["host"]["virtualization"]["kind"]
+        .as_str()
+        .unwrap_or("");
+    if kind == "bare_metal" {
+        assert_eq!(layout["caveat"], serde_json::Value::Null, "{layout}");
+    } else {
+        let caveat = &layout["caveat"];
+        assert!(caveat["top"].as_f64().unwrap() < 300.0, "{layout}");
+        assert!(caveat["height"].as_f64().unwrap() > 10.0, "{layout}");
+        let text = caveat["text"].as_str().unwrap();
+        assert!(text.starts_with("Not hardware figures ("), "{layout}");
+        assert!(
+            text.contains("plain.json, ") && text.contains("ab.json):"),
+            "{layout}"
+        );
     }
     // Each test is named once around its plot (the plot's own caption), and the raw
     // plot says so.

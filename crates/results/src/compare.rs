@@ -859,11 +859,32 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             })
             .collect();
         out.push_str(&layout(&headers, &aligns, &rows));
-        out.push_str(&format!(
-            "verdict: slower/faster beyond ±{}% with a 95% interval excluding no change; equivalent: interval within ±{}%\n",
-            cmp.threshold_pct, cmp.threshold_pct
-        ));
+        out.push_str(&verdict_rule_line(cmp));
+        out.push('\n');
     }
+    let tail = comparison_notes(cmp, labels);
+    if !tail.is_empty() {
+        out.push('\n');
+        for line in tail {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    crate::format::wrap(&out, crate::format::MAX_LINE)
+}
+
+/// What the verdicts of a comparison mean, in one line.
+pub fn verdict_rule_line(cmp: &Comparison) -> String {
+    format!(
+        "verdict: slower/faster beyond ±{}% with a 95% interval excluding no change; equivalent: interval within ±{}%",
+        cmp.threshold_pct, cmp.threshold_pct
+    )
+}
+
+/// The lines under a comparison's table: signs, reasons without a verdict, tests not
+/// compared or on one side only, an empty loop that moved, and the gate's lines (or the
+/// screen's). `labels` names the two sides.
+pub fn comparison_notes(cmp: &Comparison, labels: [&str; 2]) -> Vec<String> {
     let mut tail = Vec::new();
     for s in &cmp.signs {
         tail.push(format!("sign: {s}"));
@@ -921,14 +942,7 @@ pub fn render_comparison(cmp: &Comparison, labels: [&str; 2]) -> String {
             "screen: one run a side cannot gate (runs differ more than one run's rounds show); use bench --runs 3 a side, or bench --ab".to_string(),
         );
     }
-    if !tail.is_empty() {
-        out.push('\n');
-        for line in tail {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    crate::format::wrap(&out, crate::format::MAX_LINE)
+    tail
 }
 
 /// For an A/B run: a line per test whose two sides' figures (each side's median of its
@@ -1415,15 +1429,15 @@ mod tests {
         let html = crate::html::render(&files);
         assert!(
             html.lines()
-                .any(|l| l.contains("<td>cpuid</td>") && l.contains(&format!("<td>{shown}</td>"))),
+                .any(|l| l.contains(">cpuid</td>") && l.contains(&format!("<td>{shown}</td>"))),
             "{html}"
         );
         let om = crate::openmetrics::render(&files);
         assert!(
-            om.lines().any(|l| l.starts_with("exitlab_exit_net_cycles{")
-                && l.contains("test=\"cpuid\"")
-                && l.contains("median")
-                && l.ends_with(" 12346.5")),
+            om.lines()
+                .any(|l| l.starts_with("exitlab_exit_net_median_cycles{")
+                    && l.contains("test=\"cpuid\"")
+                    && l.ends_with(" 12346.5")),
             "{om}"
         );
         let cmp = compare(&r, &r, THRESHOLD_PCT);

@@ -1,7 +1,14 @@
-//! One self-contained HTML report (`exitlab report FILE... -o report.html`): host and
-//! configuration, the summary table with confidence intervals, a CDF per test that
-//! overlays the files (or the two sides of an A/B run), the phases of userspace exits,
-//! and the comparison or A/B table with verdicts.
+//! One self-contained HTML report (`exitlab report FILE... -o report.html`), in the
+//! order a reader needs it: that the figures are not hardware figures (a nested or
+//! paravirtual host), the contents, each file's host and configuration (knob values as
+//! the text report says them, the run's id as OpenMetrics labels it) and VMM overhead,
+//! the A/B or comparison table with verdicts and the lines the text prints under it,
+//! then per file or side the text table's columns with each figure's 95 % interval
+//! over rounds and what the text prints below its table (tests skipped or stopped,
+//! where exits were handled, exit checks, KVM counters, signs, plan, host times), a
+//! CDF per test that overlays the files (or the two sides of an A/B run), and the
+//! phases of userspace exits. Every line shown is the text report's own, from the same
+//! functions of [`crate::report`] and [`crate::compare`], escaped.
 //!
 //! Nothing is fetched: styles are inline, the plots are inline SVG drawn by `plotters`,
 //! text uses the reader's own sans-serif font, and there is no script at all.
@@ -11,15 +18,18 @@ use std::fmt::Write as _;
 use plotters::prelude::*;
 
 use crate::compare::{self, fmt_ci_pct, fmt_mdc, Comparison};
-use crate::format::{fmt_cycles, fmt_ns, fmt_unix_utc, host_str};
-use crate::report::samples_cell;
+use crate::format::{fmt_cycles, fmt_pct_signed, fmt_unix_utc, host_str};
+use crate::report;
 use crate::results::{Results, TestResult};
+use crate::stats::units::Figure;
 use crate::stats::verdict::Verdict;
 
 /// One line in the plots and one block of tables: a file, or a side of an A/B run.
 struct Series {
     label: String,
     results: Results,
+    /// A side of an A/B run (its plan goes with the A/B table).
+    ab_side: bool,
 }
 
 const COLOURS: [RGBColor; 6] = [
@@ -47,73 +57,104 @@ fn series_of(files: &[(String, Results)]) -> Vec<Series> {
                 out.push(Series {
                     label: format!("{}={} (A)", ab.knob, ab.a),
                     results: a,
+                    ab_side: true,
                 });
                 out.push(Series {
                     label: format!("{}={} (B)", ab.knob, ab.b),
                     results: b,
+                    ab_side: true,
                 });
             }
             _ => out.push(Series {
                 label: name.clone(),
                 results: r.clone(),
+                ab_side: false,
             }),
         }
     }
     out
 }
 
+/// The page's sections as they are written: anchor and title, for its contents.
+#[derive(Default)]
+struct Page {
+    body: String,
+    contents: Vec<(String, String)>,
+}
+
+impl Page {
+    /// A section's heading, listed in the contents.
+    fn section(&mut self, id: &str, title: &str) {
+        let _ = writeln!(self.body, "<h2 id=\"{id}\">{}</h2>", esc(title));
+        self.contents.push((id.to_string(), title.to_string()));
+    }
+}
+
 /// Renders the page.
 pub fn render(files: &[(String, Results)]) -> String {
     let series = series_of(files);
-    let mut page = String::new();
-    page.push_str(HEAD);
-    let _ = writeln!(page, "<h1>exitlab report</h1>");
-    for (name, r) in files {
-        host_and_config(&mut page, name, r);
+    let mut p = Page::default();
+    for (i, (name, r)) in files.iter().enumerate() {
+        p.section(&format!("run-{}", i + 1), name);
+        host_and_config(&mut p.body, r);
+        overhead(&mut p.body, r);
     }
-    for (_, r) in files {
+    for (i, (_, r)) in files.iter().enumerate() {
         if let (Some(cmp), Some(ab)) = (
-            compare::compare_ab_run(r, compare::DEFAULT_THRESHOLD_PCT),
+            compare::compare_ab_run(r, crate::stats::model::THRESHOLD_PCT),
             &r.ab,
         ) {
+            p.section(
+                &format!("ab-{}", i + 1),
+                &format!("A/B: {} = {} vs {}", ab.knob, ab.a, ab.b),
+            );
             let _ = writeln!(
-                page,
-                "<h2>A/B: {} = {} vs {}</h2><p>{} rounds interleaved (A B, then B A, ...), each side in fresh VMs; rounds paired.</p>",
-                esc(&ab.knob),
-                esc(&ab.a),
-                esc(&ab.b),
+                p.body,
+                "<p>{} round(s), each test's two sides back to back (A B, then B A), each in a fresh VM; pairs of rounds are the units.</p>",
                 r.config.rounds
             );
             let labels = [
                 format!("{}={}", ab.knob, ab.a),
                 format!("{}={}", ab.knob, ab.b),
             ];
-            comparison_table(&mut page, &cmp, &labels);
-            // A planned design: its target, pilot, and the tests short of the target.
-            for line in crate::report::plan_lines(r) {
-                let _ = writeln!(page, "<p>{}</p>", esc(&line));
-            }
+            comparison_table(&mut p.body, &cmp, &labels);
+            // Tests whose sides' medians and change disagree, a host knob's switches,
+            // and a planned design's target, pilot, and the tests short of the target.
+            lines(
+                &mut p.body,
+                "",
+                &[
+                    compare::disagreement_lines(&cmp),
+                    crate::report::host_switch_lines(&ab.knob, &ab.host),
+                    crate::report::plan_lines(r),
+                ]
+                .concat(),
+            );
         }
     }
     if files.len() >= 2 && files.iter().all(|(_, r)| r.ab.is_none()) {
         let (first, base) = &files[0];
-        for (name, other) in &files[1..] {
-            let _ = writeln!(page, "<h2>Comparison: {} → {}</h2>", esc(first), esc(name));
-            let cmp = compare::compare(base, other, compare::DEFAULT_THRESHOLD_PCT);
-            if !cmp.warnings.is_empty() {
-                page.push_str("<ul class=\"warn\">");
-                for w in &cmp.warnings {
-                    let _ = write!(page, "<li>{}</li>", esc(w));
-                }
-                page.push_str("</ul>");
-            }
-            comparison_table(&mut page, &cmp, &["before".into(), "after".into()]);
+        for (i, (name, other)) in files.iter().enumerate().skip(1) {
+            p.section(
+                &format!("comparison-{i}"),
+                &format!("Comparison: {first} → {name}"),
+            );
+            let cmp = compare::compare(base, other, crate::stats::model::THRESHOLD_PCT);
+            lines(&mut p.body, "warn", &cmp.warnings);
+            comparison_table(&mut p.body, &cmp, &["before".into(), "after".into()]);
         }
     }
-    for s in &series {
-        summary_table(&mut page, s);
+    let mut footnotes = Footnotes::default();
+    for (i, s) in series.iter().enumerate() {
+        p.section(
+            &format!("summary-{}", i + 1),
+            &format!("Summary: {}", s.label),
+        );
+        summary_table(&mut p.body, s, &mut footnotes);
+        details(&mut p.body, s);
     }
-    page.push_str("<h2>Distributions</h2><p>CDF of the paired net cycles per iteration (sample minus the empty loop measured just before it in the same VM; raw cycles for <code>loop_overhead</code>), all rounds; the x axis spans the 5th to the 95th percentile, the tails beyond are drawn at the edges.</p>\n");
+    p.section("distributions", "Distributions");
+    p.body.push_str("<p>CDF of the paired net cycles per iteration (sample minus the empty loop measured just before it in the same VM; raw cycles for <code>loop_overhead</code>), all rounds; the x axis spans the 5th to the 95th percentile, the tails beyond are drawn at the edges.</p>\n");
     // One legend for every plot (each series has the same colour in all of them), kept
     // out of the plots so that it covers no data.
     let keys: Vec<(String, RGBColor)> = series
@@ -121,33 +162,34 @@ pub fn render(files: &[(String, Results)]) -> String {
         .enumerate()
         .map(|(i, s)| (s.label.clone(), COLOURS[i % COLOURS.len()]))
         .collect();
-    legend(&mut page, &keys);
-    page.push_str("<div class=\"plots\">");
+    legend(&mut p.body, &keys);
+    p.body.push_str("<div class=\"plots\">");
     for name in test_names(&series) {
         // The plot's own caption names the test; no second name under it.
         if let Some(svg) = cdf_svg(&name, &series) {
             let _ = writeln!(
-                page,
+                p.body,
                 "<figure class=\"cdf\" data-test=\"{}\">{svg}</figure>",
                 esc(&name)
             );
         }
     }
-    page.push_str("</div>\n");
+    p.body.push_str("</div>\n");
+    p.section("phases", "Phases of a userspace exit");
     match phases_svg(&series) {
         Some(svg) => {
             let _ = writeln!(
-                page,
-                "<h2>Phases of a userspace exit</h2><p>Median host cycles from the guest's exiting instruction to the VMM seeing the exit (exit leg), in the VMM (handling), and from re-entering KVM_RUN to the guest resuming (entry leg). The bars share a logarithmic axis, so that the VMM's short share shows beside the long legs; the table gives the figures.</p>"
+                p.body,
+                "<p>Median host cycles from the guest's exiting instruction to the VMM seeing the exit (exit leg), in the VMM (handling), and from re-entering KVM_RUN to the guest resuming (entry leg). The bars share a logarithmic axis, so that the VMM's short share shows beside the long legs; the table gives the figures.</p>"
             );
             let keys: Vec<(String, RGBColor)> = PHASE_NAMES
                 .iter()
                 .zip(COLOURS)
                 .map(|(n, c)| (n.to_string(), c))
                 .collect();
-            legend(&mut page, &keys);
+            legend(&mut p.body, &keys);
             let _ = writeln!(
-                page,
+                p.body,
                 "<div class=\"phases-wrap\"><figure class=\"phases\">{svg}</figure>{}</div>",
                 phases_table(&series)
             );
@@ -163,22 +205,71 @@ pub fn render(files: &[(String, Results)]) -> String {
                     "no test of these runs measured them (only userspace-exit tests do)".into()
                 });
             let _ = writeln!(
-                page,
-                "<h2>Phases of a userspace exit</h2><p class=\"no-phases\">Not measured: {}</p>",
+                p.body,
+                "<p class=\"no-phases\">Not measured: {}</p>",
                 esc(&why)
             );
         }
     }
+    let mut page = String::from(HEAD);
+    page.push_str("<h1>exitlab report</h1>\n");
+    caveat(&mut page, files);
+    page.push_str("<nav class=\"contents\"><b>Contents</b>");
+    for (id, title) in &p.contents {
+        let _ = write!(page, " <a href=\"#{id}\">{}</a>", esc(title));
+    }
+    page.push_str("</nav>\n");
+    page.push_str(&p.body);
     page.push_str("</body></html>\n");
     page
 }
 
-const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>exitlab report</title>\n<style>\nbody{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}\ntable{border-collapse:collapse;margin:.5em 0 1.5em}\nth,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;font-variant-numeric:tabular-nums}\nth:first-child,td:first-child{text-align:left}\nth{background:#f0f0f0}\n.slower{color:#b00;font-weight:bold}.faster{color:#070;font-weight:bold}\n.warn li{color:#a60}\ndl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dt{font-weight:bold}dd{margin:0}\n.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}\n.legend{display:flex;flex-wrap:wrap;gap:.3em 1.5em;font-size:.9em}.key{display:inline-block;width:1.6em;height:.7em;margin-right:.4em;vertical-align:middle}\n.phases-wrap{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}\n.footnote{font-size:.9em}\n</style></head><body>\n";
+const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>exitlab report</title>\n<style>\nbody{font-family:sans-serif;margin:1.5em;color:#222;max-width:1400px}\ntable{border-collapse:collapse;margin:.5em 0 1em;font-size:.92em}\nth,td{border:1px solid #ccc;padding:.15em .4em;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\ntable.summary{font-size:.84em}\nth:first-child,td:first-child,th.text,td.text{text-align:left}\nth{background:#f0f0f0;white-space:normal}\n.slower{color:#b00;font-weight:bold}.faster{color:#070;font-weight:bold}\n.warn li{color:#a60}\n.fail{color:#b00;font-weight:bold}\n.caveat{background:#fff4d6;border-left:4px solid #d90;padding:.4em .8em}\n.contents a{margin-left:.8em}\nul.lines{margin:.3em 0 1em;padding-left:1.2em}\npre{background:#f7f7f7;padding:.5em;white-space:pre-wrap}\nh3{font-size:1em;margin:1em 0 .2em}\ndl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em}dt{font-weight:bold}dd{margin:0}\n.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}\n.legend{display:flex;flex-wrap:wrap;gap:.3em 1.5em;font-size:.9em}.key{display:inline-block;width:1.6em;height:.7em;margin-right:.4em;vertical-align:middle}\n.phases-wrap{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}\n.footnote{font-size:.9em}\n</style></head><body>\n";
 
-fn host_and_config(page: &mut String, name: &str, r: &Results) {
-    let _ = writeln!(page, "<h2>{}</h2><dl>", esc(name));
-    let mut row = |k: &str, v: String| {
-        let _ = writeln!(page, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
+/// The files whose host's exit costs are not hardware figures, said before anything
+/// else in the text report's words ([`crate::format::caveat`]), once per caveat.
+fn caveat(page: &mut String, files: &[(String, Results)]) {
+    let mut hosts: Vec<(String, Vec<&str>)> = Vec::new();
+    for (name, r) in files {
+        let Some(c) = crate::format::caveat(&r.host) else {
+            continue;
+        };
+        let why = c
+            .strip_prefix("not hardware figures: ")
+            .unwrap_or(&c)
+            .to_string();
+        match hosts.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(name),
+            None => hosts.push((why, vec![name])),
+        }
+    }
+    for (why, names) in hosts {
+        let _ = writeln!(
+            page,
+            "<p class=\"caveat\"><b>Not hardware figures</b> ({}): {}</p>",
+            esc(&names.join(", ")),
+            esc(&why)
+        );
+    }
+}
+
+/// A knob's value as the text report says it (`cpus` 0: as each test needs).
+fn knob_value(name: &str, value: &str) -> String {
+    match (name, value) {
+        ("cpus", "0") => "as each test needs".to_string(),
+        _ => value.to_string(),
+    }
+}
+
+fn host_and_config(page: &mut String, r: &Results) {
+    page.push_str("<dl>\n");
+    let mut row = |k: &str, v: String, class: &str| {
+        let _ = writeln!(
+            page,
+            "<dt>{}</dt><dd class=\"{class}\">{}</dd>",
+            esc(k),
+            esc(&v)
+        );
     };
     row(
         "run",
@@ -187,24 +278,30 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
             fmt_unix_utc(r.started_at_unix),
             r.wall_seconds
         ),
+        "",
     );
-    row("exitlab", r.tool.version.clone());
+    row("run id", crate::identity::run_id(r), "");
+    row("exitlab", r.tool.version.clone(), "");
     if let Some(p) = &r.provenance {
-        row("revision", p.git_revision.clone());
-        row("command", p.command_line.join(" "));
+        row("revision", p.git_revision.clone(), "");
+        row("command", p.command_line.join(" "), "");
         if let Some(h) = &p.hostname {
-            row("host name", h.clone());
+            row("host name", h.clone(), "");
         }
     }
     for (pointer, what) in [
         ("/cpu/model_name", "CPU"),
         ("/cpu/microcode", "microcode"),
         ("/kernel/release", "kernel"),
-        ("/virtualization/summary", "virtualization"),
     ] {
         if let Some(v) = host_str(&r.host, pointer) {
-            row(what, v.to_string());
+            row(what, v.to_string(), "");
         }
+    }
+    let (kind, hardware) = crate::identity::host_kind(r);
+    if let Some(v) = host_str(&r.host, "/virtualization/summary") {
+        let class = if hardware == "no" { "caveat" } else { "" };
+        row("virtualization", format!("{v} (host kind: {kind})"), class);
     }
     let c = &r.config;
     row(
@@ -219,75 +316,217 @@ fn host_and_config(page: &mut String, name: &str, r: &Results) {
             c.tsc_khz,
             c.tsc_khz_source
         ),
+        "",
     );
+    if let Some(irq) = &c.irq {
+        let describe = irq.describe();
+        let v = describe.strip_prefix("interrupts: ").unwrap_or(&describe);
+        row("interrupts", v.to_string(), "");
+    }
     if !c.knobs.is_empty() {
         row(
             "knobs",
             c.knobs
                 .iter()
-                .map(|(k, v)| format!("{k}={v}"))
+                .map(|(k, v)| format!("{k}={}", knob_value(k, v)))
                 .collect::<Vec<_>>()
                 .join(", "),
+            "",
         );
     }
     if let Some(why) = &r.incomplete {
-        row("INCOMPLETE", why.clone());
+        row("INCOMPLETE", why.clone(), "fail");
     }
     // The virtualization row says already what a note repeating the host's summary would.
     for n in r.notes_beyond_host() {
-        row("note", n.clone());
+        row("note", n.clone(), "");
     }
     page.push_str("</dl>\n");
 }
 
-fn cell(v: f64) -> String {
-    fmt_cycles(v)
-}
-
-fn summary_table(page: &mut String, s: &Series) {
-    let _ = writeln!(
-        page,
-        "<h2>Summary: {}</h2><table class=\"summary\"><tr><th>test</th><th>observed</th><th>median</th><th>net median</th><th>95% CI (rounds)</th><th>p10</th><th>p90</th><th>p99</th><th>median ns</th><th>rounds</th><th>samples</th></tr>",
-        esc(&s.label)
-    );
-    let mut starred = false;
-    for t in &s.results.tests {
-        let handled = if t.status.is_ok() {
-            match t.handled {
-                Some(h) if !h.agrees_with(t.expected_handling) => {
-                    starred = true;
-                    format!("{}*", h.label())
-                }
-                Some(h) => h.label(),
-                None => "-".to_string(),
-            }
-        } else {
-            t.status.word().to_string()
-        };
-        let ci = crate::stats::units::central(t)
-            .and_then(|c| c.interval())
-            .map_or("-".into(), |[lo, hi]| format!("{}..{}", cell(lo), cell(hi)));
-        let (median, p10, p90, p99) = match &t.cycles {
-            Some(c) => (cell(c.median), cell(c.p10), cell(c.p90), cell(c.p99)),
-            None => Default::default(),
-        };
+/// The VMM-overhead experiment of a run (against the bare loop, and the in-process
+/// stamps), as the text report prints it.
+fn overhead(page: &mut String, r: &Results) {
+    let mut text = Vec::new();
+    if let Some(f) = &r.floor {
+        text.extend(crate::report::render_floor(f));
+    }
+    if let Some(o) = &r.vmm_overhead {
+        text.extend(crate::report::stamp_lines(o));
+    }
+    if !text.is_empty() {
         let _ = writeln!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{median}</td><td>{}</td><td>{ci}</td><td>{p10}</td><td>{p90}</td><td>{p99}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&t.name),
-            esc(&handled),
-            crate::stats::units::figure_cycles(t).map_or("-".into(), |(c, net)| if net {
-                cell(c)
-            } else {
-                format!("{} (raw)", cell(c))
-            }),
-            crate::stats::units::figure_ns(t).map_or("-".into(), |n| fmt_ns(n.0)),
-            t.rounds.len(),
-            samples_cell(t)
+            "<h3>VMM overhead</h3><pre class=\"overhead\">{}</pre>",
+            esc(&text.join("\n"))
         );
     }
+}
+
+/// A subsection of `lines` under `title` (nothing when there are none).
+fn subsection(page: &mut String, title: &str, class: &str, body: &[String]) {
+    if !body.is_empty() {
+        let _ = writeln!(page, "<h3>{}</h3>", esc(title));
+        lines(page, class, body);
+    }
+}
+
+/// `lines` as a list of class `class` (nothing when there are none).
+fn lines(page: &mut String, class: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = write!(page, "<ul class=\"lines {class}\">");
+    for l in lines {
+        let _ = write!(page, "<li>{}</li>", esc(l.trim_start()));
+    }
+    page.push_str("</ul>\n");
+}
+
+/// What the text report prints below its table, for one series, in subsections:
+/// tests skipped or stopped (with a stuck vCPU's registers and stack folded), where the
+/// exits were handled, the exit checks, the KVM counters' cross-check, the signs, the
+/// plan, and the host's view of each exit.
+fn details(page: &mut String, s: &Series) {
+    let r = &s.results;
+    let tests = &r.tests;
+    let stopped: Vec<&TestResult> = tests
+        .iter()
+        .filter(|t| t.status.reason().is_some())
+        .collect();
+    if !stopped.is_empty() {
+        let _ = writeln!(
+            page,
+            "<h3>Skipped or not completed</h3><ul class=\"lines stopped\">"
+        );
+        for t in stopped {
+            let reason = t.status.reason().unwrap_or_default();
+            let (first, rest) = reason.split_once('\n').unwrap_or((reason, ""));
+            let _ = write!(
+                page,
+                "<li>{} {}: {}",
+                esc(&t.name),
+                t.status.word(),
+                esc(first)
+            );
+            if !rest.trim().is_empty() {
+                let _ = write!(
+                    page,
+                    "<details><summary>registers and stack</summary><pre>{}</pre></details>",
+                    esc(rest.trim_end())
+                );
+            }
+            page.push_str("</li>\n");
+        }
+        page.push_str("</ul>\n");
+    }
+    subsection(
+        page,
+        "Where the exits were handled",
+        "",
+        &report::handling_lines(tests)
+            .into_iter()
+            // The text report's footnote mark: here the lines are a section of their own.
+            .map(|l| l.strip_prefix("* ").map_or(l.clone(), str::to_string))
+            .chain(report::per_vcpu_lines(tests))
+            .collect::<Vec<_>>(),
+    );
+    let checks = report::exit_check_lines(tests);
+    let failed = checks.iter().any(|l| l.contains("FAILED"));
+    subsection(
+        page,
+        "Exit checks",
+        if failed { "fail" } else { "" },
+        &checks,
+    );
+    subsection(page, "KVM counters", "", &report::kvm_counter_lines(r));
+    let signs: Vec<String> = report::round_spread_line(r)
+        .into_iter()
+        .chain(report::signs_lines(tests))
+        .collect();
+    subsection(
+        page,
+        "Signs (reported beside the figures, never set aside)",
+        "",
+        &signs,
+    );
+    if !s.ab_side {
+        subsection(page, "Plan", "", &report::plan_lines(r));
+    }
+    let host: Vec<String> = tests.iter().filter_map(report::host_time_line).collect();
+    subsection(page, "KVM_RUN and the VMM, per exit", "", &host);
+}
+
+/// The summary tables' footnotes, each under the first table that needs it.
+#[derive(Default)]
+struct Footnotes {
+    figure: bool,
+    starred: bool,
+}
+
+fn summary_table(page: &mut String, s: &Series, footnotes: &mut Footnotes) {
+    // The text report's columns, the figure's first, with its interval and its rounds
+    // beside it: test, observed, apic | net median, 95% CI, median ns, rounds | the raw
+    // statistics of all samples.
+    let text = report::TABLE_HEADERS;
+    let at = |h: &str| text.iter().position(|x| *x == h).unwrap_or(0);
+    let (net, ns) = (at("net median"), at("median ns"));
+    let order = |cells: Vec<String>, ci: String, rounds: String| -> Vec<String> {
+        let mut out: Vec<String> = cells[..3].to_vec();
+        out.extend([cells[net].clone(), ci, cells[ns].clone(), rounds]);
+        out.extend(
+            cells
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= 3 && *i != net && *i != ns)
+                .map(|(_, c)| c.clone()),
+        );
+        out
+    };
+    let headers = order(
+        text.iter().map(|h| h.to_string()).collect(),
+        "95% CI (rounds)".into(),
+        "rounds".into(),
+    );
+    page.push_str("<table class=\"summary\"><tr>");
+    for (i, h) in headers.iter().enumerate() {
+        let class = if i < 3 { " class=\"text\"" } else { "" };
+        let _ = write!(page, "<th{class}>{}</th>", esc(h));
+    }
+    page.push_str("</tr>\n");
+    let mut starred = false;
+    for t in &s.results.tests {
+        let ci = crate::stats::units::central(t)
+            .and_then(|c| c.interval())
+            .map_or("-".into(), |[lo, hi]| {
+                format!("{}..{}", fmt_cycles(lo), fmt_cycles(hi))
+            });
+        let handled = report::handled_cell(t);
+        starred |= handled.ends_with('*');
+        let mut cells = vec![t.name.clone(), handled, report::apic_cell(t)];
+        cells.extend(report::numeric_cells(t));
+        page.push_str("<tr>");
+        for (i, c) in order(cells, ci, t.rounds.len().to_string())
+            .iter()
+            .enumerate()
+        {
+            let class = if i < 3 { " class=\"text\"" } else { "" };
+            let _ = write!(page, "<td{class}>{}</td>", esc(c));
+        }
+        page.push_str("</tr>\n");
+    }
     page.push_str("</table>\n");
-    if starred {
+    if !std::mem::replace(&mut footnotes.figure, true) {
+        let _ = writeln!(
+        page,
+        "<p class=\"footnote\">{}; 95% CI (rounds): its 95% interval with rounds as units; median to sd: raw cycles per iteration over all samples, the empty loop not subtracted.</p>",
+        esc(report::FIGURE_LINE)
+    );
+    }
+    if let Some(line) = report::vmexit_line(&s.results) {
+        let _ = writeln!(page, "<p class=\"footnote\">{}</p>", esc(&line));
+    }
+    if starred && !std::mem::replace(&mut footnotes.starred, true) {
         page.push_str(
             "<p class=\"footnote\">* observed differs from where the exit is expected to be \
              handled (<code>bench --list</code>, column <i>expected</i>); <i>not observed</i>: \
@@ -298,46 +537,59 @@ fn summary_table(page: &mut String, s: &Series) {
 }
 
 fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
+    let _ = writeln!(page, "<p>{}</p>", esc(&compare::figure_line(cmp)));
+    let units = cmp
+        .tests
+        .first()
+        .map_or("rounds", |t| t.change.unit.name(2));
     let _ = writeln!(
         page,
-        "<table class=\"verdicts\"><tr><th>test</th><th>{}</th><th>{}</th><th>change</th><th>95% CI</th><th>min detectable</th><th>{}</th><th>verdict</th></tr>",
+        "<table class=\"verdicts\"><tr><th class=\"text\">test</th><th>{}</th><th>{}</th><th>change</th><th>95% CI</th><th>min detectable</th><th>{units}</th><th class=\"text\">verdict</th></tr>",
         esc(&labels[0]),
         esc(&labels[1]),
-        cmp.tests.first().map_or("rounds", |t| t.change.unit.name(2))
     );
     for t in &cmp.tests {
         let c = &t.change;
         let class = match c.verdict {
-            Verdict::Slower => "slower",
-            Verdict::Faster => "faster",
+            Verdict::Slower => " slower",
+            Verdict::Faster => " faster",
             _ => "",
         };
-        let verdict = match &c.verdict {
-            Verdict::NoVerdict(why) => format!("no verdict: {why}"),
-            v => v.as_str().to_string(),
+        let name = if t.figure == Figure::Raw {
+            format!("{} (raw)", t.name)
+        } else {
+            t.name.clone()
+        };
+        let units = if c.units[0] == c.units[1] {
+            c.units[0].to_string()
+        } else {
+            format!("{}/{}", c.units[0], c.units[1])
         };
         let _ = writeln!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
-            esc(&t.name),
-            cell(c.figures[0]),
-            cell(c.figures[1]),
-            c.pct.map_or("-".into(), |p| format!("{p:+.1}%")),
+            "<tr><td class=\"text\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{units}</td><td class=\"text{class}\">{}</td></tr>",
+            esc(&name),
+            fmt_cycles(c.figures[0]),
+            fmt_cycles(c.figures[1]),
+            c.pct.map_or("-".into(), fmt_pct_signed),
             esc(&fmt_ci_pct(c.ci95_pct)),
             esc(&fmt_mdc(c.min_detectable_pct)),
-            c.units[0].min(c.units[1]),
-            esc(&verdict)
+            c.verdict.as_str()
         );
     }
-    let _ = writeln!(page, "</table><p>{}</p>", esc(&compare::figure_line(cmp)));
-    for line in cmp.signs.iter().map(|s| format!("sign: {s}")).chain(
-        cmp.design
-            .gates()
-            .then(|| compare::gate_lines(cmp, &cmp.gate(None)))
-            .unwrap_or_default(),
-    ) {
-        let _ = writeln!(page, "<p>{}</p>", esc(&line));
+    page.push_str("</table>\n");
+    if !cmp.tests.is_empty() {
+        let _ = writeln!(
+            page,
+            "<p class=\"footnote\">{}</p>",
+            esc(&compare::verdict_rule_line(cmp))
+        );
     }
+    lines(
+        page,
+        "notes",
+        &compare::comparison_notes(cmp, [labels[0].as_str(), labels[1].as_str()]),
+    );
 }
 
 /// Test names in first-seen order over all series.
@@ -611,7 +863,7 @@ mod tests {
         // inl_from_qemu: net 5,040 cycles at 3 GHz.
         let page = render(&[("a.json".into(), r.clone())]);
         assert!(page.contains("<td>1,680</td>"), "{page}");
-        assert!(!page.contains("class=\"footnote\""), "{page}");
+        assert!(!page.contains("* observed differs"), "{page}");
         let t = r
             .tests
             .iter_mut()
@@ -619,7 +871,10 @@ mod tests {
             .unwrap();
         t.handled = Some(crate::results::Handling::NotObserved);
         let page = render(&[("a.json".into(), r)]);
-        assert!(page.contains("<td>not observed*</td>"), "{page}");
+        assert!(
+            page.contains("<td class=\"text\">not observed*</td>"),
+            "{page}"
+        );
         assert!(
             page.contains("<p class=\"footnote\">* observed differs from where the exit"),
             "{page}"
@@ -630,10 +885,19 @@ mod tests {
     fn a_note_that_repeats_the_virtualization_row_is_shown_once() {
         let mut r = sample_results();
         let summary = "nested, paravirtual: exit costs are not hardware figures";
-        r.host = serde_json::json!({ "virtualization": { "summary": summary } });
+        r.host = serde_json::json!({ "virtualization": { "summary": summary, "kind": "nested" } });
         r.notes = vec![summary.to_string(), "another note".to_string()];
         let page = render(&[("a.json".into(), r)]);
+        // Once in the host's rows, never as a note; the caveat is in the text's words.
         assert_eq!(page.matches(summary).count(), 1, "{page}");
+        assert!(
+            page.contains("<b>Not hardware figures</b> (a.json): this host is a VM"),
+            "{page}"
+        );
+        assert!(
+            !page.contains(&format!("<dt>note</dt><dd class=\"\">{summary}")),
+            "{page}"
+        );
         assert!(page.contains("another note"), "{page}");
     }
 
@@ -654,22 +918,200 @@ mod tests {
 
     #[test]
     fn ab_page_has_verdicts_and_both_sides() {
-        let mut r = sample_results();
-        let mut b = r.tests.clone();
-        for rf in &mut b[1].rounds {
-            rf.net_median = rf.net_median.map(|n| n * 1.5);
-        }
-        r.ab = Some(crate::results::AbRun {
-            knob: "ring".into(),
-            a: "0".into(),
-            b: "3".into(),
-            b_tests: b,
-            order: Vec::new(),
-            host: Vec::new(),
-        });
+        let r = crate::openmetrics::tests::ab_run(1.5);
         let page = render(&[("ab.json".into(), r)]);
         assert!(page.contains("A/B: ring = 0 vs 3"));
-        assert!(page.contains("<td class=\"slower\">slower</td>"), "{page}");
+        assert!(
+            page.contains("<td class=\"text slower\">slower</td>"),
+            "{page}"
+        );
         assert!(page.contains("ring=0 (A)") && page.contains("ring=3 (B)"));
+    }
+
+    /// The page's rows of the table of class `class`, each as its cells' (tag, class,
+    /// text): `th` or `td`.
+    fn rows<'a>(page: &'a str, class: &str) -> Vec<Vec<(&'a str, &'a str, &'a str)>> {
+        let start = page
+            .find(&format!("<table class=\"{class}\">"))
+            .unwrap_or_else(|| panic!("no {class} table: {page}"));
+        let table = &page[start..start + page[start..].find("</table>").unwrap()];
+        table
+            .split("<tr>")
+            .skip(1)
+            .map(|row| {
+                row.split("</t")
+                    .filter_map(|c| {
+                        let at = c.rfind("<t")?;
+                        let (open, text) = c[at..].split_once('>')?;
+                        let tag = &open[1..3];
+                        let class = open
+                            .split_once("class=\"")
+                            .map_or("", |(_, rest)| rest.split('"').next().unwrap_or(""));
+                        Some((tag, class, text))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_host_whose_figures_are_not_hardware_figures_is_said_at_the_top() {
+        let mut r = sample_results();
+        let summary = "KVM here is paravirtual (kvm_pvm): exit costs are not hardware figures";
+        r.host = serde_json::json!({
+            "virtualization": { "kind": "nested_paravirtual", "summary": summary }
+        });
+        let page = render(&[("a.json".into(), r.clone()), ("b.json".into(), r.clone())]);
+        let caveat = page
+            .find("<p class=\"caveat\"><b>Not hardware figures</b> (a.json, b.json): ")
+            .unwrap_or_else(|| panic!("{page}"));
+        // Before anything else on the page, once for both files.
+        assert!(caveat < page.find("<nav").unwrap(), "{page}");
+        assert_eq!(page.matches("<p class=\"caveat\">").count(), 1, "{page}");
+        assert!(page.contains("(host kind: nested_paravirtual)"), "{page}");
+        r.host = serde_json::json!({
+            "virtualization": { "kind": "bare_metal", "summary": "bare metal: VT-x" }
+        });
+        let page = render(&[("a.json".into(), r)]);
+        assert!(!page.contains("Not hardware figures"), "{page}");
+    }
+
+    #[test]
+    fn knobs_read_as_the_text_report_says_them_and_the_run_has_its_id() {
+        let mut r = sample_results();
+        r.config.knobs.insert("cpus".into(), "0".into());
+        r.config.knobs.insert("apic".into(), "xapic".into());
+        let page = render(&[("a.json".into(), r.clone())]);
+        assert!(page.contains("cpus=as each test needs"), "{page}");
+        assert!(!page.contains("cpus=0"), "{page}");
+        assert!(
+            page.contains(&format!(
+                "<dt>run id</dt><dd class=\"\">{}</dd>",
+                crate::identity::run_id(&r)
+            )),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn the_comparison_table_lines_up_and_says_what_the_text_says_under_it() {
+        let a = sample_results();
+        let mut b = sample_results();
+        for t in &mut b.tests {
+            for rf in &mut t.rounds {
+                rf.net_median = rf.net_median.map(|n| n * 1.5);
+                rf.median *= 1.5;
+            }
+        }
+        let page = render(&[("a.json".into(), a.clone()), ("b.json".into(), b.clone())]);
+        let rows = rows(&page, "verdicts");
+        let header = &rows[0];
+        assert_eq!(header.len(), 8, "{rows:?}");
+        assert!(header.iter().all(|c| c.0 == "th"), "{rows:?}");
+        for row in &rows[1..] {
+            assert_eq!(row.len(), header.len(), "{row:?}");
+            // Text columns (the test, the verdict) left, the figures right, in the header
+            // as in every row.
+            for (h, c) in header.iter().zip(row) {
+                assert_eq!(h.1, c.1.split(' ').next().unwrap_or(""), "{h:?} {c:?}");
+            }
+        }
+        assert_eq!(header[7], ("th", "text", "verdict"));
+        assert_eq!(header[6].2, "rounds");
+        // The empty loop's figure is raw, and the row says so, as the text's does.
+        assert!(
+            rows.iter().any(|r| r[0].2 == "loop_overhead (raw)"),
+            "{rows:?}"
+        );
+        let cmp = compare::compare(&a, &b, crate::stats::model::THRESHOLD_PCT);
+        for line in compare::comparison_notes(&cmp, ["before", "after"])
+            .into_iter()
+            .chain([compare::verdict_rule_line(&cmp), compare::figure_line(&cmp)])
+        {
+            assert!(page.contains(&esc(&line)), "{line}: {page}");
+        }
+        assert!(
+            page.contains("screen: one run a side cannot gate"),
+            "{page}"
+        );
+        assert!(page.contains("slower in this screen: "), "{page}");
+    }
+
+    #[test]
+    fn what_the_text_report_prints_below_its_table_has_a_section_on_the_page() {
+        let mut r = sample_results();
+        let dnc = r.tests.iter_mut().find(|t| t.name == "ipi").unwrap();
+        dnc.status = crate::results::TestStatus::DidNotComplete {
+            reason: "no progress for 3.0 s\nvCPU registers when stopped:\nrip=0x100883 <b>".into(),
+        };
+        let cpuid = r.tests.iter_mut().find(|t| t.name == "cpuid").unwrap();
+        cpuid.exit_check = Some(crate::results::ExitCheck {
+            expected_user_exits: 0,
+            observed_user_exits: 7,
+            passed: false,
+            detail: "kernel-handled".into(),
+            observed: Some(true),
+        });
+        cpuid.kvm_counters = Some(crate::results::KvmCounters {
+            deltas: Default::default(),
+            checks: vec![crate::results::CounterCheck {
+                counter: "io_exits".into(),
+                kvm: 3,
+                exitlab: 7,
+                verdict: crate::results::CounterVerdict::Mismatch,
+            }],
+        });
+        // A round far out: a sign.
+        cpuid.rounds[0].net_median = Some(90_000.0);
+        r.plan = Some(crate::results::Plan {
+            target_pct: 1.0,
+            by_default: false,
+            budget_seconds: 60.0,
+            pilot_units: 10,
+            seconds: 12.0,
+            tests: Vec::new(),
+        });
+        r.floor = Some(crate::results::FloorView::NotMeasured {
+            reason: "tracefs is not mounted".into(),
+        });
+        let page = render(&[("a.json".into(), r.clone())]);
+        let mut want: Vec<String> = [
+            report::exit_check_lines(&r.tests),
+            report::kvm_counter_lines(&r),
+            report::signs_lines(&r.tests),
+            report::plan_lines(&r),
+            report::render_floor(r.floor.as_ref().unwrap()),
+        ]
+        .concat();
+        want.push("ipi did-not-complete: no progress for 3.0 s".into());
+        want.push("vmcall skipped: vmcall never completes on this host".into());
+        for line in want {
+            assert!(page.contains(&esc(line.trim_start())), "{line}: {page}");
+        }
+        for section in [
+            "Skipped or not completed",
+            "Exit checks",
+            "KVM counters",
+            "Signs (reported beside the figures, never set aside)",
+            "Plan",
+            "VMM overhead",
+        ] {
+            assert!(
+                page.contains(&format!(">{section}</h3>")),
+                "{section}: {page}"
+            );
+        }
+        // A stuck vCPU's registers, escaped, folded under its test.
+        assert!(
+            page.contains("<details><summary>registers and stack</summary><pre>vCPU registers when stopped:\nrip=0x100883 &lt;b&gt;</pre></details>"),
+            "{page}"
+        );
+        assert!(page.contains("<ul class=\"lines fail\">"), "{page}");
+        // Every section is in the page's contents.
+        let nav = &page[page.find("<nav").unwrap()..page.find("</nav>").unwrap()];
+        for id in ["run-1", "summary-1", "distributions", "phases"] {
+            assert!(nav.contains(&format!("href=\"#{id}\"")), "{nav}");
+            assert!(page.contains(&format!(" id=\"{id}\"")), "{id}");
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod figures;
 pub mod format;
 pub mod host_report;
 pub mod html;
+pub mod identity;
 pub mod irq;
 pub mod openmetrics;
 pub mod packed;

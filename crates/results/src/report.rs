@@ -13,7 +13,7 @@ use crate::stats::describe::Summary;
 
 /// The "observed" cell: where the exit was observed to be handled (with `*` when it differs
 /// from the expected one), or the status word for tests that are not ok.
-fn handled_cell(t: &TestResult) -> String {
+pub(crate) fn handled_cell(t: &TestResult) -> String {
     match &t.status {
         TestStatus::Ok => match t.handled {
             Some(h) if !h.agrees_with(t.expected_handling) => format!("{}*", h.label()),
@@ -112,7 +112,7 @@ fn phase_shares(t: &TestResult) -> Option<(Vec<PhaseShare>, f64)> {
 
 /// How the rounds of each test agreed: the spread (max / min − 1) of the rounds'
 /// medians, as its median over the tests and its worst test.
-fn round_spread_line(results: &Results) -> Option<String> {
+pub(crate) fn round_spread_line(results: &Results) -> Option<String> {
     let mut spreads: Vec<(f64, &str)> = results
         .tests
         .iter()
@@ -140,7 +140,7 @@ fn round_spread_line(results: &Results) -> Option<String> {
 /// one line per mismatch, and one line per counter the host did not count, naming each
 /// test and what exitlab saw. Counters that agree or only add the kernel's exits are
 /// not listed.
-fn kvm_counter_lines(results: &Results) -> Vec<String> {
+pub(crate) fn kvm_counter_lines(results: &Results) -> Vec<String> {
     let checked: Vec<(&TestResult, &KvmCounters)> = results
         .tests
         .iter()
@@ -402,7 +402,7 @@ fn detail_lines(results: &Results) -> Vec<String> {
 
 /// Completed tests handled elsewhere than expected, one line each, and one line for
 /// those whose handling was not observed at all.
-fn handling_lines(tests: &[TestResult]) -> Vec<String> {
+pub(crate) fn handling_lines(tests: &[TestResult]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut not_observed = Vec::new();
     for t in tests {
@@ -454,7 +454,7 @@ fn phase_line(t: &TestResult) -> Option<String> {
 }
 
 /// A test's KVM_RUN and VMM userspace medians, if it has either.
-fn host_time_line(t: &TestResult) -> Option<String> {
+pub(crate) fn host_time_line(t: &TestResult) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(s) = &t.kvm_run_cycles {
         parts.push(format!(
@@ -566,7 +566,7 @@ pub fn render_floor(f: &crate::results::FloorView) -> Vec<String> {
 
 /// The in-process stamps of the overhead experiment, a diagnostic: full and bare and
 /// their difference, never a ratio.
-fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
+pub(crate) fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
     let bus = match o.bus_devices {
         Some(n) => {
             format!(", on the PC platform's bus ({n} devices, the measured port claimed by one)")
@@ -607,7 +607,7 @@ fn stamp_lines(o: &crate::results::Overhead) -> Vec<String> {
 /// it) and those that could not be: a test whose check passed without seeing where its
 /// exits went ([`ExitCheck::was_observed`]: no userspace exit was expected, and KVM's
 /// counters counted none) is not counted as checked.
-fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
+pub(crate) fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
     let with: Vec<(&TestResult, &ExitCheck)> = tests
         .iter()
         .filter_map(|t| Some((t, t.exit_check.as_ref()?)))
@@ -714,7 +714,7 @@ fn fmt_ratio(r: f64) -> String {
 }
 
 /// The APIC mode of a test's VM, with its vCPU count when it had more than one.
-fn apic_cell(t: &TestResult) -> String {
+pub(crate) fn apic_cell(t: &TestResult) -> String {
     match &t.irq {
         Some(i) if i.cpus > 1 => format!("{} x{}", i.apic.name(), i.cpus),
         Some(i) => i.apic.name().to_string(),
@@ -724,7 +724,7 @@ fn apic_cell(t: &TestResult) -> String {
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
 /// "test", "observed" and "apic".
-fn numeric_cells(t: &TestResult) -> Vec<String> {
+pub(crate) fn numeric_cells(t: &TestResult) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
     vec![
@@ -740,7 +740,7 @@ fn numeric_cells(t: &TestResult) -> Vec<String> {
     ]
 }
 
-const TABLE_HEADERS: [&str; 12] = [
+pub(crate) const TABLE_HEADERS: [&str; 12] = [
     "test",
     "observed",
     "apic",
@@ -1178,7 +1178,7 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
 }
 
 /// Report lines: the exits of each vCPU of every test that ran on more than one.
-fn per_vcpu_lines(tests: &[TestResult]) -> Vec<String> {
+pub(crate) fn per_vcpu_lines(tests: &[TestResult]) -> Vec<String> {
     let mut out = Vec::new();
     for t in tests {
         let Some(irq) = &t.irq else { continue };
