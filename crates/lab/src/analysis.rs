@@ -753,7 +753,6 @@ mod tests {
     fn handling_is_only_what_was_observed() {
         let base = Baseline {
             loop_kvm_exits_per_iter: Some(0.2),
-            ..Baseline::default()
         };
         // 35 iterations (10 warm-up + 25), 35 io_in exits + 1 doorbell.
         let user = user_round(25, 0, 1, 1, 1);
