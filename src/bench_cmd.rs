@@ -447,7 +447,7 @@ fn runs_in_dir(
         Err(_) => return Ok(Vec::new()),
     };
     paths.sort();
-    let now = exitlab_results::compare::host_build_ids(host);
+    let now = exitlab_results::differences::host_build_ids(host);
     let mut out = Vec::new();
     for p in paths {
         let r = exitlab_results::results::read(&p).map_err(|e| {
@@ -463,7 +463,7 @@ fn runs_in_dir(
                 p.display()
             ));
         }
-        let then = exitlab_results::compare::host_build_ids(&r.host);
+        let then = exitlab_results::differences::host_build_ids(&r.host);
         let differs: Vec<String> = now
             .iter()
             .filter_map(|(name, id)| match then.get(name) {

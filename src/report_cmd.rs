@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use exitlab_results::results::Results;
-use exitlab_results::{compare, html, openmetrics, report, results};
+use exitlab_results::{
+    compare, comparison_report, differences, html, openmetrics, report, results,
+};
 
 use crate::status::{usage_error, EXIT_CANT_WRITE, EXIT_NO_VERDICT, EXIT_REGRESSION};
 
@@ -213,7 +215,7 @@ pub fn gate_status(cmp: &compare::Comparison, args: &GateArgs) -> (Vec<String>, 
     let g = cmp.gate(only);
     if only.is_some() {
         lines.push(format!("--gate {}:", args.only.join(",")));
-        lines.extend(compare::gate_lines(cmp, &g));
+        lines.extend(comparison_report::gate_lines(cmp, &g));
     }
     let code = if g.fires() {
         EXIT_REGRESSION
@@ -272,10 +274,13 @@ pub fn compare_cmd(
     } else {
         compare::compare(&b[0].1, &a[0].1, threshold)
     };
-    compare::declare_changed(&mut cmp, &b[0].1, &a[0].1, changed);
+    differences::declare_changed(&mut cmp.warnings, &b[0].1, &a[0].1, changed);
     print!(
         "{}",
-        sanitize(&compare::render_comparison(&cmp, ["before", "after"]))
+        sanitize(&comparison_report::render_comparison(
+            &cmp,
+            ["before", "after"]
+        ))
     );
     let (lines, code) = gate_status(&cmp, gate);
     for line in lines {
@@ -396,7 +401,10 @@ pub fn report_cmd(a: ReportArgs) -> i32 {
                         report::md_cell(first),
                         report::md_cell(name)
                     ));
-                    s.push_str(&compare::render_comparison_md(&cmp, ["before", "after"]));
+                    s.push_str(&comparison_report::render_comparison_md(
+                        &cmp,
+                        ["before", "after"],
+                    ));
                 }
             }
             s

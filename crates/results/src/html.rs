@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use crate::compare::{self, fmt_ci_pct, fmt_mdc, Comparison};
+use crate::compare::{self, Comparison};
+use crate::comparison_report::{self, fmt_ci_pct, fmt_mdc};
 use crate::format::{fmt_cycles, fmt_pct_signed, fmt_unix_utc, host_str};
 use crate::report;
 use crate::results::{Results, TestResult};
@@ -124,7 +125,7 @@ pub fn render(files: &[(String, Results)]) -> String {
                 &mut p.body,
                 "",
                 &[
-                    compare::disagreement_lines(&cmp),
+                    comparison_report::disagreement_lines(&cmp),
                     crate::report::host_switch_lines(&ab.knob, &ab.host),
                     crate::report::plan_lines(r),
                 ]
@@ -537,7 +538,7 @@ fn summary_table(page: &mut String, s: &Series, footnotes: &mut Footnotes) {
 }
 
 fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
-    let _ = writeln!(page, "<p>{}</p>", esc(&compare::figure_line(cmp)));
+    let _ = writeln!(page, "<p>{}</p>", esc(&comparison_report::figure_line(cmp)));
     let units = cmp
         .tests
         .first()
@@ -582,13 +583,13 @@ fn comparison_table(page: &mut String, cmp: &Comparison, labels: &[String; 2]) {
         let _ = writeln!(
             page,
             "<p class=\"footnote\">{}</p>",
-            esc(&compare::verdict_rule_line(cmp))
+            esc(&comparison_report::verdict_rule_line(cmp))
         );
     }
     lines(
         page,
         "notes",
-        &compare::comparison_notes(cmp, [labels[0].as_str(), labels[1].as_str()]),
+        &comparison_report::comparison_notes(cmp, [labels[0].as_str(), labels[1].as_str()]),
     );
 }
 
@@ -1024,9 +1025,12 @@ mod tests {
             "{rows:?}"
         );
         let cmp = compare::compare(&a, &b, crate::stats::model::THRESHOLD_PCT);
-        for line in compare::comparison_notes(&cmp, ["before", "after"])
+        for line in comparison_report::comparison_notes(&cmp, ["before", "after"])
             .into_iter()
-            .chain([compare::verdict_rule_line(&cmp), compare::figure_line(&cmp)])
+            .chain([
+                comparison_report::verdict_rule_line(&cmp),
+                comparison_report::figure_line(&cmp),
+            ])
         {
             assert!(page.contains(&esc(&line)), "{line}: {page}");
         }

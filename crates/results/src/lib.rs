@@ -6,6 +6,8 @@
 #![deny(missing_docs)]
 
 pub mod compare;
+pub mod comparison_report;
+pub mod differences;
 pub mod figures;
 pub mod format;
 pub mod host_report;

@@ -385,7 +385,7 @@ fn run_series(x: &mut Exposition, run: &str, r: &Results) {
         "started".into(),
         crate::format::fmt_unix_utc(r.started_at_unix),
     ));
-    for (object, id) in compare::build_ids(r) {
+    for (object, id) in crate::differences::build_ids(r) {
         info.push((label_name("build_id_", &object), id));
     }
     for (knob, value) in &r.config.knobs {

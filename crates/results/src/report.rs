@@ -860,7 +860,7 @@ pub fn render_ab_markdown(results: &Results) -> Option<String> {
         md_cell(&ab.b),
         results.config.rounds
     );
-    out.push_str(&crate::compare::render_comparison_md(
+    out.push_str(&crate::comparison_report::render_comparison_md(
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
     ));
@@ -937,11 +937,11 @@ pub fn render_ab(results: &Results) -> Option<String> {
         ab.knob, ab.a, ab.b, results.config.rounds
     );
     // The comparison's lines open with the host's caveat.
-    out.push_str(&crate::compare::render_comparison(
+    out.push_str(&crate::comparison_report::render_comparison(
         &cmp,
         [labels[0].as_str(), labels[1].as_str()],
     ));
-    for line in crate::compare::disagreement_lines(&cmp) {
+    for line in crate::comparison_report::disagreement_lines(&cmp) {
         out.push_str(&line);
         out.push('\n');
     }
@@ -1081,7 +1081,7 @@ pub fn render_seed(results: &Results) -> Option<String> {
             "{}: change B vs A {} (95% CI {}), {} pairs: {}",
             t.name,
             c.pct.map_or("-".into(), crate::format::fmt_pct_signed),
-            crate::compare::fmt_ci_pct(c.ci95_pct),
+            crate::comparison_report::fmt_ci_pct(c.ci95_pct),
             c.units[0],
             match c.verdict.reason() {
                 Some(why) => format!("no verdict ({why})"),
