@@ -77,6 +77,13 @@ PY
 # Seconds since $1 (from `date +%s%N`), one decimal.
 since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 USER_TESTS=inl_from_user,outl_to_user,mmio_read_user,mmio_write_user,rdmsr_user,wrmsr_user,hlt
+# The default suite's tests, named: without --tests an A/B run takes only the tests its
+# knob can affect, and the known-answer runs must also show that the others do not move.
+suite_tests() {
+    local f=$out/probe-suite.json
+    [ -f "$f" ] || run "$EXITLAB" bench --rounds 1 --no-overhead --quiet --json "$f"
+    python3 -c 'import json, sys; print(",".join(t["name"] for t in json.load(open(sys.argv[1]))["tests"]))' "$f"
+}
 
 for part in "${parts[@]}"; do
     case $part in
@@ -93,7 +100,7 @@ for part in "${parts[@]}"; do
         n=$(known_cycles inl_from_user 0)
         d=$out/ab-known-$n; mkdir -p "$d"
         for i in $(seq "$KNOWN_RUNS"); do
-            run "$EXITLAB" bench --ab "inject-cycles=0,$n" "${AB_BUDGET[@]}" --quiet --json "$d/$i.json"
+            run "$EXITLAB" bench --tests "$(suite_tests)" --ab "inject-cycles=0,$n" "${AB_BUDGET[@]}" --quiet --json "$d/$i.json"
         done
         echo "ab-known (N=$n cycles): $(tally ab --truth-cycles "$n" --tests "$USER_TESTS" "$d"/*.json)" >>"$summary"
         ;;
