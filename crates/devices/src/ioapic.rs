@@ -108,13 +108,18 @@ pub trait MsiSink: Send + Sync {
     fn routes_changed(&self, routes: &[MsiMessage; IOAPIC_PINS]);
 }
 
-/// Register accesses the guest made, by kind.
+/// Register accesses the guest made, by kind, and the interrupt messages the I/O APIC
+/// sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoapicAccesses {
     /// MMIO reads of any I/O APIC register.
     pub reads: u64,
     /// MMIO writes of any I/O APIC register.
     pub writes: u64,
+    /// Interrupt messages handed to KVM and accepted (edges, and level deliveries
+    /// including each one again after an EOI): what the guest can have been sent from
+    /// here, whatever the host's local APIC then did with them.
+    pub delivered: u64,
 }
 
 impl IoapicAccesses {
@@ -172,11 +177,12 @@ impl Ioapic {
         }
     }
 
-    /// The guest's register accesses so far.
+    /// The guest's register accesses so far, and the messages delivered.
     pub fn accesses(&self) -> IoapicAccesses {
         IoapicAccesses {
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
         }
     }
 
@@ -551,7 +557,8 @@ mod tests {
             io.accesses(),
             IoapicAccesses {
                 reads: 1,
-                writes: 1 + 4
+                writes: 1 + 4,
+                delivered: 0
             },
             "a register read is an IOREGSEL write and an IOWIN read"
         );
