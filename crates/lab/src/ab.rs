@@ -262,6 +262,7 @@ fn plan_pairs(
             unit_seconds: cost(&a) + cost(&b),
         });
     }
+    plan::on_the_wall(&mut pilots, &mut loop_seconds, pilot, elapsed.as_secs_f64());
     let left = target.budget.saturating_sub(elapsed).as_secs_f64();
     plan::plan(&pilots, pilot, target.target_pct, loop_seconds, left)
 }

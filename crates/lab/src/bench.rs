@@ -309,13 +309,12 @@ fn collect(
         let mut one = |i: usize, progress: &mut dyn FnMut(Progress<'_>)| {
             one_round(kvm, image, tests[i], opts, share, teardown, progress)
         };
-        let left = p.budget.saturating_sub(started.elapsed());
         let (plan, stopped) = planned_rounds(
             tests,
             &mut per_test,
             pilot as usize,
             p,
-            left,
+            started.elapsed(),
             opts.cancel.as_deref(),
             progress,
             &mut one,
@@ -602,14 +601,15 @@ type RoundRunner<'a> =
 /// ([`plan::plan`]) and its rounds: round `k` runs each test the plan gave more than `k`
 /// rounds, until every test has its count. Tests that did not complete a round are not
 /// run again. Returns the plan (its `seconds` left for the caller) and the round after
-/// the pilot (1-based) during which the user interrupted the run, if they did.
+/// the pilot (1-based) during which the user interrupted the run, if they did. `elapsed`
+/// is the run's wall time so far, the pilot's included: the budget is the whole run's.
 #[allow(clippy::too_many_arguments)]
 fn planned_rounds(
     tests: &[&'static TestDef],
     per_test: &mut [Vec<Stored>],
     pilot: usize,
     target: Precision,
-    budget_left: Duration,
+    elapsed: Duration,
     cancel: Option<&AtomicBool>,
     progress: &mut dyn FnMut(Progress<'_>),
     one: &mut RoundRunner<'_>,
@@ -631,12 +631,20 @@ fn planned_rounds(
             }
         })
         .collect();
+    let mut pilots = pilots;
+    let mut round_seconds = 0.0;
+    plan::on_the_wall(
+        &mut pilots,
+        &mut round_seconds,
+        pilot,
+        elapsed.as_secs_f64(),
+    );
     let planned = plan::plan(
         &pilots,
         pilot,
         target.target_pct,
-        0.0,
-        budget_left.as_secs_f64(),
+        round_seconds,
+        target.budget.saturating_sub(elapsed).as_secs_f64(),
     );
     let completed = |done: &[Stored]| done.iter().all(Stored::completed);
     let total = planned.iter().map(|p| p.units).max().unwrap_or(pilot);
@@ -979,7 +987,7 @@ mod tests {
             &mut per_test,
             10,
             target,
-            Duration::from_secs(budget),
+            Duration::ZERO,
             None,
             &mut progress,
             &mut one,

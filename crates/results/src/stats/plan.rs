@@ -73,6 +73,29 @@ pub fn runs_for(e: &Estimate, target_pct: f64) -> usize {
     m.min(1e6) as usize
 }
 
+/// The pilot's costs as the wall clock saw them: each test's unit cost and the round's
+/// own cost (`round_seconds`) scaled by the pilot's wall time over what its `pilot_units`
+/// units' own times add up to, never below 1, so that what the units do not time (VM
+/// creation and teardown, the harness between rounds) is in the plan's budget too.
+pub fn on_the_wall(
+    pilots: &mut [Pilot],
+    round_seconds: &mut f64,
+    pilot_units: usize,
+    wall_seconds: f64,
+) {
+    let timed = pilot_units as f64
+        * (*round_seconds + pilots.iter().map(|p| p.unit_seconds.max(0.0)).sum::<f64>());
+    let scale = if timed > 0.0 && wall_seconds.is_finite() {
+        (wall_seconds / timed).max(1.0)
+    } else {
+        1.0
+    };
+    for p in pilots.iter_mut() {
+        p.unit_seconds *= scale;
+    }
+    *round_seconds *= scale;
+}
+
 /// The units each of `pilots` gets: what its target needs ([`units_for`]), at least
 /// [`MIN_PLANNED_UNITS`], and, where that does not fit in `budget_seconds`, as many as
 /// fit when every test is held to one common ceiling (those that need fewer keep their
@@ -192,6 +215,21 @@ mod tests {
             ..e
         };
         assert_eq!(runs_for(&e2, 1.2), m);
+    }
+
+    #[test]
+    fn the_wall_clock_scales_what_the_units_timed() {
+        // Ten pilot units of two tests timed 0.1 s and 0.3 s each, rounds 0.1 s: 5 s
+        // timed; the pilot took 10 s on the wall, so every cost doubles.
+        let mut pilots = [pilot("a", 1.0, 10, 0.1), pilot("b", 1.0, 10, 0.3)];
+        let mut round = 0.1;
+        on_the_wall(&mut pilots, &mut round, 10, 10.0);
+        assert!((pilots[0].unit_seconds - 0.2).abs() < 1e-9);
+        assert!((pilots[1].unit_seconds - 0.6).abs() < 1e-9);
+        assert!((round - 0.2).abs() < 1e-9);
+        // A wall quicker than the units' own times (a clock step) changes nothing.
+        on_the_wall(&mut pilots, &mut round, 10, 1.0);
+        assert!((pilots[0].unit_seconds - 0.2).abs() < 1e-9);
     }
 
     #[test]
