@@ -10,6 +10,8 @@
 # PART: ab-aa ab-known kernel-known runs screen doctored wall (default: all of them).
 # --load: a CPU hog (a shell spin loop) on the last CPU for the whole campaign.
 # --small: a few of each, for CI (it checks the suite runs end to end, not the rates).
+# AB_RUNS, KNOWN_RUNS, RUN_SETS, WALL_RUNS in the environment override the sizes.
+# Every part checks that its tally compared as many pairs as it ran (exit 1 if not).
 # Every command it runs and every tally line go to OUTDIR/log.txt; OUTDIR/summary.md
 # gets one line per part.
 set -euo pipefail
@@ -37,10 +39,11 @@ summary=$out/summary.md
 
 # Counts: the acceptance suite's sizes, or --small's.
 if [ "$small" = 1 ]; then
-    AB_RUNS=2 KNOWN_RUNS=2 RUN_SETS=2 WALL_RUNS=2 AB_BUDGET=(--budget 3)
+    d_ab=2 d_known=2 d_sets=2 d_wall=2 AB_BUDGET=(--budget 3)
 else
-    AB_RUNS=40 KNOWN_RUNS=20 RUN_SETS=20 WALL_RUNS=5 AB_BUDGET=()
+    d_ab=40 d_known=20 d_sets=20 d_wall=5 AB_BUDGET=()
 fi
+AB_RUNS=${AB_RUNS:-$d_ab} KNOWN_RUNS=${KNOWN_RUNS:-$d_known} RUN_SETS=${RUN_SETS:-$d_sets} WALL_RUNS=${WALL_RUNS:-$d_wall}
 
 say() { echo "$*" | tee -a "$log" >&2; }
 run() {
@@ -51,6 +54,20 @@ run() {
     case $rc in 0 | 4 | 12) ;; *) say "exit $rc"; return "$rc" ;; esac
 }
 tally() { "$TALLY" "$@" | tee -a "$log" | grep '^summary' ; }
+# `record LABEL N TALLY-ARGS...`: tallies, checks that the tally compared N pairs (the
+# campaign stops with exit 1 if not: a file went missing or was not read), and writes
+# LABEL and the tally's summary to the summary file.
+record() {
+    local label=$1 n=$2 line got
+    shift 2
+    line=$(tally "$@")
+    got=$(sed -n 's/.*comparisons \([0-9]*\);.*/\1/p' <<<"$line")
+    if [ "$got" != "$n" ]; then
+        say "$label: the tally compared ${got:-nothing} where $n comparisons were run: $line"
+        exit 1
+    fi
+    echo "$label: $line" >>"$summary"
+}
 
 hog=
 if [ "$load" = 1 ]; then
@@ -93,7 +110,7 @@ for part in "${parts[@]}"; do
         for i in $(seq "$AB_RUNS"); do
             run "$EXITLAB" bench --ab warmup=200,201 "${AB_BUDGET[@]}" --quiet --json "$d/$i.json"
         done
-        echo "ab-aa: $(tally ab "$d"/*.json)" >>"$summary"
+        record ab-aa "$AB_RUNS" ab "$d"/*.json
         ;;
     ab-known)
         # Known answer, A/B: inject-cycles=0,N with N 2.5 % of a userspace exit.
@@ -102,7 +119,7 @@ for part in "${parts[@]}"; do
         for i in $(seq "$KNOWN_RUNS"); do
             run "$EXITLAB" bench --tests "$(suite_tests)" --ab "inject-cycles=0,$n" "${AB_BUDGET[@]}" --quiet --json "$d/$i.json"
         done
-        echo "ab-known (N=$n cycles): $(tally ab --truth-cycles "$n" --tests "$USER_TESTS" "$d"/*.json)" >>"$summary"
+        record "ab-known (N=$n cycles)" "$KNOWN_RUNS" ab --truth-cycles "$n" --tests "$USER_TESTS" "$d"/*.json
         ;;
     kernel-known)
         # Known answer for kernel-handled tests: guest-cycles=0,N at ring 3 (on kvm_pvm
@@ -113,7 +130,7 @@ for part in "${parts[@]}"; do
         for i in $(seq "$KNOWN_RUNS"); do
             run "$EXITLAB" bench --ring 3 --tests "$kernel" --ab "guest-cycles=0,$n" "${AB_BUDGET[@]}" --quiet --json "$d/$i.json"
         done
-        echo "kernel-known (N=$n guest cycles, ring 3): $(tally ab --truth-cycles "$n" --tests "$kernel" "$d"/*.json)" >>"$summary"
+        record "kernel-known (N=$n guest cycles, ring 3)" "$KNOWN_RUNS" ab --truth-cycles "$n" --tests "$kernel" "$d"/*.json
         ;;
     runs)
         # Runs, 3 a side, not interleaved: A/A; the known answer (N, 2.5 %) and a 5 %
@@ -131,9 +148,9 @@ for part in "${parts[@]}"; do
             pairs_n+=("$d/$i-a" "$d/$i-n")
             pairs_2n+=("$d/$i-a" "$d/$i-2n")
         done
-        echo "runs A/A: $(tally runs "${pairs_aa[@]}")" >>"$summary"
-        echo "runs known (N=$n): $(tally runs --truth-cycles "$n" --tests "$USER_TESTS" "${pairs_n[@]}")" >>"$summary"
-        echo "runs 5% (2N=$((2 * n))): $(tally runs --truth-cycles $((2 * n)) --tests "$USER_TESTS" "${pairs_2n[@]}")" >>"$summary"
+        record "runs A/A" "$RUN_SETS" runs "${pairs_aa[@]}"
+        record "runs known (N=$n)" "$RUN_SETS" runs --truth-cycles "$n" --tests "$USER_TESTS" "${pairs_n[@]}"
+        record "runs 5% (2N=$((2 * n)))" "$RUN_SETS" runs --truth-cycles $((2 * n)) --tests "$USER_TESTS" "${pairs_2n[@]}"
         ;;
     screen)
         # Two single files, A/A: how often a screen would have flagged an unchanged test
@@ -143,7 +160,7 @@ for part in "${parts[@]}"; do
         for i in $(seq "$RUN_SETS"); do
             for k in 01 02 03; do pairs+=("$d/$i-a/run-$k.json" "$d/$i-b/run-$k.json"); done
         done
-        echo "screen A/A: $(tally screen "${pairs[@]}")" >>"$summary"
+        record "screen A/A" $((3 * RUN_SETS)) screen "${pairs[@]}"
         ;;
     doctored)
         # Doctored copies of the runs part's side B (the exit figure scaled, the empty
@@ -160,7 +177,7 @@ for part in "${parts[@]}"; do
                 pairs+=("$d/$i-a" "$doc")
             done
             if [ "$pct" = 5 ]; then truth=inl_from_user=5,cpuid=3; else truth=inl_from_user=30,cpuid=30; fi
-            echo "doctored +$pct% (runs, 3 a side): $(tally runs --truth "$truth" "${pairs[@]}")" >>"$summary"
+            record "doctored +$pct% (runs, 3 a side)" "$RUN_SETS" runs --truth "$truth" "${pairs[@]}"
         done
         # And the A/B design: side B of the A/A runs doctored by +30 %.
         abdoc=()
@@ -170,7 +187,7 @@ for part in "${parts[@]}"; do
             "$TALLY" doctor "$f" "$g" inl_from_user=30 cpuid=30
             abdoc+=("$g")
         done
-        [ ${#abdoc[@]} -eq 0 ] || echo "doctored +30% (A/B): $(tally ab --truth inl_from_user=30,cpuid=30 "${abdoc[@]}")" >>"$summary"
+        [ ${#abdoc[@]} -eq 0 ] || record "doctored +30% (A/B)" ${#abdoc[@]} ab --truth inl_from_user=30,cpuid=30 "${abdoc[@]}"
         ;;
     wall)
         # Wall time of the default bench and the default --ab, and the central figure's
