@@ -17,7 +17,13 @@ fn main() {
         "cargo:rustc-env=EXITLAB_GIT_REVISION={}",
         rev.as_deref().unwrap_or("unknown")
     );
-    // Rebuild when HEAD moves or the index changes (a commit, a checkout, a staged edit).
+    // Rebuild when HEAD moves or the index changes (a commit, a checkout, a staged edit),
+    // and when any source of the workspace changes: an edit not yet staged makes the tree
+    // dirty too, and a binary built from it must not carry the clean revision.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for path in ["crates", "src", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(path).display());
+    }
     for path in ["HEAD", "index"] {
         if let Some(p) = git(&["rev-parse", "--git-path", path]) {
             println!("cargo:rerun-if-changed={p}");
