@@ -808,14 +808,20 @@ fn run(
             host_switch,
             &mut progress,
         )
-        .map_err(|e| e.to_string()),
-        None => {
-            bench::run(&kvm, image, opts, host, notes, &mut progress).map_err(|e| e.to_string())
-        }
+        .map_err(|e| {
+            // Interrupted before a round completed: an interruption, not a host failure.
+            let code = match e {
+                exitlab_lab::ab::AbError::NothingCompleted => EXIT_INTERRUPTED,
+                exitlab_lab::ab::AbError::Run(_) => EXIT_VMM_FAILED,
+            };
+            (e.to_string(), code)
+        }),
+        None => bench::run(&kvm, image, opts, host, notes, &mut progress)
+            .map_err(|e| (e.to_string(), EXIT_VMM_FAILED)),
     };
-    outcome.map_err(|e| {
+    outcome.map_err(|(e, code)| {
         eprintln!("exitlab: {e}");
-        EXIT_VMM_FAILED
+        code
     })
 }
 

@@ -30,14 +30,11 @@ pub const EXIT_CANT_WRITE: i32 = 10;
 /// exitlab itself failed (a bug: please report it with the command line).
 pub const EXIT_INTERNAL: i32 = 70;
 /// A host change was refused: a KVM module parameter knob cannot or must not be switched
-/// here (not root, built in, in use, paravirtual host, modprobe or module missing).
-/// Documented now, returned once `bench --ab MODULE.PARAM=A,B` is wired.
-#[allow(dead_code)]
+/// here (not root, built in, in use, paravirtual host, modprobe or module missing),
+/// before anything on the host changed.
 pub const EXIT_HOST_REFUSED: i32 = 14;
 /// A switched KVM module parameter could not be put back (the state file keeps the
-/// originals; exitlab retries at its next start as root). Documented now, returned once
-/// `bench --ab MODULE.PARAM=A,B` is wired.
-#[allow(dead_code)]
+/// originals; exitlab retries at its next start as root).
 pub const EXIT_HOST_NOT_RESTORED: i32 = 16;
 /// `run`: a vCPU triple-faulted (the machine shut down).
 pub const EXIT_TRIPLE_FAULT: i32 = 120;

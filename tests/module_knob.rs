@@ -306,14 +306,15 @@ fn sigint_and_kill_9_during_a_module_ab_leave_every_parameter_as_it_was() {
         let _ = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])
             .status();
-        let status = child.wait().unwrap();
+        let out = child.wait_with_output().unwrap();
+        let (status, said) = (out.status, String::from_utf8_lossy(&out.stderr).to_string());
         if signal == "INT" {
             // Interrupted: the rounds kept, every parameter restored on the way out.
-            assert_eq!(status.code(), Some(130));
-            assert_eq!(kvm_params(), before);
+            assert_eq!(status.code(), Some(130), "{said}");
+            assert_eq!(kvm_params(), before, "{said}");
         } else {
             // Killed: the state file is left, and the next start restores from it.
-            assert_eq!(status.code(), None);
+            assert_eq!(status.code(), None, "{said}");
             assert_ne!(kvm_params(), before);
             let h = exitlab(&["host"]);
             let err = String::from_utf8_lossy(&h.stderr).to_string();

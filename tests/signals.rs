@@ -1,6 +1,7 @@
 //! SIGINT and SIGTERM during `exitlab run` stop the vCPUs, tear the VM down and end with
 //! the interrupted exit code (130). `cargo test --test signals -- --nocapture` prints how
-//! long each teardown took.
+//! long each teardown took. An A/B run interrupted before any round completed ends with
+//! 130 too, not as a host failure.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,4 +58,37 @@ fn sigint_and_sigterm_stop_the_vm_with_the_interrupted_code() {
             took.as_secs_f64() * 1e3
         );
     }
+}
+
+#[test]
+fn an_ab_run_interrupted_before_its_first_round_completes_exits_130_saying_so() {
+    common::require_kvm();
+    // Rounds of 200,000 samples take seconds on a paravirtual host and a tenth of a
+    // second or more on hardware; the signal goes as soon as the run's first line (printed
+    // after the handlers are armed, before the first VM) is out.
+    let mut child = Command::new(common::EXITLAB)
+        .args(["bench", "--ab", "warmup=200,201", "--tests", "cpuid"])
+        .args(["--rounds", "6", "--samples", "200000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.starts_with("exitlab bench:"))),
+        "bench never printed its first line"
+    );
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    let err = rest.join("\n");
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted before both sides of the first round completed"),
+        "{err}"
+    );
 }
