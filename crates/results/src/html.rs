@@ -505,7 +505,7 @@ fn summary_table(page: &mut String, s: &Series, footnotes: &mut Footnotes) {
         let handled = report::handled_cell(t);
         starred |= handled.ends_with('*');
         let mut cells = vec![t.name.clone(), handled, report::apic_cell(t)];
-        cells.extend(report::numeric_cells(t));
+        cells.extend(report::numeric_cells(t, s.results.config.tsc_khz));
         page.push_str("<tr>");
         for (i, c) in order(cells, ci, t.rounds.len().to_string())
             .iter()

@@ -430,12 +430,12 @@ fn test_series(x: &mut Exposition, run: &str, side: Option<&str>, r: &Results) {
         if let Some(side) = side {
             l.push(("side".into(), side.into()));
         }
-        test_figures(x, &l, t);
+        test_figures(x, &l, t, r.config.tsc_khz);
     }
 }
 
 /// A test's raw summary and its figure with its interval.
-fn test_figures(x: &mut Exposition, l: &Labels, t: &TestResult) {
+fn test_figures(x: &mut Exposition, l: &Labels, t: &TestResult, tsc_khz: u64) {
     if let Some(c) = &t.cycles {
         for (q, v) in [
             ("0.1", c.p10),
@@ -457,7 +457,7 @@ fn test_figures(x: &mut Exposition, l: &Labels, t: &TestResult) {
         x.add(&NET_LOW, "", l, lo);
         x.add(&NET_HIGH, "", l, hi);
     }
-    if let Some((ns, true)) = units::figure_ns(t) {
+    if let Some((ns, true)) = units::figure_ns(t, tsc_khz) {
         x.add(&NET_SECONDS, "", l, ns * 1e-9);
     }
     x.add(&ROUNDS, "", l, c.rounds.len() as f64);

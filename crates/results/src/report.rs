@@ -34,8 +34,8 @@ fn figure_cell(t: &TestResult) -> String {
     }
 }
 
-fn median_ns_cell(t: &TestResult) -> String {
-    match crate::stats::units::figure_ns(t) {
+fn median_ns_cell(t: &TestResult, tsc_khz: u64) -> String {
+    match crate::stats::units::figure_ns(t, tsc_khz) {
         Some((ns, true)) => fmt_ns(ns),
         Some((ns, false)) => format!("{} (raw)", fmt_ns(ns)),
         None => "-".to_string(),
@@ -723,8 +723,8 @@ pub(crate) fn apic_cell(t: &TestResult) -> String {
 }
 
 /// The numeric cells of one row, in the order of [`TABLE_HEADERS`] after
-/// "test", "observed" and "apic".
-pub(crate) fn numeric_cells(t: &TestResult) -> Vec<String> {
+/// "test", "observed" and "apic"; nanoseconds at `tsc_khz`, the run's TSC frequency.
+pub(crate) fn numeric_cells(t: &TestResult, tsc_khz: u64) -> Vec<String> {
     let s: Option<&Summary> = t.cycles.as_ref();
     let pick = |f: fn(&Summary) -> f64| s.map(f).map(fmt_cycles).unwrap_or_else(|| "-".into());
     vec![
@@ -736,7 +736,7 @@ pub(crate) fn numeric_cells(t: &TestResult) -> Vec<String> {
         pick(|s| s.stddev),
         samples_cell(t),
         figure_cell(t),
-        median_ns_cell(t),
+        median_ns_cell(t, tsc_khz),
     ]
 }
 
@@ -771,7 +771,7 @@ pub fn render_table(results: &Results) -> String {
         .iter()
         .map(|t| {
             let mut row = vec![t.name.clone(), handled_cell(t), apic_cell(t)];
-            row.extend(numeric_cells(t));
+            row.extend(numeric_cells(t, results.config.tsc_khz));
             row
         })
         .collect();
@@ -813,7 +813,7 @@ pub fn render_markdown(results: &Results) -> String {
             handled_cell(t),
             apic_cell(t),
         ];
-        cells.extend(numeric_cells(t));
+        cells.extend(numeric_cells(t, results.config.tsc_khz));
         let cells: Vec<String> = cells.iter().map(|c| md_cell(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
@@ -1161,7 +1161,7 @@ pub fn render_csv(files: &[(String, Results)]) -> String {
                     num(crate::stats::units::net_figure(t)),
                     num(net_interval(t).map(|i| i[0])),
                     num(net_interval(t).map(|i| i[1])),
-                    num(crate::stats::units::figure_ns(t).map(|f| f.0)),
+                    num(crate::stats::units::figure_ns(t, r.config.tsc_khz).map(|f| f.0)),
                     // Why the file's run was cut short (the same on each of its rows):
                     // its rows then cover only the rounds that completed.
                     csv_field(r.incomplete.as_deref().unwrap_or("")),

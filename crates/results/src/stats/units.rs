@@ -137,21 +137,13 @@ pub fn store(t: &mut TestResult, tsc_khz: u64) {
     }
 }
 
-/// The figure of `t` in nanoseconds and whether it is net: the stored nanoseconds
-/// scaled from the figure they were converted from (keeping the run's TSC frequency).
-pub fn figure_ns(t: &TestResult) -> Option<(f64, bool)> {
-    let ns = t.median_ns?;
+/// The figure of `t` in nanoseconds at the run's TSC frequency (`tsc_khz`; `None` when
+/// it is 0), and whether it is net: the figure the cycles column shows, converted, so
+/// that the two columns never tell two figures (whatever older files stored).
+pub fn figure_ns(t: &TestResult, tsc_khz: u64) -> Option<(f64, bool)> {
     let c = central(t)?;
-    let basis = if t.median_ns_is_net {
-        t.net_median_cycles?
-    } else {
-        t.cycles.as_ref()?.median
-    };
-    let is_net = c.figure == Figure::Net;
-    if is_net != t.median_ns_is_net || basis.is_nan() || basis <= 0.0 {
-        return None;
-    }
-    Some((c.value * ns / basis, is_net))
+    (tsc_khz > 0 && !c.rounds.is_empty())
+        .then(|| (c.value * 1e6 / tsc_khz as f64, c.figure == Figure::Net))
 }
 
 /// The pairs of an A/B run's test: the figures of rounds `i` of both sides where both
@@ -234,7 +226,26 @@ mod tests {
         store(&mut t, 3_000_000);
         assert_eq!(t.net_median_cycles, Some(c.value));
         assert_eq!(t.median_ns, Some(c.value / 3.0));
-        assert_eq!(figure_ns(&t).map(|f| f.0), Some(c.value / 3.0));
+        assert_eq!(figure_ns(&t, 3_000_000).map(|f| f.0), Some(c.value / 3.0));
+        // A raw figure too: the nanoseconds are the cycles column's figure, not the
+        // pooled samples' median.
+        let mut raw = r.tests[0].clone();
+        // Rounds slower than the pooled samples say, as when rounds hold different
+        // sample counts: the figure (the rounds' median) and the pooled median differ.
+        for round in &mut raw.rounds {
+            round.median *= 1.5;
+        }
+        let c = central(&raw).unwrap();
+        assert_eq!(c.figure, Figure::Raw);
+        assert_ne!(
+            raw.cycles.as_ref().unwrap().median,
+            c.value,
+            "the pooled median must differ from the rounds' for this check to bite"
+        );
+        store(&mut raw, 3_000_000);
+        assert_eq!(figure_ns(&raw, 3_000_000), Some((c.value / 3.0, false)));
+        assert_eq!(raw.median_ns, Some(c.value / 3.0));
+        assert_eq!(figure_ns(&raw, 0), None);
     }
 
     #[test]
