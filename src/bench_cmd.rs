@@ -571,6 +571,9 @@ struct Lines {
 struct SharedLine {
     tests: u32,
     rounds: u32,
+    /// Characters on the line so far, and the marks of its last round.
+    len: usize,
+    last_round: usize,
 }
 
 impl Display {
@@ -659,6 +662,10 @@ impl Lines {
                 let _ = writeln!(out, "{}", status.word());
             }
             Progress::Done(_, status) => {
+                if let Some(l) = &mut self.shared {
+                    l.len += 1;
+                    l.last_round += 1;
+                }
                 let mark = match status {
                     TestStatus::Ok => ".",
                     TestStatus::Skipped { .. } => "s",
@@ -675,18 +682,30 @@ impl Lines {
     /// room, else on a new line that says what its rounds are.
     fn shared_round(&mut self, out: &mut dyn Write, r: u32, tests: u32) {
         match &mut self.shared {
-            Some(l) if l.tests == tests && l.rounds < Self::ROUNDS_A_LINE => {
+            // Room for one more round as wide as the last, within a terminal report's
+            // line (an A/B round marks both sides of every test).
+            Some(l)
+                if l.tests == tests
+                    && l.rounds < Self::ROUNDS_A_LINE
+                    && l.len + 1 + l.last_round <= exitlab_results::format::MAX_LINE =>
+            {
                 l.rounds += 1;
+                l.len += 1;
+                l.last_round = 0;
                 let _ = write!(out, " ");
             }
             _ => {
-                let _ = write!(
-                    out,
-                    "{}  planned rounds from {r} ({tests} test{} planned beyond the pilot) ",
-                    if self.in_rounds { "\n" } else { "" },
+                let head = format!(
+                    "  planned rounds from {r} ({tests} test{} planned beyond the pilot) ",
                     if tests == 1 { "" } else { "s" }
                 );
-                self.shared = Some(SharedLine { tests, rounds: 1 });
+                let _ = write!(out, "{}{head}", if self.in_rounds { "\n" } else { "" });
+                self.shared = Some(SharedLine {
+                    tests,
+                    rounds: 1,
+                    len: head.chars().count(),
+                    last_round: 0,
+                });
             }
         }
         self.in_rounds = true;
@@ -1139,6 +1158,27 @@ mod tests {
             &mut out,
         );
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn planned_rounds_of_many_marks_keep_their_lines_within_a_terminal_report_s_width() {
+        // An A/B round marks both sides of every test: 12 marks a round here, so ten
+        // rounds would make a line of about 190 characters.
+        let precision: Vec<(u32, u32)> = (1..=40).map(|r| (r, 12)).collect();
+        let text = lines_for(1, 3, &precision);
+        let shared: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("planned rounds"))
+            .collect();
+        assert!(shared.len() > 4, "{text}");
+        for l in &shared {
+            assert!(
+                l.chars().count() <= exitlab_results::format::MAX_LINE,
+                "{l}"
+            );
+        }
+        let marks: usize = shared.iter().map(|l| l.matches('.').count()).sum();
+        assert_eq!(marks, 40 * 12, "every round's marks are there\n{text}");
     }
 
     #[test]

@@ -292,7 +292,8 @@ fn module_sections(out: &mut String, report: &HostReport) {
     }
 }
 
-/// Appends a titled block of aligned `key  value` rows.
+/// Appends a titled block of aligned `key  value` rows; a value too long for a terminal
+/// report's line goes on under its own column.
 fn section(out: &mut String, title: &str, rows: &[(String, String)]) {
     let _ = writeln!(out, "{title}");
     let width = rows
@@ -300,8 +301,21 @@ fn section(out: &mut String, title: &str, rows: &[(String, String)]) {
         .map(|(k, _)| k.chars().count())
         .max()
         .unwrap_or(0);
+    // The text before a value's first word, less the space each word brings.
+    let column = " ".repeat(2 + width + 1);
     for (k, v) in rows {
-        let _ = writeln!(out, "  {k:<width$}  {v}");
+        let mut line = format!("  {k:<width$} ");
+        for word in v.split(' ') {
+            if line.chars().count() + 1 + word.chars().count() > crate::format::MAX_LINE
+                && line.chars().count() > column.len()
+            {
+                let _ = writeln!(out, "{line}");
+                line = column.clone();
+            }
+            line.push(' ');
+            line.push_str(word);
+        }
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out);
 }
@@ -355,6 +369,30 @@ mod tests {
     /// This machine's survey, with the parts a test sets replaced.
     fn base() -> HostReport {
         exitlab_host::survey()
+    }
+
+    #[test]
+    fn a_long_value_goes_on_under_its_column_within_a_line() {
+        let flags: Vec<String> = (0..60).map(|i| format!("flag_{i}")).collect();
+        let rows = vec![
+            ("flags absent".to_string(), flags.join(" ")),
+            ("model".to_string(), "short".to_string()),
+        ];
+        let mut out = String::new();
+        section(&mut out, "CPU", &rows);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.len() > 4, "{out}");
+        for l in &lines {
+            assert!(l.chars().count() <= crate::format::MAX_LINE, "{l}");
+        }
+        assert!(
+            lines[1].starts_with("  flags absent  flag_0 flag_1"),
+            "{out}"
+        );
+        assert!(lines[2].starts_with("                flag_"), "{out}");
+        assert!(out.contains("  model         short\n"), "{out}");
+        let words: usize = lines.iter().map(|l| l.matches("flag_").count()).sum();
+        assert_eq!(words, 60, "{out}");
     }
 
     #[test]

@@ -654,7 +654,8 @@ pub(crate) fn exit_check_lines(tests: &[TestResult]) -> Vec<String> {
 
 /// How the table's figures relate to kvm-unit-tests' `vmexit`, which uses the same test
 /// names: its figure is the raw median's (cycles per iteration, its loop included), and
-/// the net median subtracts the empty loop, whose raw median this run gives. `None`
+/// the net median subtracts each sample's own empty loop per iteration (a batched test's
+/// loop divided by its batch), whose raw median at batch 1 this run gives. `None`
 /// without a test with a figure beside the empty loop.
 pub fn vmexit_line(results: &Results) -> Option<String> {
     results
@@ -667,10 +668,10 @@ pub fn vmexit_line(results: &Results) -> Option<String> {
         .find(|t| t.baseline)
         .and_then(|t| t.cycles.as_ref())
         .map_or(String::new(), |c| {
-            format!(" ({} cycles here)", fmt_cycles(c.median))
+            format!(" ({} cycles at batch 1)", fmt_cycles(c.median))
         });
     Some(format!(
-        "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop{here}"
+        "median (raw, per iteration) is what kvm-unit-tests' vmexit prints; net median subtracts each sample's own empty loop per iteration{here}"
     ))
 }
 
@@ -1679,7 +1680,7 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "median (raw, per iteration, its empty loop included) is what kvm-unit-tests' vmexit prints; net median subtracts the empty loop ({} cycles here)",
+                "median (raw, per iteration) is what kvm-unit-tests' vmexit prints; net median subtracts each sample's own empty loop per iteration ({} cycles at batch 1)",
                 fmt_cycles(empty)
             )
         );
@@ -1689,7 +1690,7 @@ mod tests {
         results.tests[0].cycles = None;
         assert!(vmexit_line(&results)
             .unwrap()
-            .ends_with("net median subtracts the empty loop"));
+            .ends_with("net median subtracts each sample's own empty loop per iteration"));
         // Nothing but the empty loop: nothing to relate.
         results.tests.truncate(1);
         assert_eq!(vmexit_line(&results), None);
