@@ -36,21 +36,26 @@ pub fn figure_line(cmp: &Comparison) -> String {
     )
 }
 
+/// "1 test", "16 tests".
+fn n_tests(n: usize) -> String {
+    format!("{n} test{}", if n == 1 { "" } else { "s" })
+}
+
 /// The verdict lines of a gating design: what the gate decided and why.
 pub fn gate_lines(cmp: &Comparison, g: &Gate) -> Vec<String> {
     let mut out = Vec::new();
     if !g.slower.is_empty() {
         out.push(format!(
-            "gate: slower beyond {}% (Holm over {} tests): {}",
+            "gate: slower beyond {}% (Holm over {}): {}",
             cmp.threshold_pct,
-            g.judged.len(),
+            n_tests(g.judged.len()),
             g.slower.join(", ")
         ));
     }
     if !g.unconfirmed.is_empty() {
         out.push(format!(
-            "slower on its own at 95%, not after Holm's correction over {} tests (does not gate): {}",
-            g.judged.len(),
+            "slower on its own at 95%, not after Holm's correction over {} (does not gate): {}",
+            n_tests(g.judged.len()),
             g.unconfirmed.join(", ")
         ));
     }
@@ -62,9 +67,9 @@ pub fn gate_lines(cmp: &Comparison, g: &Gate) -> Vec<String> {
     }
     if out.is_empty() {
         out.push(format!(
-            "gate: passes; no test slower beyond {}% over {} tests",
+            "gate: passes; no test slower beyond {}% over {}",
             cmp.threshold_pct,
-            g.judged.len()
+            n_tests(g.judged.len())
         ));
     }
     out
@@ -294,4 +299,16 @@ pub fn render_comparison_md(cmp: &Comparison, labels: [&str; 2]) -> String {
         out.push_str("```\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::n_tests;
+
+    #[test]
+    fn a_count_of_tests_agrees_in_number() {
+        assert_eq!(n_tests(1), "1 test");
+        assert_eq!(n_tests(0), "0 tests");
+        assert_eq!(n_tests(16), "16 tests");
+    }
 }
