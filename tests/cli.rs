@@ -877,22 +877,38 @@ fn compare_of_directories_judges_with_runs_as_units_and_gates() {
 fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
     let dir = tempdir_named("runs");
     let d = dir.join("build-a");
-    let o = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--samples",
-        "30",
-        "--rounds",
-        "5",
-        "--ring",
-        "3",
-        "--runs",
-        "3",
-        "--quiet",
-        "--json",
-        d.to_str().unwrap(),
-    ]);
+    // `bench --runs N --json DIR` of one short test, the way each run here is taken.
+    let runs = |n: &str, dir: &std::path::Path| {
+        exitlab(&[
+            "bench",
+            "--tests",
+            "cpuid",
+            "--samples",
+            "30",
+            "--rounds",
+            "5",
+            "--ring",
+            "3",
+            "--runs",
+            n,
+            "--quiet",
+            "--json",
+            dir.to_str().unwrap(),
+        ])
+    };
+    // A run into a directory that must be refused before anything runs.
+    let refused_into = |dir: &std::path::Path| {
+        exitlab(&[
+            "bench",
+            "--tests",
+            "cpuid",
+            "--runs",
+            "1",
+            "--json",
+            dir.to_str().unwrap(),
+        ])
+    };
+    let o = runs("3", &d);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let mut files: Vec<String> = std::fs::read_dir(&d)
         .unwrap()
@@ -908,22 +924,7 @@ fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains(".."), "a 95% interval over the runs: {row}");
     // More runs of the same build go into the same directory, numbered on.
-    let again = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--samples",
-        "30",
-        "--rounds",
-        "5",
-        "--ring",
-        "3",
-        "--runs",
-        "1",
-        "--quiet",
-        "--json",
-        d.to_str().unwrap(),
-    ]);
+    let again = runs("1", &d);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert!(
         d.join("run-04.json").exists(),
@@ -941,15 +942,7 @@ fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
     other["host"]["build_ids"]["kernel"] = serde_json::json!("00000000deadbeef");
     let odir = tempdir_named("runs-other");
     std::fs::write(odir.join("run-01.json"), other.to_string()).unwrap();
-    let refused = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--runs",
-        "1",
-        "--json",
-        odir.to_str().unwrap(),
-    ]);
+    let refused = refused_into(&odir);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
         stderr(&refused).contains("holds runs of another build")
@@ -964,15 +957,7 @@ fn bench_runs_writes_one_file_per_run_that_compare_reads_as_runs() {
     );
     // A file there that is not a results file: refused too.
     std::fs::write(odir.join("run-01.json"), "{}").unwrap();
-    let refused = exitlab(&[
-        "bench",
-        "--tests",
-        "cpuid",
-        "--runs",
-        "1",
-        "--json",
-        odir.to_str().unwrap(),
-    ]);
+    let refused = refused_into(&odir);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
         stderr(&refused).contains("is not a results file"),
