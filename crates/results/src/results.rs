@@ -16,7 +16,31 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
-use crate::stats::describe::Summary;
+/// Summary statistics of one set of measurements.
+///
+/// Percentiles follow the type 7 definition (Hyndman and Fan), as exitlab's
+/// descriptive statistics compute them. All fields are finite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Summary {
+    /// Number of values.
+    pub n: u64,
+    /// Smallest value.
+    pub min: f64,
+    /// 10th percentile.
+    pub p10: f64,
+    /// 50th percentile.
+    pub median: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample standard deviation (divisor `n - 1`; 0 when `n == 1`).
+    pub stddev: f64,
+}
 
 /// Version of the results file format. Bumped on any incompatible change.
 ///

@@ -10,7 +10,6 @@
 //! `[0, 1]`, let `h = (n - 1) * q`; the percentile is
 //! `x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])`.
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Why a set of values could not be summarized.
@@ -33,31 +32,9 @@ pub enum StatsError {
     OutOfRange,
 }
 
-/// Summary statistics of one set of measurements.
-///
-/// Percentiles follow the type 7 definition described in the module
-/// documentation. All fields are finite.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Summary {
-    /// Number of values.
-    pub n: u64,
-    /// Smallest value.
-    pub min: f64,
-    /// 10th percentile.
-    pub p10: f64,
-    /// 50th percentile.
-    pub median: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest value.
-    pub max: f64,
-    /// Arithmetic mean.
-    pub mean: f64,
-    /// Sample standard deviation (divisor `n - 1`; 0 when `n == 1`).
-    pub stddev: f64,
-}
+/// Summary statistics of one set of measurements: the results file's type
+/// ([`crate::results::Summary`]), filled in here.
+pub use crate::results::Summary;
 
 /// Summarizes `values` (in any order).
 ///
